@@ -1,0 +1,378 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BelowOnePolicy says what a pod's share becomes when the contract divided
+// over the divisor is less than one permit.
+// +kubebuilder:validation:Enum=Strict;AtLeastOne
+type BelowOnePolicy string
+
+const (
+	// BelowOneStrict gives such pods zero permits, so the global contract
+	// holds and the quota reports QuotaTooSmall.
+	BelowOneStrict BelowOnePolicy = "Strict"
+	// BelowOneAtLeastOne gives every pod one permit, so each pod can still
+	// call the downstream, and the quota reports Overcommitted with the real
+	// global total.
+	BelowOneAtLeastOne BelowOnePolicy = "AtLeastOne"
+)
+
+// DivisorSource names the replica fact that set the divisor.
+// +kubebuilder:validation:Enum=WorkloadSpec;HPADesired;ExistingPods
+type DivisorSource string
+
+const (
+	// DivisorWorkloadSpec means the workload's spec.replicas was the largest.
+	DivisorWorkloadSpec DivisorSource = "WorkloadSpec"
+	// DivisorHPADesired means the HPA's status.desiredReplicas was the largest.
+	DivisorHPADesired DivisorSource = "HPADesired"
+	// DivisorExistingPods means the pods that still exist (terminating ones
+	// included) outnumbered both, as during a scale-down.
+	DivisorExistingPods DivisorSource = "ExistingPods"
+)
+
+// WorkloadReference names the Deployment or StatefulSet, in the quota's own
+// namespace, whose pods call the downstream.
+type WorkloadReference struct {
+	// APIVersion of the workload.
+	// +kubebuilder:default="apps/v1"
+	// +kubebuilder:validation:Enum="apps/v1"
+	// +optional
+	APIVersion string `json:"apiVersion,omitempty"`
+
+	// Kind of the workload.
+	// +kubebuilder:validation:Enum=Deployment;StatefulSet
+	// +required
+	Kind string `json:"kind"`
+
+	// Name of the workload.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
+// Contract is the downstream's global limit, shared by every pod of the
+// workload.
+// +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.burst == 0 || (has(self.ratePerSecond) && self.ratePerSecond > 0)",message="burst requires a ratePerSecond greater than zero",fieldPath=".burst"
+type Contract struct {
+	// Concurrency is the number of calls the downstream accepts in flight at
+	// once, globally.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	Concurrency int32 `json:"concurrency"`
+
+	// RatePerSecond is the downstream's global request rate limit; zero or
+	// absent means none.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RatePerSecond int32 `json:"ratePerSecond,omitempty"`
+
+	// Burst is the number of requests the downstream accepts above the rate
+	// at once; it requires ratePerSecond.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Burst int32 `json:"burst,omitempty"`
+}
+
+// Latency is the downstream's response time.
+// +kubebuilder:validation:XValidation:rule="!has(self.worst) || duration(self.worst) >= duration(self.typical)",message="worst must not be below typical",fieldPath=".worst"
+type Latency struct {
+	// Typical is the usual response time; the plan's capacity and queue
+	// budget are computed from it.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be greater than zero"
+	// +required
+	Typical metav1.Duration `json:"typical"`
+
+	// Worst is the response time during the downstream's bad moments (its
+	// deploys, its GC pauses); the plan checks it against the deadline.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	Worst *metav1.Duration `json:"worst,omitempty"`
+}
+
+// Demand is what the whole workload is expected to ask of the downstream.
+type Demand struct {
+	// RatePerSecond is the expected total request rate over all pods.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	RatePerSecond int32 `json:"ratePerSecond"`
+}
+
+// RetryPolicy bounds the retries of calls to the downstream.
+type RetryPolicy struct {
+	// MaxRetries is the most retries of one call.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +kubebuilder:default=0
+	// +optional
+	MaxRetries int32 `json:"maxRetries"`
+
+	// BudgetPerSecond is the global number of retries per second the whole
+	// workload may spend; each pod gets its share.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=0
+	// +optional
+	BudgetPerSecond int32 `json:"budgetPerSecond"`
+}
+
+// DownstreamQuotaSpec is a downstream's global contract and the workload it
+// is divided over.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
+type DownstreamQuotaSpec struct {
+	// WorkloadRef is the Deployment or StatefulSet whose pods share the
+	// contract.
+	// +required
+	WorkloadRef WorkloadReference `json:"workloadRef"`
+
+	// HPAName is the HorizontalPodAutoscaler that scales the workload. When
+	// empty, the HPA whose scaleTargetRef names the workload is used, if any.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	HPAName string `json:"hpaName,omitempty"`
+
+	// Downstream names the service being called, for people and metrics.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Downstream string `json:"downstream"`
+
+	// Contract is the downstream's global limit.
+	// +required
+	Contract Contract `json:"contract"`
+
+	// Latency is the downstream's response time.
+	// +required
+	Latency Latency `json:"latency"`
+
+	// Deadline is the time one call may take, queue wait included.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be greater than zero"
+	// +required
+	Deadline metav1.Duration `json:"deadline"`
+
+	// MaxQueueWait is the longest a call may wait in the waiting room. When
+	// absent it is half of what the deadline leaves after the typical
+	// latency.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	MaxQueueWait *metav1.Duration `json:"maxQueueWait,omitempty"`
+
+	// AcquireTimeout is the longest a caller waits for a permit; the plan
+	// uses the smaller of it and the queue wait budget. When absent the
+	// queue wait budget is used.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +optional
+	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
+
+	// SafetyPercent is the part of the contract handed out to pods; the rest
+	// absorbs scale transitions and rounding.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=80
+	// +optional
+	SafetyPercent int32 `json:"safetyPercent,omitempty"`
+
+	// BelowOne says what happens when a pod's share is below one permit.
+	// +kubebuilder:default=Strict
+	// +optional
+	BelowOne BelowOnePolicy `json:"belowOne,omitempty"`
+
+	// Demand is the expected load of the whole workload, when known.
+	// +optional
+	Demand *Demand `json:"demand,omitempty"`
+
+	// Retry bounds retries of calls to the downstream.
+	// +optional
+	Retry RetryPolicy `json:"retry,omitempty"`
+
+	// ConfigMapName is the ConfigMap the plan is published to. Every quota of
+	// a workload must name the same one; when empty it is
+	// <workload>-backpressure.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	ConfigMapName string `json:"configMapName,omitempty"`
+}
+
+// ReplicaStatus holds the replica facts the divisor was chosen from.
+type ReplicaStatus struct {
+	// Spec is the workload's spec.replicas.
+	Spec int32 `json:"spec"`
+	// Status is the workload's status.replicas.
+	// +optional
+	Status int32 `json:"status,omitempty"`
+	// HPAMin is the HPA's spec.minReplicas.
+	// +optional
+	HPAMin *int32 `json:"hpaMin,omitempty"`
+	// HPAMax is the HPA's spec.maxReplicas.
+	// +optional
+	HPAMax *int32 `json:"hpaMax,omitempty"`
+	// HPACurrent is the HPA's status.currentReplicas.
+	// +optional
+	HPACurrent *int32 `json:"hpaCurrent,omitempty"`
+	// HPADesired is the HPA's status.desiredReplicas.
+	// +optional
+	HPADesired *int32 `json:"hpaDesired,omitempty"`
+	// ExistingPods counts the workload's pods that still exist, terminating
+	// ones included.
+	ExistingPods int32 `json:"existingPods"`
+	// Divisor is the replica count the contract is divided by: the largest
+	// of Spec, HPADesired and ExistingPods.
+	Divisor int32 `json:"divisor"`
+	// DivisorSource names the fact that set the divisor.
+	DivisorSource DivisorSource `json:"divisorSource"`
+}
+
+// PerPodPlan is one pod's share of the contract.
+type PerPodPlan struct {
+	// Permits is the pod's in-flight limit.
+	Permits int32 `json:"permits"`
+	// RatePerSecond is the pod's token-bucket rate; zero means unlimited.
+	RatePerSecond resource.Quantity `json:"ratePerSecond"`
+	// Burst is the pod's token-bucket size.
+	Burst int32 `json:"burst"`
+	// CapacityPerSecond is the calls per second the permits sustain at the
+	// typical latency.
+	// +optional
+	CapacityPerSecond resource.Quantity `json:"capacityPerSecond,omitempty"`
+	// QueueCapacity is the size of the pod's waiting room.
+	QueueCapacity int32 `json:"queueCapacity"`
+	// MaxQueueWait is the longest a call waits in the waiting room.
+	MaxQueueWait metav1.Duration `json:"maxQueueWait"`
+	// AcquireTimeout is the longest a caller waits for a permit.
+	AcquireTimeout metav1.Duration `json:"acquireTimeout"`
+	// Workers is the dispatcher's worker count.
+	Workers int32 `json:"workers"`
+	// RetryBudgetPerSecond is the pod's share of the retry budget.
+	RetryBudgetPerSecond resource.Quantity `json:"retryBudgetPerSecond"`
+}
+
+// DemandStatus compares the expected demand with what the plan hands out.
+type DemandStatus struct {
+	// InFlight is the demanded in-flight calls, demand × typical latency.
+	InFlight int32 `json:"inFlight"`
+	// WorstInFlight is demand × worst latency.
+	// +optional
+	WorstInFlight *int32 `json:"worstInFlight,omitempty"`
+	// GoodputCeiling is the most calls per second the handed-out permits can
+	// complete at the typical latency.
+	GoodputCeiling resource.Quantity `json:"goodputCeiling"`
+	// ShedFraction is the part of the demand that will be shed locally, as a
+	// decimal between 0 and 1.
+	ShedFraction string `json:"shedFraction"`
+}
+
+// Diagnostic is a finding of the plan, with its numbers.
+type Diagnostic struct {
+	// Reason is a CamelCase identifier of the finding.
+	Reason string `json:"reason"`
+	// Message states the finding with the arithmetic behind it.
+	Message string `json:"message"`
+}
+
+// PublishedConfigMap names where the plan was published.
+type PublishedConfigMap struct {
+	// Name of the ConfigMap.
+	Name string `json:"name"`
+	// Key of this quota's document in the ConfigMap.
+	Key string `json:"key"`
+	// Hash is the content hash of this quota's document.
+	Hash string `json:"hash"`
+}
+
+// RolloutStatus counts the pods that acknowledged the current plan.
+type RolloutStatus struct {
+	// Acknowledged is the number of existing pods whose
+	// applied.backpressure.dev annotation carries the current hash.
+	Acknowledged int32 `json:"acknowledged"`
+	// Total is the number of existing pods.
+	Total int32 `json:"total"`
+	// Pending names up to ten pods that have not acknowledged it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Pending []string `json:"pending,omitempty"`
+}
+
+// DownstreamQuotaStatus is what the operator computed and published.
+type DownstreamQuotaStatus struct {
+	// ObservedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Replicas holds the replica facts and the divisor.
+	// +optional
+	Replicas *ReplicaStatus `json:"replicas,omitempty"`
+	// PerPod is each pod's share.
+	// +optional
+	PerPod *PerPodPlan `json:"perPod,omitempty"`
+	// Demand compares the expected demand with the plan, when demand is set.
+	// +optional
+	Demand *DemandStatus `json:"demand,omitempty"`
+	// Diagnostics lists the plan's findings.
+	// +optional
+	Diagnostics []Diagnostic `json:"diagnostics,omitempty"`
+	// ConfigMap is where the plan was published.
+	// +optional
+	ConfigMap *PublishedConfigMap `json:"configMap,omitempty"`
+	// Rollout counts the pods that applied the plan.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Conditions hold Ready and the reasons it is not.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DownstreamQuota divides a downstream's global contract over the pods of the
+// workload that calls it, and keeps each pod's share current as the workload
+// scales.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=dq,categories=backpressure
+// +kubebuilder:printcolumn:name="Downstream",type=string,JSONPath=`.spec.downstream`
+// +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.contract.concurrency`
+// +kubebuilder:printcolumn:name="Divisor",type=integer,JSONPath=`.status.replicas.divisor`
+// +kubebuilder:printcolumn:name="Permits/Pod",type=integer,JSONPath=`.status.perPod.permits`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DownstreamQuota struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the contract and the workload it is divided over.
+	// +required
+	Spec DownstreamQuotaSpec `json:"spec"`
+	// Status is what the operator computed and published.
+	// +optional
+	Status DownstreamQuotaStatus `json:"status,omitempty"`
+}
+
+// DownstreamQuotaList is a list of DownstreamQuota.
+//
+// +kubebuilder:object:root=true
+type DownstreamQuotaList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the quotas.
+	Items []DownstreamQuota `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DownstreamQuota{}, &DownstreamQuotaList{})
+}
