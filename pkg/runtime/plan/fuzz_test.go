@@ -1,0 +1,62 @@
+package plan
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzParsePlan checks that whatever Parse accepts is valid, encodes, and
+// reads back as the same document with the same bytes and hash; and that
+// whatever it rejects comes with an error and no document.
+func FuzzParsePlan(f *testing.F) {
+	f.Add([]byte(sample))
+	f.Add([]byte(`{"version":1,"gate":"g","permits":0,"ratePerSecond":1e-300,"burst":1,"queueCapacity":0,` +
+		`"maxQueueWaitSeconds":0,"acquireTimeoutSeconds":0,"latencySeconds":0,"deadlineSeconds":0,"workers":0,` +
+		`"retryBudgetPerSecond":0}`))
+	f.Add([]byte(`{"version":1,"gate":"a.b","downstream":"\u00e9\ud83d\ude00<&>","permits":2147483647,` +
+		`"ratePerSecond":2147483647,"burst":2147483647,"queueCapacity":1,"maxQueueWaitSeconds":31622400,` +
+		`"acquireTimeoutSeconds":-0,"latencySeconds":5e-324,"deadlineSeconds":1.7976931348623157e-300,"workers":3,` +
+		`"retryBudgetPerSecond":0.1,"unknown":[{"x":null}]}`))
+	f.Add([]byte(`{"version":2}`))
+	f.Add([]byte(`{"version":1,"permits":1,"permits":2}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"version":1.0}`))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := Parse(data)
+		if err != nil {
+			if d != (Document{}) {
+				t.Fatalf("Parse returned %+v with error %v", d, err)
+			}
+			return
+		}
+		if err := Validate(d); err != nil {
+			t.Fatalf("Parse accepted a document Validate rejects: %v\ninput: %q", err, data)
+		}
+		if d.Hash == "" {
+			t.Fatalf("Parse left the hash empty for %q", data)
+		}
+		enc, err := Marshal(d)
+		if err != nil {
+			t.Fatalf("Marshal(%+v): %v", d, err)
+		}
+		back, err := Parse(enc)
+		if err != nil {
+			t.Fatalf("Parse(Marshal(d)): %v\nencoded: %s", err, enc)
+		}
+		if back != d {
+			t.Fatalf("round trip changed the document:\n got %+v\nwant %+v", back, d)
+		}
+		again, err := Marshal(back)
+		if err != nil || !bytes.Equal(again, enc) {
+			t.Fatalf("encoding is not stable: %s vs %s (%v)", enc, again, err)
+		}
+		if Hash(back) != Hash(d) {
+			t.Fatalf("hash changed across a round trip")
+		}
+		if errors.Is(Validate(back), ErrUnsupportedVersion) {
+			t.Fatalf("round trip changed the version")
+		}
+	})
+}
