@@ -1,0 +1,90 @@
+package sizing
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reasons of diagnostics. The first four are spelled exactly as the
+// DownstreamQuota API's condition reasons (a test in internal/quotaplan
+// holds them equal); the rest are findings the API has no condition reason
+// for. All are CamelCase and stable: alerts and scripts match them.
+const (
+	// ReasonQuotaTooSmall: the share is below one permit per pod and the
+	// Strict policy left every pod at 0.
+	ReasonQuotaTooSmall = "QuotaTooSmall"
+	// ReasonOvercommitted: the AtLeastOne policy raised every pod to 1
+	// permit; the message states the real global total.
+	ReasonOvercommitted = "Overcommitted"
+	// ReasonDeadlineBelowLatency: the deadline is not above the typical
+	// latency, so there is no time to queue and a typical call already
+	// misses it.
+	ReasonDeadlineBelowLatency = "DeadlineBelowLatency"
+	// ReasonDemandExceedsQuota: demand × typical latency needs more calls in
+	// flight than the pods hold, so part of the demand will be shed.
+	ReasonDemandExceedsQuota = "DemandExceedsQuota"
+
+	// ReasonDemandExceedsQuotaAtWorstLatency: demand fits at the typical
+	// latency but not at the worst, when part of it will be shed.
+	ReasonDemandExceedsQuotaAtWorstLatency = "DemandExceedsQuotaAtWorstLatency"
+	// ReasonWorstLatencyExceedsDeadline: a call that waits the whole queue
+	// wait budget and then takes the worst latency misses the deadline.
+	ReasonWorstLatencyExceedsDeadline = "WorstLatencyExceedsDeadline"
+	// ReasonQueueWaitClamped: the given max queue wait plus the typical
+	// latency exceeds the deadline, so the wait budget was lowered to what
+	// the deadline leaves.
+	ReasonQueueWaitClamped = "QueueWaitClamped"
+	// ReasonRateAllowsExcessInFlight: the contract's rate × latency exceeds
+	// its concurrency, so the rate limit alone would not bound in-flight
+	// calls; the permits do.
+	ReasonRateAllowsExcessInFlight = "RateAllowsExcessInFlight"
+	// ReasonBurstRaisedToOne: the burst share is below one per pod and was
+	// raised to 1, since a token bucket of size 0 admits nothing.
+	ReasonBurstRaisedToOne = "BurstRaisedToOne"
+	// ReasonRetriesWithoutBudget: retries are allowed but the retry budget
+	// is 0, so no call will be retried.
+	ReasonRetriesWithoutBudget = "RetriesWithoutBudget"
+)
+
+// Diagnostic is one finding of a plan, with the numbers behind it.
+type Diagnostic struct {
+	// Reason is one of the Reason constants.
+	Reason string
+	// Message states the finding and its arithmetic, for people.
+	Message string
+}
+
+// num formats a figure for a message: at most two decimals, no trailing
+// zeros.
+func num(f float64) string {
+	s := strconv.FormatFloat(math.Round(f*100)/100, 'f', 2, 64)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}
+
+// replicas formats a replica count with its noun.
+func replicas(n int64) string {
+	if n == 1 {
+		return "1 replica"
+	}
+	return strconv.FormatInt(n, 10) + " replicas"
+}
+
+// sum formats a + b for non-negative durations, in seconds when the sum
+// would overflow a time.Duration.
+func sum(a, b time.Duration) string {
+	if a > math.MaxInt64-b {
+		return num(a.Seconds()+b.Seconds()) + "s"
+	}
+	return (a + b).String()
+}
+
+// rate formats calls per second.
+func rate(f float64) string { return num(f) + "/s" }
+
+// percent formats a fraction as a percentage with one decimal.
+func percent(f float64) string {
+	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', 1, 64) + "%"
+}

@@ -1,0 +1,463 @@
+package sizing
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// approx compares floats to nine significant digits: the expectations below
+// are worked out by hand and written as fractions.
+var approx = cmpopts.EquateApprox(1e-9, 0)
+
+func dur(d time.Duration) *time.Duration { return &d }
+
+// designExample is the search gateway of DESIGN.md: a global contract of 50
+// in flight over 8 pods, demand 1900/s at 220 ms.
+func designExample() Input {
+	return Input{
+		Concurrency:          50,
+		SafetyPercent:        80,
+		Divisor:              8,
+		Latency:              220 * time.Millisecond,
+		WorstLatency:         1800 * time.Millisecond,
+		Deadline:             2 * time.Second,
+		MaxQueueWait:         dur(100 * time.Millisecond),
+		AcquireTimeout:       dur(200 * time.Millisecond),
+		DemandPerSecond:      1900,
+		MaxRetries:           1,
+		RetryBudgetPerSecond: 10,
+	}
+}
+
+// sampleQuota is config/samples' quota: the same contract with a 300 ms
+// deadline and no max queue wait.
+func sampleQuota() Input {
+	return Input{
+		Concurrency:   50,
+		SafetyPercent: 80,
+		Divisor:       8,
+		Latency:       220 * time.Millisecond,
+		WorstLatency:  1800 * time.Millisecond,
+		Deadline:      300 * time.Millisecond,
+	}
+}
+
+func with(in Input, change func(*Input)) Input {
+	change(&in)
+	return in
+}
+
+func TestPlan(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Input
+		want PlanResult
+	}{{
+		// permits = floor(50·0.8/8) = 5; μ = 5/0.22 s = 22.73/s;
+		// queue = floor(22.73 × 0.1) = 2; acquire = min(200ms, 100ms);
+		// workers = min(5, ceil(1900/8 × 0.22)) = min(5, 53);
+		// L = 1900 × 0.22 = 418 against 5 × 8 = 40; ceiling 40/0.22 = 181.8/s;
+		// shed = 1 − 40/418 = 90.4%. 100ms + 1.8s fits 2s.
+		name: "design example",
+		in:   designExample(),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:              5,
+				CapacityPerSecond:    5 / 0.22,
+				QueueCapacity:        2,
+				MaxQueueWait:         100 * time.Millisecond,
+				AcquireTimeout:       100 * time.Millisecond,
+				Workers:              5,
+				RetryBudgetPerSecond: 1.25,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitGiven,
+			DemandWorkers: 53,
+			Demand: &Demand{
+				InFlight:                418,
+				WorstInFlight:           3420,
+				Available:               40,
+				GoodputCeilingPerSecond: 40 / 0.22,
+				ShedFraction:            1 - 40.0/418,
+				WorstShedFraction:       1 - 40.0/3420,
+			},
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonDemandExceedsQuota,
+				Message: "demand 1900/s × typical latency 220ms = 418 calls in flight against 40 available (5 permits × 8 replicas): goodput ceiling 40 / 220ms = 181.82/s, so 90.4% of the demand will be shed; at worst latency 1.8s it needs 3420 in flight and 98.8% is shed",
+			}},
+		},
+	}, {
+		// Qw = (300ms − 220ms)/2 = 40ms; queue = floor(5 × 40/220) = 0.
+		name: "sample quota",
+		in:   sampleQuota(),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonWorstLatencyExceedsDeadline,
+				Message: "worst latency 1.8s exceeds the deadline 300ms: calls at worst latency miss it even without queueing",
+			}},
+		},
+	}, {
+		name: "rounding down loses permits: 40 over 7 replicas",
+		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 7; in.WorstLatency = 0 }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         40.0 / 7,
+			TotalPermits:  35,
+			QueueWaitRule: QueueWaitDerived,
+		},
+	}, {
+		name: "below one, Strict",
+		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.DemandPerSecond = 10 }),
+		want: PlanResult{
+			PerPod: PerPod{
+				MaxQueueWait:   40 * time.Millisecond,
+				AcquireTimeout: 40 * time.Millisecond,
+			},
+			Share:         0.4,
+			QueueWaitRule: QueueWaitDerived,
+			DemandWorkers: 1,
+			Demand:        &Demand{InFlight: 2.2, ShedFraction: 1},
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQuotaTooSmall,
+				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream; each pod gets a whole permit only up to 40 replicas",
+			}, {
+				Reason:  ReasonDemandExceedsQuota,
+				Message: "demand 10/s × typical latency 220ms = 2.2 calls in flight against 0 available (0 permits × 100 replicas): goodput ceiling 0 / 220ms = 0/s, so 100.0% of the demand will be shed",
+			}},
+		},
+	}, {
+		name: "below one, AtLeastOne beyond the contract",
+		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           1,
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           1,
+			},
+			Share:         0.4,
+			TotalPermits:  100,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonOvercommitted,
+				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 100 in flight against a contract of 50: overcommitted by 50 (2× the contract)",
+			}},
+		},
+	}, {
+		name: "below one, AtLeastOne within the contract",
+		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 45; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           1,
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           1,
+			},
+			Share:         40.0 / 45,
+			TotalPermits:  45,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonOvercommitted,
+				Message: "50 × 80% = 40 permits over 45 replicas is 0.89 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
+			}},
+		},
+	}, {
+		name: "safety percentage that rounds every replica count to zero",
+		in:   Input{Concurrency: 1, SafetyPercent: 50, Divisor: 1, Latency: time.Second, Deadline: 3 * time.Second},
+		want: PlanResult{
+			PerPod:        PerPod{MaxQueueWait: time.Second, AcquireTimeout: time.Second},
+			Share:         0.5,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQuotaTooSmall,
+				Message: "1 × 50% = 0.5 permits over 1 replica is 0.5 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream; no replica count gives a pod a whole permit at this safety percentage",
+			}},
+		},
+	}, {
+		name: "deadline below typical latency",
+		in: with(sampleQuota(), func(in *Input) {
+			in.Deadline = 200 * time.Millisecond
+			in.AcquireTimeout = dur(100 * time.Millisecond)
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitNone,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonDeadlineBelowLatency,
+				Message: "deadline 200ms − typical latency 220ms = -20ms leaves no time to queue: max queue wait and queue capacity are 0",
+			}},
+		},
+	}, {
+		// 100ms + 220ms > 300ms: Qw = 80ms; queue = floor(5 × 80/220) = 1.
+		name: "max queue wait clamped to the deadline",
+		in: with(sampleQuota(), func(in *Input) {
+			in.WorstLatency = 250 * time.Millisecond
+			in.MaxQueueWait = dur(100 * time.Millisecond)
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				QueueCapacity:     1,
+				MaxQueueWait:      80 * time.Millisecond,
+				AcquireTimeout:    80 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitClamped,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQueueWaitClamped,
+				Message: "max queue wait 100ms + typical latency 220ms = 320ms exceeds the deadline 300ms: queue wait budget lowered to 300ms − 220ms = 80ms",
+			}, {
+				Reason:  ReasonWorstLatencyExceedsDeadline,
+				Message: "queue wait 80ms + worst latency 250ms = 330ms exceeds the deadline 300ms: calls that queue and then meet the worst latency miss it",
+			}},
+		},
+	}, {
+		// rate = 100 × 0.8 / 8 = 10/s; burst = floor(20 × 0.8 / 8) = 2;
+		// R·W = 22 fits 50, R·Wmax = 180 does not.
+		name: "rate and burst",
+		in: with(sampleQuota(), func(in *Input) {
+			in.RatePerSecond = 100
+			in.Burst = 20
+			in.Deadline = 2 * time.Second
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				RatePerSecond:     10,
+				Burst:             2,
+				CapacityPerSecond: 5 / 0.22,
+				QueueCapacity:     20, // floor(5 × 890/220)
+				MaxQueueWait:      890 * time.Millisecond,
+				AcquireTimeout:    890 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonWorstLatencyExceedsDeadline,
+				Message: "queue wait 890ms + worst latency 1.8s = 2.69s exceeds the deadline 2s: calls that queue and then meet the worst latency miss it",
+			}, {
+				Reason:  ReasonRateAllowsExcessInFlight,
+				Message: "rate 100/s × worst latency 1.8s = 180 calls in flight, above the concurrency 50: when latency rises the rate limit alone does not bound in-flight calls; the permits do",
+			}},
+		},
+	}, {
+		name: "burst share below one",
+		in: with(sampleQuota(), func(in *Input) {
+			in.RatePerSecond = 1000
+			in.Burst = 4
+			in.WorstLatency = 0
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				RatePerSecond:     100,
+				Burst:             1,
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonBurstRaisedToOne,
+				Message: "burst 4 × 80% over 8 replicas is 0.4 per pod; raised to 1 so each pod's token bucket admits a call, so the pods together may burst 8 against a contract burst of 4",
+			}, {
+				Reason:  ReasonRateAllowsExcessInFlight,
+				Message: "rate 1000/s × typical latency 220ms = 220 calls in flight, above the concurrency 50: the rate limit alone does not bound in-flight calls; the permits do",
+			}},
+		},
+	}, {
+		// In floating point 100 × 0.07 is 7.000000000000001, and its ceiling 8;
+		// Little's law asks for exactly 7 workers.
+		name: "workers from demand, exact",
+		in: Input{
+			Concurrency: 50, SafetyPercent: 100, Divisor: 1,
+			Latency: 70 * time.Millisecond, Deadline: time.Second,
+			DemandPerSecond: 100,
+		},
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           50,
+				CapacityPerSecond: 50 / 0.07,
+				QueueCapacity:     332, // floor(50 × 465/70)
+				MaxQueueWait:      465 * time.Millisecond,
+				AcquireTimeout:    465 * time.Millisecond,
+				Workers:           7,
+			},
+			Share:         50,
+			TotalPermits:  50,
+			QueueWaitRule: QueueWaitDerived,
+			DemandWorkers: 7,
+			Demand: &Demand{
+				InFlight:                7,
+				Available:               50,
+				GoodputCeilingPerSecond: 50 / 0.07,
+			},
+		},
+	}, {
+		// 100/s × 220ms = 22 fits 40; 100/s × 1.8s = 180 does not:
+		// shed 1 − 40/180 = 77.8%, ceiling 40/1.8s = 22.22/s.
+		name: "demand fits at typical latency only",
+		in:   with(designExample(), func(in *Input) { in.DemandPerSecond = 100 }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:              5,
+				CapacityPerSecond:    5 / 0.22,
+				QueueCapacity:        2,
+				MaxQueueWait:         100 * time.Millisecond,
+				AcquireTimeout:       100 * time.Millisecond,
+				Workers:              3, // ceil(100/8 × 0.22) = ceil(2.75)
+				RetryBudgetPerSecond: 1.25,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitGiven,
+			DemandWorkers: 3,
+			Demand: &Demand{
+				InFlight:                22,
+				WorstInFlight:           180,
+				Available:               40,
+				GoodputCeilingPerSecond: 40 / 0.22,
+				WorstShedFraction:       1 - 40.0/180,
+			},
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonDemandExceedsQuotaAtWorstLatency,
+				Message: "demand 100/s × worst latency 1.8s = 180 calls in flight against 40 available (5 permits × 8 replicas): at worst latency the goodput ceiling is 40 / 1.8s = 22.22/s, so 77.8% of the demand will be shed",
+			}},
+		},
+	}, {
+		name: "retries without a budget",
+		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxRetries = 2 }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitDerived,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonRetriesWithoutBudget,
+				Message: "max retries 2 with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
+			}},
+		},
+	}, {
+		// 5 × 44ms / 220ms is exactly 1; in floating point it is 0.9999999999999999.
+		name: "queue capacity, exact",
+		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxQueueWait = dur(44 * time.Millisecond) }),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				CapacityPerSecond: 5 / 0.22,
+				QueueCapacity:     1,
+				MaxQueueWait:      44 * time.Millisecond,
+				AcquireTimeout:    44 * time.Millisecond,
+				Workers:           5,
+			},
+			Share:         5,
+			TotalPermits:  40,
+			QueueWaitRule: QueueWaitGiven,
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Plan(tt.in)
+			if err != nil {
+				t.Fatalf("Plan() error = %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got, approx); diff != "" {
+				t.Errorf("Plan() mismatch (-want +got):\n%s", diff)
+			}
+			checkPlan(t, tt.in, got)
+		})
+	}
+}
+
+func TestPlanRejectsInvalidInput(t *testing.T) {
+	tests := []struct {
+		input  string
+		change func(*Input)
+	}{
+		{"Concurrency", func(in *Input) { in.Concurrency = 0 }},
+		{"Concurrency", func(in *Input) { in.Concurrency = MaxCount + 1 }},
+		{"RatePerSecond", func(in *Input) { in.RatePerSecond = -1 }},
+		{"RatePerSecond", func(in *Input) { in.RatePerSecond = nan() }},
+		{"RatePerSecond", func(in *Input) { in.RatePerSecond = 2 * MaxRate }},
+		{"Burst", func(in *Input) { in.Burst = -1 }},
+		{"Burst", func(in *Input) { in.Burst = 5 }},
+		{"SafetyPercent", func(in *Input) { in.SafetyPercent = 0 }},
+		{"SafetyPercent", func(in *Input) { in.SafetyPercent = 101 }},
+		{"Divisor", func(in *Input) { in.Divisor = 0 }},
+		{"Divisor", func(in *Input) { in.Divisor = -8 }},
+		{"Latency", func(in *Input) { in.Latency = 0 }},
+		{"WorstLatency", func(in *Input) { in.WorstLatency = time.Millisecond }},
+		{"Deadline", func(in *Input) { in.Deadline = -time.Second }},
+		{"MaxQueueWait", func(in *Input) { in.MaxQueueWait = dur(-time.Millisecond) }},
+		{"AcquireTimeout", func(in *Input) { in.AcquireTimeout = dur(-time.Millisecond) }},
+		{"DemandPerSecond", func(in *Input) { in.DemandPerSecond = inf() }},
+		{"MaxRetries", func(in *Input) { in.MaxRetries = -1 }},
+		{"RetryBudgetPerSecond", func(in *Input) { in.RetryBudgetPerSecond = -0.5 }},
+		{"BelowOne", func(in *Input) { in.BelowOne = 7 }},
+	}
+	for _, tt := range tests {
+		in := with(designExample(), tt.change)
+		got, err := Plan(in)
+		var ie *InputError
+		if !errors.As(err, &ie) {
+			t.Errorf("%s: Plan() error = %v, want an *InputError", tt.input, err)
+			continue
+		}
+		if ie.Input != tt.input {
+			t.Errorf("Plan() error names %q, want %q: %v", ie.Input, tt.input, err)
+		}
+		if diff := cmp.Diff(PlanResult{}, got); diff != "" {
+			t.Errorf("%s: Plan() returned a plan with its error (-want +got):\n%s", tt.input, diff)
+		}
+	}
+}
+
+func TestInputErrorMessage(t *testing.T) {
+	_, err := Plan(with(designExample(), func(in *Input) { in.Concurrency = 0 }))
+	if got, want := err.Error(), "sizing: Concurrency must be at least 1, got 0"; got != want {
+		t.Errorf("error = %q, want %q", got, want)
+	}
+}
