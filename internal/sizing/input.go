@@ -112,7 +112,7 @@ func (in Input) Validate() error {
 		return err
 	}
 	if in.Burst > 0 && in.RatePerSecond == 0 {
-		return inputErr("Burst", "requires a RatePerSecond greater than 0, got burst %d without a rate", in.Burst)
+		return inputErr("Burst", "requires a rate greater than 0, got %d with no rate", in.Burst)
 	}
 	if in.SafetyPercent < 1 || in.SafetyPercent > 100 {
 		return inputErr("SafetyPercent", "must be between 1 and 100, got %d", in.SafetyPercent)
@@ -124,7 +124,7 @@ func (in Input) Validate() error {
 		return inputErr("Latency", "must be greater than 0, got %s", in.Latency)
 	}
 	if in.WorstLatency != 0 && in.WorstLatency < in.Latency {
-		return inputErr("WorstLatency", "must not be below Latency %s, got %s", in.Latency, in.WorstLatency)
+		return inputErr("WorstLatency", "must not be below the typical latency %s, got %s", in.Latency, in.WorstLatency)
 	}
 	if in.Deadline <= 0 {
 		return inputErr("Deadline", "must be greater than 0, got %s", in.Deadline)
