@@ -22,7 +22,10 @@ ASSETS="${CACHE_ROOT}/envtest/kube-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-$(
 log() { echo "setup-envtest: $*" >&2; }
 
 complete() {
-  [[ -x "${ASSETS}/kube-apiserver" && -x "${ASSETS}/etcd" && -x "${ASSETS}/kubectl" ]]
+  local bin
+  for bin in kube-apiserver etcd kubectl; do
+    [[ -f "${ASSETS}/${bin}" && -x "${ASSETS}/${bin}" ]] || return 1
+  done
 }
 
 if [[ "${1:-}" == "--print" ]]; then
@@ -38,7 +41,7 @@ fi
 mkdir -p "${CACHE_ROOT}"
 # One build at a time per cache: a second caller waits, then finds it complete.
 exec 9>"${CACHE_ROOT}/.envtest.lock"
-flock 9
+if command -v flock >/dev/null; then flock 9; fi
 if complete; then
   echo "${ASSETS}"
   exit 0
@@ -46,7 +49,7 @@ fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/backpressure-envtest.XXXXXX")"
 trap 'rm -rf "${WORK}"' EXIT
-mkdir -p "${ASSETS}"
+mkdir -p "${ASSETS}" "${WORK}/bin"
 
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOWORK=off
 VERSION_PKG=k8s.io/component-base/version
@@ -58,13 +61,13 @@ KUBE_LDFLAGS="-s -w -X ${VERSION_PKG}.gitVersion=${KUBERNETES_VERSION} -X ${VERS
 build_into() {
   local name="$1" pkg="$2" ldflags="$3" start=$SECONDS
   log "building ${name} (${pkg}) ..."
-  go build -trimpath -ldflags "${ldflags}" -o "${WORK}/${name}" "${pkg}"
-  mv -f "${WORK}/${name}" "${ASSETS}/${name}"
+  go build -trimpath -ldflags "${ldflags}" -o "${WORK}/bin/${name}" "${pkg}"
+  mv -f "${WORK}/bin/${name}" "${ASSETS}/${name}"
   log "built ${name} in $((SECONDS - start))s"
 }
 
 # etcd: a main that calls etcdmain.Main, as etcd's own main does.
-if [[ ! -x "${ASSETS}/etcd" ]]; then
+if [[ ! -f "${ASSETS}/etcd" ]]; then
   mkdir -p "${WORK}/etcd" && cd "${WORK}/etcd"
   cat > go.mod <<MOD
 module backpressure.dev/hack/etcd
@@ -91,7 +94,7 @@ fi
 # kube-apiserver: k8s.io/kubernetes is not meant to be imported, because its
 # go.mod points every staging module at ./staging. A wrapper module replaces
 # each of them with its published release instead.
-if [[ ! -x "${ASSETS}/kube-apiserver" ]]; then
+if [[ ! -f "${ASSETS}/kube-apiserver" ]]; then
   mkdir -p "${WORK}/kube-apiserver" && cd "${WORK}/kube-apiserver"
   kmod="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
   {
@@ -113,7 +116,7 @@ fi
 
 # kubectl: the published k8s.io/kubectl command tree behind a main, as the
 # kubectl binary itself is built.
-if [[ ! -x "${ASSETS}/kubectl" ]]; then
+if [[ ! -f "${ASSETS}/kubectl" ]]; then
   mkdir -p "${WORK}/kubectl" && cd "${WORK}/kubectl"
   cat > go.mod <<MOD
 module backpressure.dev/hack/kubectl

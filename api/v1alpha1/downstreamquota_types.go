@@ -5,6 +5,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Durations are metav1.Duration strings checked by CEL: the rule
+// self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') gives a message a
+// person can act on, and every rule that calls duration() first checks that
+// syntax, because duration() of a malformed string fails the rule with a type
+// conversion error instead of the field's own message.
+
 // BelowOnePolicy says what a pod's share becomes when the contract divided
 // over the divisor is less than one permit.
 // +kubebuilder:validation:Enum=Strict;AtLeastOne
@@ -79,14 +85,14 @@ type Contract struct {
 }
 
 // Latency is the downstream's response time.
-// +kubebuilder:validation:XValidation:rule="!has(self.worst) || duration(self.worst) >= duration(self.typical)",message="worst must not be below typical",fieldPath=".worst"
+// +kubebuilder:validation:XValidation:rule="!has(self.worst) || !self.worst.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.typical.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.worst) >= duration(self.typical)",message="worst must not be below typical",fieldPath=".worst"
 type Latency struct {
 	// Typical is the usual response time; the plan's capacity and queue
 	// budget are computed from it.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
 	Typical metav1.Duration `json:"typical"`
 
@@ -94,7 +100,7 @@ type Latency struct {
 	// deploys, its GC pauses); the plan checks it against the deadline.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +optional
 	Worst *metav1.Duration `json:"worst,omitempty"`
 }
@@ -126,7 +132,7 @@ type RetryPolicy struct {
 
 // DownstreamQuotaSpec is a downstream's global contract and the workload it
 // is divided over.
-// +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
 	// contract.
@@ -156,8 +162,8 @@ type DownstreamQuotaSpec struct {
 	// Deadline is the time one call may take, queue wait included.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="must be greater than zero"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
 	Deadline metav1.Duration `json:"deadline"`
 
@@ -166,7 +172,7 @@ type DownstreamQuotaSpec struct {
 	// latency.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +optional
 	MaxQueueWait *metav1.Duration `json:"maxQueueWait,omitempty"`
 
@@ -175,7 +181,7 @@ type DownstreamQuotaSpec struct {
 	// queue wait budget is used.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +optional
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
 
@@ -371,8 +377,4 @@ type DownstreamQuotaList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	// Items are the quotas.
 	Items []DownstreamQuota `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&DownstreamQuota{}, &DownstreamQuotaList{})
 }

@@ -2,13 +2,17 @@
 // contract (in-flight concurrency, optionally rate and burst), the calling
 // workload it is divided over, and the per-pod share the operator publishes.
 //
+// The package depends on the standard library and k8s.io/apimachinery only,
+// so that clients can import it cheaply.
+//
 // +kubebuilder:object:generate=true
 // +groupName=backpressure.dev
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -16,8 +20,14 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "backpressure.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the kinds of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion, &DownstreamQuota{}, &DownstreamQuotaList{})
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}

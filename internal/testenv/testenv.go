@@ -1,0 +1,125 @@
+// Package testenv starts the real control plane that the project's tests run
+// against: kube-apiserver and etcd built by hack/setup-envtest.sh, with the
+// project's CRDs installed, and the kubectl built beside them.
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// AssetsEnv is the environment variable that names the directory holding
+// kube-apiserver, etcd and kubectl.
+const AssetsEnv = "KUBEBUILDER_ASSETS"
+
+// RepoRoot returns the directory of the module's go.mod, found by walking up
+// from the working directory, which for a test is its package directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Assets returns the directory holding the control-plane binaries. It uses
+// KUBEBUILDER_ASSETS when set, and otherwise the cache of
+// hack/setup-envtest.sh when that build is complete. It never builds: a
+// ten-minute build inside a test would outlive the test's timeout.
+func Assets() (string, error) {
+	if dir := os.Getenv(AssetsEnv); dir != "" {
+		return dir, checkAssets(dir)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(filepath.Join(root, "hack", "setup-envtest.sh"), "--print").Output()
+	if err != nil {
+		return "", fmt.Errorf("testenv: hack/setup-envtest.sh --print: %w", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if err := checkAssets(dir); err != nil {
+		return "", fmt.Errorf("%w; run `make test`, or export %s=$(hack/setup-envtest.sh)", err, AssetsEnv)
+	}
+	return dir, nil
+}
+
+func checkAssets(dir string) error {
+	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("testenv: control plane not built in %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// New returns an envtest environment that installs the project's CRDs from
+// config/crd/bases, with the binaries from Assets. The caller starts and
+// stops it.
+func New() (*envtest.Environment, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	return &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}, nil
+}
+
+// Kubectl runs the kubectl built beside the control plane against a running
+// environment, as a user would.
+type Kubectl struct {
+	// Path is the kubectl binary.
+	Path string
+	// Kubeconfig is the file kubectl reads.
+	Kubeconfig string
+}
+
+// NewKubectl writes the environment's kubeconfig into dir and returns a
+// Kubectl that uses it.
+func NewKubectl(env *envtest.Environment, dir string) (*Kubectl, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	if len(env.KubeConfig) == 0 {
+		return nil, errors.New("testenv: the environment is not started")
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, env.KubeConfig, 0o600); err != nil {
+		return nil, err
+	}
+	return &Kubectl{Path: filepath.Join(assets, "kubectl"), Kubeconfig: path}, nil
+}
+
+// Run runs kubectl with args and returns its stdout and stderr; err is
+// non-nil when it exits non-zero.
+func (k *Kubectl) Run(args ...string) (stdout, stderr string, err error) {
+	var outBuf, errBuf strings.Builder
+	cmd := exec.Command(k.Path, append([]string{"--kubeconfig", k.Kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &outBuf, &errBuf
+	err = cmd.Run()
+	return outBuf.String(), errBuf.String(), err
+}
