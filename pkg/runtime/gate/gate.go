@@ -32,10 +32,10 @@ type Gate struct {
 	rejected [numReasons]atomic.Uint64
 	waits    histogram.Histogram
 
-	mu           sync.Mutex
-	limits       Limits      // guarded by mu
-	room         waitingRoom // guarded by mu
-	admittedLocked uint64    // guarded by mu; admissions not in the state word, see state.go
+	mu             sync.Mutex
+	limits         Limits      // guarded by mu
+	room           waitingRoom // guarded by mu
+	admittedLocked uint64      // guarded by mu; admissions not in the state word, see state.go
 }
 
 // New returns a gate named name (the gate label of its metrics and the Gate

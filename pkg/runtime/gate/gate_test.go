@@ -22,8 +22,8 @@ func mustNew(t *testing.T, l gate.Limits) *gate.Gate {
 	return g
 }
 
-// rejection returns err's *Rejection or fails the test.
-func rejection(t *testing.T, err error, want gate.Reason) *gate.Rejection {
+// wantRejection fails the test unless err is a *Rejection for reason want.
+func wantRejection(t *testing.T, err error, want gate.Reason) {
 	t.Helper()
 	var r *gate.Rejection
 	if !errors.As(err, &r) {
@@ -32,7 +32,6 @@ func rejection(t *testing.T, err error, want gate.Reason) *gate.Rejection {
 	if r.Reason != want {
 		t.Fatalf("reason = %v, want %v (error %v)", r.Reason, want, err)
 	}
-	return r
 }
 
 // eventually polls cond for up to five seconds.
@@ -238,7 +237,7 @@ func TestRateRefillsWithSteppedTime(t *testing.T) {
 // queue starts n goroutines that each Acquire, in order, each one queued
 // before the next starts, and returns a channel that receives each one's index
 // when it is admitted (or its error as -1).
-func queue(t *testing.T, g *gate.Gate, ctx context.Context, n int) (<-chan int, <-chan error) {
+func queue(ctx context.Context, t *testing.T, g *gate.Gate, n int) (<-chan int, <-chan error) {
 	t.Helper()
 	admitted := make(chan int, n)
 	errs := make(chan error, n)
@@ -304,7 +303,7 @@ func TestUpdateGrowAdmitsWaitersAtOnce(t *testing.T) {
 	g := mustNew(t, gate.Limits{Permits: 1, QueueCapacity: 3})
 	holder, _ := g.Acquire(ctx)
 	defer holder.Release()
-	admitted, _ := queue(t, g, ctx, 3)
+	admitted, _ := queue(ctx, t, g, 3)
 
 	if err := g.Update(gate.Limits{Permits: 4, QueueCapacity: 3}); err != nil {
 		t.Fatal(err)
@@ -350,7 +349,7 @@ func TestUpdateShrinkQueueKeepsWaiters(t *testing.T) {
 	ctx := context.Background()
 	g := mustNew(t, gate.Limits{Permits: 1, QueueCapacity: 3})
 	holder, _ := g.Acquire(ctx)
-	admitted, _ := queue(t, g, ctx, 3)
+	admitted, _ := queue(ctx, t, g, 3)
 
 	if err := g.Update(gate.Limits{Permits: 1, QueueCapacity: 1}); err != nil {
 		t.Fatal(err)
@@ -418,9 +417,9 @@ func TestCancelWhileWaiting(t *testing.T) {
 	g := mustNew(t, gate.Limits{Permits: 1, QueueCapacity: 5})
 	holder, _ := g.Acquire(context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
-	_, errs := queue(t, g, ctx, 3)
+	_, errs := queue(ctx, t, g, 4)
 	cancel()
-	for range 3 {
+	for range 4 {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
@@ -444,13 +443,13 @@ func TestCloseRejectsWaitersAndNewcomers(t *testing.T) {
 	ctx := context.Background()
 	g := mustNew(t, gate.Limits{Permits: 1, QueueCapacity: 5})
 	holder, _ := g.Acquire(ctx)
-	_, errs := queue(t, g, ctx, 3)
+	_, errs := queue(ctx, t, g, 3)
 	g.Close()
 	g.Close()
 	for range 3 {
-		rejection(t, <-errs, gate.Closed)
+		wantRejection(t, <-errs, gate.Closed)
 	}
-	rejection(t, g.Do(ctx, func(context.Context) error { return nil }), gate.Closed)
+	wantRejection(t, g.Do(ctx, func(context.Context) error { return nil }), gate.Closed)
 	holder.Release() // in-flight calls still release
 	st := g.Stats()
 	if st.InFlight != 0 || st.Queued != 0 || st.Rejected[gate.Closed] != 4 {
@@ -460,7 +459,7 @@ func TestCloseRejectsWaitersAndNewcomers(t *testing.T) {
 
 func TestZeroValueGate(t *testing.T) {
 	var g gate.Gate
-	rejection(t, g.Do(context.Background(), func(context.Context) error { return nil }), gate.QueueFull)
+	wantRejection(t, g.Do(context.Background(), func(context.Context) error { return nil }), gate.QueueFull)
 	if err := g.Update(gate.Limits{Permits: 1, RatePerSecond: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +477,7 @@ func TestDo(t *testing.T) {
 		}
 		return want
 	})
-	if err != want {
+	if !errors.Is(err, want) {
 		t.Errorf("Do = %v, want fn's error", err)
 	}
 	func() {

@@ -48,5 +48,8 @@ func (p *Permit) ReleaseFunc() func() {
 // noCopy lets go vet's copylocks check flag copies of a Permit.
 type noCopy struct{}
 
-func (*noCopy) Lock()   {}
+// Lock is a no-op that marks noCopy as a lock for go vet.
+func (*noCopy) Lock() {}
+
+// Unlock is a no-op that marks noCopy as a lock for go vet.
 func (*noCopy) Unlock() {}
