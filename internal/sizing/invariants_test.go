@@ -359,11 +359,11 @@ func TestPlanInvariantsRandom(t *testing.T) {
 
 func TestSweepInvariantsRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 11))
-	for range 300 {
+	for range 150 {
 		in := randomInput(r)
 		in.Concurrency = 1 + r.IntN(200)
-		lo := 1 + r.IntN(300)
-		hi := lo + r.IntN(300)
+		lo := 1 + r.IntN(250)
+		hi := lo + r.IntN(100)
 		got, err := Sweep(in, lo, hi)
 		if err != nil {
 			if in.Validate() == nil {

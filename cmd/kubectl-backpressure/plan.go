@@ -1,0 +1,240 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+)
+
+// planFlagFields maps each plan flag to the field path it overrides, so
+// that an error about a field names the flag when the flag gave its value.
+var planFlagFields = map[string]string{
+	"concurrency":     "spec.contract.concurrency",
+	"rate":            "spec.contract.ratePerSecond",
+	"burst":           "spec.contract.burst",
+	"safety-percent":  "spec.safetyPercent",
+	"latency":         "spec.latency.typical",
+	"worst-latency":   "spec.latency.worst",
+	"deadline":        "spec.deadline",
+	"max-queue-wait":  "spec.maxQueueWait",
+	"acquire-timeout": "spec.acquireTimeout",
+	"demand":          "spec.demand.ratePerSecond",
+	"retries":         "spec.retry.maxRetries",
+	"retry-budget":    "spec.retry.budgetPerSecond",
+	"below-one":       "spec.belowOne",
+	"replicas":        quotaplan.DivisorField,
+	"replicas-range":  quotaplan.MinReplicasField,
+}
+
+// requiredWithoutFile are the flags a plan needs when no file gives them.
+var requiredWithoutFile = []string{"concurrency", "latency", "deadline"}
+
+type planOptions struct {
+	file          string
+	replicas      int32
+	replicasRange string
+
+	concurrency    int32
+	rate           int32
+	burst          int32
+	safetyPercent  int32
+	latency        time.Duration
+	worstLatency   time.Duration
+	deadline       time.Duration
+	maxQueueWait   time.Duration
+	acquireTimeout time.Duration
+	demand         int32
+	retries        int32
+	retryBudget    int32
+	belowOne       string
+}
+
+func newPlanCommand(format func() string) *cobra.Command {
+	o := &planOptions{}
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Compute the per-pod plan of a DownstreamQuota over a replica count or range",
+		Long: `plan divides a downstream's global contract over the replicas that call it,
+exactly as the operator does: permits, rate, burst, waiting room, timeouts,
+workers and retry budget per pod, the demand figures, and every diagnostic.
+
+The contract comes from -f FILE (a DownstreamQuota manifest), from flags, or
+both: flags override the file. --replicas gives the divisor; --replicas-range
+MIN..MAX plans every divisor an HPA may choose and names the first at which a
+pod's share falls below one permit.`,
+		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
+  kubectl backpressure plan -f quota.yaml --replicas-range 2..60 -o json
+  kubectl backpressure plan --concurrency 50 --latency 220ms --worst-latency 1.8s --deadline 2s \
+    --max-queue-wait 100ms --demand 1900 --replicas 8`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd, format())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON)")
+	f.Int32Var(&o.replicas, "replicas", 0, "replica count to divide the contract by")
+	f.StringVar(&o.replicasRange, "replicas-range", "", "plan every replica count MIN..MAX, such as 2..20")
+	f.Int32Var(&o.concurrency, "concurrency", 0, "global in-flight limit of the downstream (spec.contract.concurrency)")
+	f.Int32Var(&o.rate, "rate", 0, "global rate limit in calls per second, 0 for none (spec.contract.ratePerSecond)")
+	f.Int32Var(&o.burst, "burst", 0, "global burst above the rate (spec.contract.burst)")
+	f.Int32Var(&o.safetyPercent, "safety-percent", quotaplan.DefaultSafetyPercent, "part of the contract handed out, 1..100 (spec.safetyPercent)")
+	f.DurationVar(&o.latency, "latency", 0, "typical latency of the downstream (spec.latency.typical)")
+	f.DurationVar(&o.worstLatency, "worst-latency", 0, "worst latency of the downstream (spec.latency.worst)")
+	f.DurationVar(&o.deadline, "deadline", 0, "time one call may take, queue wait included (spec.deadline)")
+	f.DurationVar(&o.maxQueueWait, "max-queue-wait", 0, "longest wait in the waiting room (spec.maxQueueWait)")
+	f.DurationVar(&o.acquireTimeout, "acquire-timeout", 0, "longest wait for a permit (spec.acquireTimeout)")
+	f.Int32Var(&o.demand, "demand", 0, "expected total demand in calls per second (spec.demand.ratePerSecond)")
+	f.Int32Var(&o.retries, "retries", 0, "most retries of one call (spec.retry.maxRetries)")
+	f.Int32Var(&o.retryBudget, "retry-budget", 0, "global retries per second (spec.retry.budgetPerSecond)")
+	f.StringVar(&o.belowOne, "below-one", string(quotaplan.DefaultBelowOne), "Strict or AtLeastOne (spec.belowOne)")
+	return cmd
+}
+
+func (o *planOptions) run(cmd *cobra.Command, format string) error {
+	flags := cmd.Flags()
+	switch {
+	case flags.Changed("replicas") && flags.Changed("replicas-range"):
+		return errors.New("--replicas, --replicas-range: give one, not both")
+	case !flags.Changed("replicas") && !flags.Changed("replicas-range"):
+		return errors.New("--replicas: required, or --replicas-range MIN..MAX for a sweep (a quota does not say how many replicas call it)")
+	}
+	var quota v1alpha1.DownstreamQuota
+	if o.file != "" {
+		q, err := loadQuota(o.file)
+		if err != nil {
+			return err
+		}
+		quota = *q
+	} else {
+		for _, name := range requiredWithoutFile {
+			if !flags.Changed(name) {
+				return fmt.Errorf("--%s: required when no -f FILE gives it", name)
+			}
+		}
+	}
+	// The API defaults these fields when empty, so an explicit empty flag
+	// would be silently replaced by the default: refuse it instead.
+	if flags.Changed("safety-percent") && o.safetyPercent == 0 {
+		return errors.New("--safety-percent: must be between 1 and 100, got 0")
+	}
+	if flags.Changed("below-one") && o.belowOne == "" {
+		return fmt.Errorf("--below-one: must be %s or %s, got \"\"", v1alpha1.BelowOneStrict, v1alpha1.BelowOneAtLeastOne)
+	}
+	o.override(flags, &quota.Spec)
+
+	out := cmd.OutOrStdout()
+	if o.replicasRange != "" {
+		lo, hi, err := parseRange(o.replicasRange)
+		if err != nil {
+			return err
+		}
+		in, sweep, err := quotaplan.Sweep(quota.Spec, lo, hi)
+		if err != nil {
+			return o.explain(flags, err)
+		}
+		if format == outputJSON {
+			return writeJSON(out, sweepJSONOf(sweep))
+		}
+		return writeSweepTable(out, quota.Name, in, sweep)
+	}
+	plan, err := quotaplan.Compute(quota.Spec, o.replicas)
+	if err != nil {
+		return o.explain(flags, err)
+	}
+	if format == outputJSON {
+		return writeJSON(out, planJSONOf(plan))
+	}
+	return writePlanTable(out, quota.Name, quota.Spec.Downstream, plan)
+}
+
+// override copies every flag that was set into spec.
+func (o *planOptions) override(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQuotaSpec) {
+	set := flags.Changed
+	if set("concurrency") {
+		spec.Contract.Concurrency = o.concurrency
+	}
+	if set("rate") {
+		spec.Contract.RatePerSecond = o.rate
+	}
+	if set("burst") {
+		spec.Contract.Burst = o.burst
+	}
+	if set("safety-percent") {
+		spec.SafetyPercent = o.safetyPercent
+	}
+	if set("latency") {
+		spec.Latency.Typical = metav1.Duration{Duration: o.latency}
+	}
+	if set("worst-latency") {
+		spec.Latency.Worst = &metav1.Duration{Duration: o.worstLatency}
+	}
+	if set("deadline") {
+		spec.Deadline = metav1.Duration{Duration: o.deadline}
+	}
+	if set("max-queue-wait") {
+		spec.MaxQueueWait = &metav1.Duration{Duration: o.maxQueueWait}
+	}
+	if set("acquire-timeout") {
+		spec.AcquireTimeout = &metav1.Duration{Duration: o.acquireTimeout}
+	}
+	if set("demand") {
+		spec.Demand = &v1alpha1.Demand{RatePerSecond: o.demand}
+	}
+	if set("retries") {
+		spec.Retry.MaxRetries = o.retries
+	}
+	if set("retry-budget") {
+		spec.Retry.BudgetPerSecond = o.retryBudget
+	}
+	if set("below-one") {
+		spec.BelowOne = v1alpha1.BelowOnePolicy(o.belowOne)
+	}
+}
+
+// explain names the flag behind a field error when a flag gave the value,
+// and the file and field otherwise.
+func (o *planOptions) explain(flags *pflag.FlagSet, err error) error {
+	var fe *quotaplan.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	field := fe.Field
+	if field == quotaplan.MaxReplicasField {
+		field = quotaplan.MinReplicasField
+	}
+	for flag, path := range planFlagFields {
+		if path == field && (flags.Changed(flag) || o.file == "") {
+			return fmt.Errorf("--%s: %s", flag, fe.Detail)
+		}
+	}
+	return fmt.Errorf("%s: %s: %s", o.file, fe.Field, fe.Detail)
+}
+
+// parseRange parses MIN..MAX.
+func parseRange(s string) (int32, int32, error) {
+	lo, hi, ok := strings.Cut(s, "..")
+	if ok {
+		l, errLo := strconv.ParseInt(strings.TrimSpace(lo), 10, 32)
+		h, errHi := strconv.ParseInt(strings.TrimSpace(hi), 10, 32)
+		if errLo == nil && errHi == nil {
+			if l < 1 {
+				return 0, 0, fmt.Errorf("--replicas-range: MIN must be at least 1, got %d", l)
+			}
+			if h < l {
+				return 0, 0, fmt.Errorf("--replicas-range: MAX must be at least MIN %d, got %d", l, h)
+			}
+			return int32(l), int32(h), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("--replicas-range: must be MIN..MAX such as 2..20, got %q", s)
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+)
+
+// runCLI runs the command in-process and returns its output and exit code.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// runJSON runs the command with -o json and decodes its output.
+func runJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, append(args, "-o", "json")...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d, stderr %q", args, code, stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%v: decoding %s: %v", args, stdout, err)
+	}
+}
+
+var approx = cmpopts.EquateApprox(1e-9, 0)
+
+// containsSpaced reports whether out contains want, comparing runs of
+// spaces as one, so that table assertions do not depend on column widths.
+func containsSpaced(out, want string) bool {
+	squeeze := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	return strings.Contains(squeeze(out), squeeze(want))
+}
+
+func TestPlanFromFileJSON(t *testing.T) {
+	var got planJSON
+	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "8")
+	// DESIGN.md's example, by hand: permits floor(50 × 0.8 / 8) = 5,
+	// μ = 5 / 0.22 = 22.73/s, queue floor(22.73 × 0.1) = 2, acquire
+	// min(200ms, 100ms), workers min(5, ceil(1900/8 × 0.22) = 53), retry
+	// budget 10/8; demand 418 in flight, 3420 at worst, 40 available,
+	// ceiling 40/0.22 = 181.82/s, shed 1 − 40/418.
+	worst, worstShed := 3420.0, 1-40.0/3420
+	want := planJSON{
+		Replicas:     8,
+		TotalPermits: 40,
+		PerPod: perPodJSON{
+			Permits:               5,
+			QueueCapacity:         2,
+			Workers:               5,
+			CapacityPerSecond:     5 / 0.22,
+			MaxQueueWaitSeconds:   0.1,
+			AcquireTimeoutSeconds: 0.1,
+			RetryBudgetPerSecond:  1.25,
+		},
+		Demand: &demandJSON{
+			InFlight:          418,
+			WorstInFlight:     &worst,
+			Available:         40,
+			GoodputCeiling:    40 / 0.22,
+			ShedFraction:      1 - 40.0/418,
+			WorstShedFraction: &worstShed,
+		},
+		Diagnostics: []diagnosticJSON{{
+			Reason:  "DemandExceedsQuota",
+			Message: "demand 1900/s × typical latency 220ms = 418 calls in flight against 40 available (5 permits × 8 replicas): goodput ceiling 40 / 220ms = 181.82/s, so 90.4% of the demand will be shed; at worst latency 1.8s it needs 3420 in flight and 98.8% is shed",
+		}},
+	}
+	if diff := cmp.Diff(want, got, approx); diff != "" {
+		t.Errorf("plan -o json mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// The JSON names are a contract with scripts: check them as text, not
+// through the Go types that produce them.
+func TestPlanJSONContract(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "plan", "-f", "testdata/quota.yaml", "--replicas", "8", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{
+		"perPod.permits", "perPod.queueCapacity", "perPod.workers", "perPod.ratePerSecond", "perPod.burst",
+		"perPod.maxQueueWaitSeconds", "perPod.acquireTimeoutSeconds", "perPod.retryBudgetPerSecond",
+		"demand.inFlight", "demand.goodputCeiling", "demand.shedFraction",
+	} {
+		if _, ok := lookup(doc, strings.Split(path, ".")); !ok {
+			t.Errorf("plan JSON lacks %s", path)
+		}
+	}
+	diags, ok := doc["diagnostics"].([]any)
+	if !ok || len(diags) == 0 {
+		t.Fatalf("diagnostics = %v, want a non-empty list", doc["diagnostics"])
+	}
+	for _, d := range diags {
+		m, _ := d.(map[string]any)
+		if _, ok := m["reason"].(string); !ok {
+			t.Errorf("diagnostic %v lacks reason", d)
+		}
+		if _, ok := m["message"].(string); !ok {
+			t.Errorf("diagnostic %v lacks message", d)
+		}
+	}
+
+	// Without demand, demand is null and diagnostics an empty list, so that
+	// scripts can index both without checking for absence.
+	stdout, _, _ = runCLI(t, "plan", "--concurrency", "50", "--latency", "220ms", "--deadline", "2s", "--replicas", "8", "-o", "json")
+	if !strings.Contains(stdout, `"demand": null`) || !strings.Contains(stdout, `"diagnostics": []`) {
+		t.Errorf("plan JSON without demand:\n%s", stdout)
+	}
+}
+
+// plan uses the controller's code path: its figures are quotaplan's.
+func TestPlanMatchesQuotaplan(t *testing.T) {
+	for _, tt := range []struct {
+		file     string
+		replicas int32
+	}{{"testdata/quota.yaml", 8}, {"testdata/sample-quota.yaml", 8}, {"testdata/bundle.yaml", 8}, {"testdata/sample-quota.yaml", 100}} {
+		q, err := loadQuota(tt.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := quotaplan.Compute(q.Spec, tt.replicas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got planJSON
+		runJSON(t, &got, "plan", "-f", tt.file, "--replicas", strconv.Itoa(int(tt.replicas)))
+		if diff := cmp.Diff(planJSONOf(plan), got); diff != "" {
+			t.Errorf("%s at %d replicas: CLI differs from quotaplan (-quotaplan +cli):\n%s", tt.file, tt.replicas, diff)
+		}
+		if got.PerPod.Permits != int(plan.PerPod.Permits) || got.PerPod.QueueCapacity != int(plan.PerPod.QueueCapacity) {
+			t.Errorf("%s: CLI permits/queue %d/%d, status %d/%d", tt.file, got.PerPod.Permits, got.PerPod.QueueCapacity, plan.PerPod.Permits, plan.PerPod.QueueCapacity)
+		}
+	}
+}
+
+func TestPlanFlagsOverrideFile(t *testing.T) {
+	var got planJSON
+	// 100 × 80% / 8 = 10 permits; a 1s deadline leaves 780ms, so 100ms fits.
+	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--concurrency", "100", "--deadline", "1s", "--demand", "100")
+	if got.PerPod.Permits != 10 || got.PerPod.MaxQueueWaitSeconds != 0.1 || got.Demand.InFlight != 22 {
+		t.Errorf("overridden plan: permits %d, wait %vs, in flight %v; want 10, 0.1s, 22", got.PerPod.Permits, got.PerPod.MaxQueueWaitSeconds, got.Demand.InFlight)
+	}
+	// The sample leaves safetyPercent and belowOne to the defaults.
+	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "100", "--below-one", "AtLeastOne", "--safety-percent", "100")
+	if got.PerPod.Permits != 1 || got.TotalPermits != 100 || got.Diagnostics[0].Reason != "Overcommitted" {
+		t.Errorf("AtLeastOne at 100 replicas: %+v", got)
+	}
+}
+
+func TestPlanFromMultiDocumentFile(t *testing.T) {
+	var got planJSON
+	runJSON(t, &got, "plan", "-f", "testdata/bundle.yaml", "--replicas", "8")
+	// 120 × 90% / 8 = 13.5 → 13; rate 400 × 0.9 / 8 = 45/s; burst
+	// floor(40 × 0.9 / 8) = 4; wait (500ms − 50ms) / 2 = 225ms; queue
+	// floor(13 × 225 / 50) = 58.
+	want := perPodJSON{
+		Permits: 13, QueueCapacity: 58, Workers: 13, RatePerSecond: 45, Burst: 4,
+		CapacityPerSecond: 260, MaxQueueWaitSeconds: 0.225, AcquireTimeoutSeconds: 0.225,
+	}
+	if diff := cmp.Diff(want, got.PerPod, approx); diff != "" || len(got.Diagnostics) != 0 {
+		t.Errorf("bundle plan (-want +got):\n%s\ndiagnostics %+v", diff, got.Diagnostics)
+	}
+}
+
+func TestPlanTable(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "8")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		"logistics-api → logistics.example.com: 50 in flight × 80% safety over 8 replicas (below one: Strict)",
+		"permits          5        floor(concurrency × safety / replicas) = floor(50 × 80% / 8) = floor(5)",
+		"capacity         22.73/s  permits / latency = 5 / 220ms",
+		"queue capacity   0        floor(permits × max queue wait / latency) = floor(5 × 40ms / 220ms)",
+		"workers          5        min(permits, ceil(demand / replicas × latency)) = min(5, ceil(1900/s / 8 × 220ms) = 53)",
+		"retry budget     1.25/s   budget / replicas = 10/s / 8",
+		"goodput ceiling   181.82/s  available / latency = 40 / 220ms",
+		"shed              90.4%     max(0, 1 − available / in flight) = max(0, 1 − 40 / 418)",
+		"WorstLatencyExceedsDeadline  worst latency 1.8s exceeds the deadline 300ms",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("plan table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	var got sweepJSON
+	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "2..45")
+	if len(got.Sweep) != 44 || got.LastWithPermit != 40 || got.FirstBelowOne == nil || *got.FirstBelowOne != 41 {
+		t.Fatalf("sweep: %d rows, last with permit %d, first below one %v; want 44, 40, 41", len(got.Sweep), got.LastWithPermit, got.FirstBelowOne)
+	}
+	for _, row := range got.Sweep {
+		want := 40 / row.Replicas // floor(50 × 80% / N)
+		if row.PerPod.Permits != want || row.TotalPermits != int64(want*row.Replicas) {
+			t.Errorf("%d replicas: %d permits (%d in flight), want %d", row.Replicas, row.PerPod.Permits, row.TotalPermits, want)
+		}
+		if row.TotalPermits > 40 {
+			t.Errorf("%d replicas hold %d in flight, above 50 × 80%%", row.Replicas, row.TotalPermits)
+		}
+	}
+
+	stdout, _, code := runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "38..42")
+	if code != 0 {
+		t.Fatal(stdout)
+	}
+	for _, want := range []string{
+		"Each pod gets a whole permit up to 40 replicas; from 41 replicas on the share is below one permit.",
+		"41        0        0          0      40ms      0        none  none   0.24/s        QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("sweep table lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "1..4")
+	if got.FirstBelowOne != nil {
+		t.Errorf("sweep 1..4: firstBelowOne = %d, want null", *got.FirstBelowOne)
+	}
+}
+
+// Bad input: exit 1, nothing on stdout, one line on stderr naming the flag
+// or the field.
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--replicas", "8"}, "error: --concurrency: required when no -f FILE gives it"},
+		{[]string{"plan", "-f", "testdata/quota.yaml"}, "error: --replicas: required, or --replicas-range MIN..MAX for a sweep (a quota does not say how many replicas call it)"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--replicas-range", "2..4"}, "error: --replicas, --replicas-range: give one, not both"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "0"}, "error: --replicas: must be at least 1, got 0"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "-3"}, "error: --replicas: must be at least 1, got -3"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "eight"}, `error: invalid argument "eight" for "--replicas" flag: strconv.ParseInt: parsing "eight": invalid syntax`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas-range", "2-20"}, `error: --replicas-range: must be MIN..MAX such as 2..20, got "2-20"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas-range", "20..2"}, "error: --replicas-range: MAX must be at least MIN 20, got 2"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas-range", "1..20000"}, "error: --replicas-range: must be within 9999 of MinReplicas 1, got 20000 (20000 divisors)"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--concurrency", "0"}, "error: --concurrency: must be at least 1, got 0"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--latency", "soon"}, `error: invalid argument "soon" for "--latency" flag: time: invalid duration "soon"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--deadline", "-2s"}, "error: --deadline: must be greater than 0, got -2s"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--worst-latency", "100ms"}, "error: --worst-latency: must not be below the typical latency 220ms, got 100ms"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--max-queue-wait", "3s"}, "error: --max-queue-wait: must be less than deadline 2s, got 3s"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--demand", "0"}, "error: --demand: must be at least 1, got 0"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--safety-percent", "0"}, "error: --safety-percent: must be between 1 and 100, got 0"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--burst", "5"}, "error: --burst: requires a rate greater than 0, got 5 with no rate"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--retries", "11"}, "error: --retries: must be at most 10, got 11"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--below-one", "Lenient"}, `error: --below-one: must be Strict or AtLeastOne, got "Lenient"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "-o", "yaml"}, `error: --output: must be table or json, got "yaml"`},
+		{[]string{"plan", "-f", "testdata/missing.yaml", "--replicas", "8"}, "error: open testdata/missing.yaml: no such file or directory"},
+		{[]string{"plan", "-f", "testdata/deployment.yaml", "--replicas", "8"}, `error: testdata/deployment.yaml: kind: must be DownstreamQuota, got "Deployment"`},
+		{[]string{"plan", "-f", "testdata/wrong-version.yaml", "--replicas", "8"}, `error: testdata/wrong-version.yaml: apiVersion: must be backpressure.dev/v1alpha1, got "backpressure.dev/v1beta1"`},
+		{[]string{"plan", "-f", "testdata/unknown-field.yaml", "--replicas", "8"}, `error: testdata/unknown-field.yaml: unknown field "spec.contract.concurency"`},
+		{[]string{"plan", "-f", "testdata/bad-duration.yaml", "--replicas", "8"}, `error: testdata/bad-duration.yaml: spec.latency.worst: must be a duration such as 220ms, got "soon"`},
+		{[]string{"plan", "-f", "testdata/invalid-spec.yaml", "--replicas", "8"}, "error: testdata/invalid-spec.yaml: spec.maxQueueWait: must be less than deadline 300ms, got 400ms"},
+		{[]string{"plan", "-f", "testdata/duplicate-key.yaml", "--replicas", "8"}, `error: testdata/duplicate-key.yaml: yaml: unmarshal errors: line 7: key "contract" already set in map`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "extra"}, `error: unknown command "extra" for "kubectl backpressure plan"`},
+		{[]string{"plan", "--frobnicate"}, "error: unknown flag: --frobnicate"},
+		{[]string{"evaluate", "--workers", "0", "--queue", "1", "--latency", "1s", "--deadline", "2s"}, "error: --workers: must be at least 1, got 0"},
+		{[]string{"evaluate", "--workers", "4", "--queue", "-1", "--latency", "1s", "--deadline", "2s"}, "error: --queue: must be at least 0, got -1"},
+		{[]string{"evaluate", "--workers", "4", "--queue", "1", "--latency", "0s", "--deadline", "2s"}, "error: --latency: must be greater than 0, got 0s"},
+		{[]string{"evaluate", "--workers", "4"}, `error: required flag(s) "deadline", "latency", "queue" not set`},
+		{[]string{"retry", "--capacity", "0", "--arrival", "10", "--retries", "1"}, "error: --capacity: must be greater than 0, got 0"},
+		{[]string{"retry", "--capacity", "10", "--arrival", "-1", "--retries", "1"}, "error: --arrival: must not be negative, got -1"},
+		{[]string{"retry", "--capacity", "10", "--arrival", "NaN", "--retries", "1"}, "error: --arrival: must be a finite number, got NaN"},
+		{[]string{"retry", "--capacity", "10", "--arrival", "10", "--retries", "-1"}, "error: --retries: must be at least 0, got -1"},
+		{[]string{"backlog", "--arrival", "10", "--workers", "1", "--latency", "1s", "--queue", "0"}, "error: --queue: must be at least 1, got 0"},
+		{[]string{"backlog", "--arrival", "10", "--workers", "1", "--latency", "1s", "--buffer", "0s"}, "error: --buffer: must be greater than 0, got 0s"},
+		{[]string{"backlog", "--arrival", "10", "--workers", "1", "--latency", "1s", "--target-rate", "0"}, "error: --target-rate: must be greater than 0, got 0"},
+		{[]string{"backlog", "--arrival", "0", "--workers", "1", "--latency", "1s"}, "error: --arrival: must be greater than 0, got 0"},
+		{[]string{"plna"}, `error: unknown command "plna" for "kubectl backpressure" Did you mean this? plan`},
+	}
+	for _, tt := range tests {
+		stdout, stderr, code := runCLI(t, tt.args...)
+		if code != 1 || stdout != "" || stderr != tt.want+"\n" {
+			t.Errorf("%v:\n exit %d, stdout %q\n stderr %q\n  want %q", tt.args, code, stdout, stderr, tt.want+"\n")
+		}
+	}
+}
+
+func TestBadInputNamesFileFieldWhenNoFlagGaveIt(t *testing.T) {
+	// The file gives a concurrency of 0; no flag overrides it, so the
+	// error names the file's field, not a flag.
+	f := t.TempDir() + "/zero.yaml"
+	data, err := os.ReadFile("testdata/quota.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte(strings.Replace(string(data), "concurrency: 50", "concurrency: 0", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runCLI(t, "plan", "-f", f, "--replicas", "8")
+	if want := "error: " + f + ": spec.contract.concurrency: must be at least 1, got 0\n"; code != 1 || stderr != want {
+		t.Errorf("exit %d, stderr %q, want %q", code, stderr, want)
+	}
+}
+
+func TestShedFractionIsAFraction(t *testing.T) {
+	var got planJSON
+	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "100")
+	if got.Demand == nil || got.Demand.ShedFraction != 1 || math.IsNaN(got.Demand.GoodputCeiling) {
+		t.Errorf("Strict at 100 replicas: demand %+v, want everything shed", got.Demand)
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+)
+
+const quotaKind = "DownstreamQuota"
+
+// durationFields are the spec's metav1.Duration fields. The JSON decoder
+// reports a malformed duration without saying which field held it, so they
+// are checked by path first.
+var durationFields = [][]string{
+	{"spec", "latency", "typical"},
+	{"spec", "latency", "worst"},
+	{"spec", "deadline"},
+	{"spec", "maxQueueWait"},
+	{"spec", "acquireTimeout"},
+}
+
+// loadQuota reads the DownstreamQuota in a YAML or JSON file. The file may
+// hold several documents (a quota with its Deployment and HPA) when exactly
+// one of them is a DownstreamQuota of backpressure.dev/v1alpha1. Decoding is
+// strict: unknown or duplicate fields are errors, and every error names the
+// file and the field.
+func loadQuota(path string) (*v1alpha1.DownstreamQuota, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	doc, err := pickQuota(docs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	q, err := decodeQuota(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return q, nil
+}
+
+// splitDocuments returns the non-empty documents of a YAML stream as JSON.
+func splitDocuments(data []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var docs [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		j, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			return nil, err
+		}
+		if t := bytes.TrimSpace(j); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			continue
+		}
+		docs = append(docs, j)
+	}
+	if len(docs) == 0 {
+		return nil, errors.New("holds no document")
+	}
+	return docs, nil
+}
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// pickQuota returns the one DownstreamQuota document, or says which field
+// of a lone document is wrong.
+func pickQuota(docs [][]byte) ([]byte, error) {
+	metas := make([]typeMeta, len(docs))
+	for i, doc := range docs {
+		if err := json.Unmarshal(doc, &metas[i]); err != nil {
+			return nil, fmt.Errorf("document %d is not an object: %w", i+1, err)
+		}
+	}
+	if len(docs) == 1 {
+		return docs[0], checkTypeMeta(metas[0])
+	}
+	var found []byte
+	for i, m := range metas {
+		if checkTypeMeta(m) != nil {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("kind: holds more than one %s; give one per file", quotaKind)
+		}
+		found = docs[i]
+	}
+	if found == nil {
+		return nil, fmt.Errorf("kind: none of its %d documents is a %s of %s", len(docs), quotaKind, v1alpha1.GroupVersion)
+	}
+	return found, nil
+}
+
+func checkTypeMeta(m typeMeta) error {
+	if m.Kind != quotaKind {
+		return fmt.Errorf("kind: must be %s, got %q", quotaKind, m.Kind)
+	}
+	if m.APIVersion != v1alpha1.GroupVersion.String() {
+		return fmt.Errorf("apiVersion: must be %s, got %q", v1alpha1.GroupVersion, m.APIVersion)
+	}
+	return nil
+}
+
+// decodeQuota decodes one JSON document strictly.
+func decodeQuota(doc []byte) (*v1alpha1.DownstreamQuota, error) {
+	var generic map[string]any
+	if err := json.Unmarshal(doc, &generic); err != nil {
+		return nil, err
+	}
+	for _, path := range durationFields {
+		v, ok := lookup(generic, path)
+		if !ok {
+			continue
+		}
+		s, isString := v.(string)
+		if !isString {
+			return nil, fmt.Errorf("%s: must be a duration such as 220ms, got %v", strings.Join(path, "."), v)
+		}
+		if _, err := time.ParseDuration(s); err != nil {
+			return nil, fmt.Errorf("%s: must be a duration such as 220ms, got %q", strings.Join(path, "."), s)
+		}
+	}
+	q := &v1alpha1.DownstreamQuota{}
+	strict, err := sigsjson.UnmarshalStrict(doc, q)
+	if err != nil {
+		return nil, err
+	}
+	if len(strict) > 0 {
+		return nil, strict[0]
+	}
+	return q, nil
+}
+
+// lookup follows path through nested objects.
+func lookup(obj map[string]any, path []string) (any, bool) {
+	var cur any = obj
+	for _, key := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[key]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
