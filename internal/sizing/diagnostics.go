@@ -12,38 +12,38 @@ import (
 // holds them equal); the rest are findings the API has no condition reason
 // for. All are CamelCase and stable: alerts and scripts match them.
 const (
-	// ReasonQuotaTooSmall: the share is below one permit per pod and the
+	// ReasonQuotaTooSmall means the share is below one permit per pod and the
 	// Strict policy left every pod at 0.
 	ReasonQuotaTooSmall = "QuotaTooSmall"
-	// ReasonOvercommitted: the AtLeastOne policy raised every pod to 1
+	// ReasonOvercommitted means the AtLeastOne policy raised every pod to 1
 	// permit; the message states the real global total.
 	ReasonOvercommitted = "Overcommitted"
-	// ReasonDeadlineBelowLatency: the deadline is not above the typical
-	// latency, so there is no time to queue and a typical call already
-	// misses it.
+	// ReasonDeadlineBelowLatency means the deadline is not above the typical
+	// latency: no time is left to queue, and when it is below, a typical
+	// call misses it.
 	ReasonDeadlineBelowLatency = "DeadlineBelowLatency"
-	// ReasonDemandExceedsQuota: demand × typical latency needs more calls in
+	// ReasonDemandExceedsQuota means demand × typical latency needs more calls in
 	// flight than the pods hold, so part of the demand will be shed.
 	ReasonDemandExceedsQuota = "DemandExceedsQuota"
 
-	// ReasonDemandExceedsQuotaAtWorstLatency: demand fits at the typical
+	// ReasonDemandExceedsQuotaAtWorstLatency means demand fits at the typical
 	// latency but not at the worst, when part of it will be shed.
 	ReasonDemandExceedsQuotaAtWorstLatency = "DemandExceedsQuotaAtWorstLatency"
-	// ReasonWorstLatencyExceedsDeadline: a call that waits the whole queue
+	// ReasonWorstLatencyExceedsDeadline means a call that waits the whole queue
 	// wait budget and then takes the worst latency misses the deadline.
 	ReasonWorstLatencyExceedsDeadline = "WorstLatencyExceedsDeadline"
-	// ReasonQueueWaitClamped: the given max queue wait plus the typical
+	// ReasonQueueWaitClamped means the given max queue wait plus the typical
 	// latency exceeds the deadline, so the wait budget was lowered to what
 	// the deadline leaves.
 	ReasonQueueWaitClamped = "QueueWaitClamped"
-	// ReasonRateAllowsExcessInFlight: the contract's rate × latency exceeds
+	// ReasonRateAllowsExcessInFlight means the contract's rate × latency exceeds
 	// its concurrency, so the rate limit alone would not bound in-flight
 	// calls; the permits do.
 	ReasonRateAllowsExcessInFlight = "RateAllowsExcessInFlight"
-	// ReasonBurstRaisedToOne: the burst share is below one per pod and was
+	// ReasonBurstRaisedToOne means the burst share is below one per pod and was
 	// raised to 1, since a token bucket of size 0 admits nothing.
 	ReasonBurstRaisedToOne = "BurstRaisedToOne"
-	// ReasonRetriesWithoutBudget: retries are allowed but the retry budget
+	// ReasonRetriesWithoutBudget means retries are allowed but the retry budget
 	// is 0, so no call will be retried.
 	ReasonRetriesWithoutBudget = "RetriesWithoutBudget"
 )

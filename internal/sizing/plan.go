@@ -32,13 +32,17 @@ type PerPod struct {
 type QueueWaitRule int
 
 const (
-	// QueueWaitGiven: the input's MaxQueueWait, which fits the deadline.
+	// QueueWaitGiven means the input's MaxQueueWait was used; it fits the
+	// deadline.
 	QueueWaitGiven QueueWaitRule = iota
-	// QueueWaitDerived: no MaxQueueWait was given; half of Deadline − Latency.
+	// QueueWaitDerived means no MaxQueueWait was given: the wait is half of
+	// Deadline − Latency.
 	QueueWaitDerived
-	// QueueWaitClamped: the given MaxQueueWait did not fit; Deadline − Latency.
+	// QueueWaitClamped means the given MaxQueueWait did not fit: the wait is
+	// Deadline − Latency.
 	QueueWaitClamped
-	// QueueWaitNone: Deadline ≤ Latency leaves no time to queue; 0.
+	// QueueWaitNone means Deadline ≤ Latency leaves no time to queue: the
+	// wait is 0.
 	QueueWaitNone
 )
 
