@@ -245,7 +245,7 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 		fmt.Fprintf(out, "Each pod gets a whole permit up to %s; from %d replicas on the share is below one permit.\n",
 			replicaCount(s.LastWithPermit), s.FirstBelowOne)
 	default:
-		fmt.Fprintf(out, "Each pod gets a whole permit up to %s, so at every count of this range.\n", replicaCount(s.LastWithPermit))
+		fmt.Fprintf(out, "Each pod gets a whole permit up to %s: at every count in this range.\n", replicaCount(s.LastWithPermit))
 	}
 	fmt.Fprintln(out)
 
