@@ -1,0 +1,315 @@
+package reload
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+const eventWait = 5 * time.Second
+
+// startDir starts s and returns a function that stops it and checks that
+// Start returned nil promptly.
+func startDir(t *testing.T, s *DirSource) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Start returned %v", err)
+				}
+			case <-time.After(eventWait):
+				t.Error("Start did not return after its context ended")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestDirSourceFollowsKubeletUpdates(t *testing.T) {
+	a1, a2, b1 := doc("a", 1), doc("a", 2), doc("b", 1)
+	vol := newVolume(t, map[string]string{"a.json": encode(t, a1), "b.json": encode(t, b1)})
+	rec := newRecorder()
+	reg := prometheus.NewPedanticRegistry()
+	logs := &logSink{}
+	// A poll interval far beyond the test: only fsnotify can deliver.
+	s, err := NewDirSource(vol.dir, DirOptions{
+		Options:      Options{Subscriber: rec.subscribe, Registerer: reg, Logger: logs.logger()},
+		PollInterval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]plan.Document{"a": a1, "b": b1}, s.Plans()); diff != "" {
+		t.Fatalf("Plans before Start (-want +got):\n%s", diff)
+	}
+
+	// Readers of Plans race with every update below.
+	stopReaders := make(chan struct{})
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stopReaders:
+				return
+			default:
+				if len(s.Plans()) < 2 {
+					t.Error("Plans lost a gate")
+					return
+				}
+			}
+		}
+	})
+	defer func() { close(stopReaders); readers.Wait() }()
+
+	startDir(t, s)
+	first := rec.next(t, eventWait)
+	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a", "b"}}, first); diff != "" {
+		t.Fatalf("first update (-want +got):\n%s", diff)
+	}
+
+	vol.write(map[string]string{"a.json": encode(t, a2), "b.json": encode(t, b1)})
+	u := rec.next(t, eventWait)
+	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Changed: []string{"a"}}, u); diff != "" {
+		t.Fatalf("after the swap (-want +got):\n%s", diff)
+	}
+
+	vol.write(map[string]string{"a.json": encode(t, a2)})
+	u = rec.next(t, eventWait)
+	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Orphaned: []string{"b"}}, u); diff != "" {
+		t.Fatalf("after b was removed (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(s.tracker.metrics.orphaned.WithLabelValues("b")); got != 1 {
+		t.Errorf("orphaned{b} = %v, want 1", got)
+	}
+
+	// A bad document keeps the last good plan and is counted once.
+	vol.write(map[string]string{"a.json": `{"version": 2}`})
+	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)) == 1 })
+	if got := s.Plans()["a"]; got != a2 {
+		t.Errorf("a bad document replaced the plan: %+v", got)
+	}
+	vol.write(map[string]string{"a.json": `{"version": 2}`}) // same bad bytes, new swap
+	rec.quiet(t, 300*time.Millisecond)
+	if got := testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)); got != 1 {
+		t.Errorf("reloads{error} = %v after the same bad document twice, want 1", got)
+	}
+	if got := logs.count("Rejected plan document"); got != 1 {
+		t.Errorf("logged the rejection %d times, want 1:\n%s", got, logs)
+	}
+
+	// A writer other than the kubelet, writing a file in place, is seen too.
+	if err := os.WriteFile(filepath.Join(vol.dir, "c.json"), []byte(encode(t, doc("c", 4))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u = rec.waitFor(t, eventWait, func(u Update) bool { return slices0(u.Changed) == "c" })
+	if u.Plans["c"] != doc("c", 4) {
+		t.Errorf("c = %+v", u.Plans["c"])
+	}
+}
+
+// slices0 returns the only element of s, or "" when s has not exactly one.
+func slices0(s []string) string {
+	if len(s) != 1 {
+		return ""
+	}
+	return s[0]
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(eventWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDirSourcePollBackstop(t *testing.T) {
+	vol := newVolume(t, map[string]string{"a.json": encode(t, doc("a", 1))})
+	rec := newRecorder()
+	logs := &logSink{}
+	s, err := NewDirSource(vol.dir, DirOptions{Options: Options{Subscriber: rec.subscribe, Logger: logs.logger()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make(chan time.Time)
+	s.tick, s.noWatch = tick, true
+	startDir(t, s)
+	rec.next(t, eventWait)
+
+	vol.write(map[string]string{"a.json": encode(t, doc("a", 7))})
+	rec.quiet(t, 200*time.Millisecond) // no watch, no tick: nothing yet
+	tick <- time.Now()
+	if u := rec.next(t, eventWait); u.Plans["a"].Permits != 7 {
+		t.Fatalf("after a poll: %+v", u)
+	}
+
+	// Polling the same bad document again and again logs and counts it once.
+	vol.write(map[string]string{"a.json": `{"version": 1, "gate": "a"}`})
+	for range 5 {
+		tick <- time.Now()
+	}
+	tick <- time.Now() // the fifth poll has finished once this send is taken
+	if got := testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)); got != 1 {
+		t.Errorf("reloads{error} = %v after 6 polls of one bad document, want 1", got)
+	}
+	if got := logs.count("Rejected plan document"); got != 1 {
+		t.Errorf("logged the rejection %d times, want 1", got)
+	}
+	if got := s.Plans()["a"].Permits; got != 7 {
+		t.Errorf("permits = %d, want the last good 7", got)
+	}
+}
+
+func TestDirSourceWatchesAgainAfterTheDirectoryIsReplaced(t *testing.T) {
+	vol := newVolume(t, map[string]string{"a.json": encode(t, doc("a", 1))})
+	rec := newRecorder()
+	s, err := NewDirSource(vol.dir, DirOptions{Options: Options{Subscriber: rec.subscribe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make(chan time.Time)
+	s.tick = tick
+	startDir(t, s)
+	rec.next(t, eventWait)
+
+	if err := os.RemoveAll(vol.dir); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)) >= 1 })
+	if got := s.Plans()["a"].Permits; got != 1 {
+		t.Errorf("an unreadable directory dropped the plan: permits %d", got)
+	}
+
+	if err := os.Mkdir(vol.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vol.cur, vol.keys = "", nil
+	vol.write(map[string]string{"a.json": encode(t, doc("a", 2))})
+	tick <- time.Now() // re-adds the watch if it is not back yet, and reads
+	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"].Permits == 2 })
+
+	// From now on, no tick: only the renewed watch can deliver.
+	vol.write(map[string]string{"a.json": encode(t, doc("a", 3))})
+	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"].Permits == 3 })
+}
+
+func TestNewDirSourceFailsFast(t *testing.T) {
+	good := encode(t, doc("a", 1))
+	tests := []struct {
+		name    string
+		files   map[string]string // nil: the directory does not exist
+		wantErr func(error) bool
+		wantIn  string
+	}{
+		{"missing directory", nil, func(err error) bool { return errors.Is(err, fs.ErrNotExist) }, "no such file"},
+		{"empty directory", map[string]string{}, func(err error) bool { return errors.Is(err, ErrNoPlan) }, "<gate>.json"},
+		{"no plan files", map[string]string{"README": "x"}, func(err error) bool { return errors.Is(err, ErrNoPlan) }, "<gate>.json"},
+		{"only a bad plan", map[string]string{"a.json": strings.Replace(good, `"permits":1`, `"permits":-1`, 1)},
+			func(err error) bool {
+				var fe *plan.FieldError
+				return errors.Is(err, ErrNoPlan) && errors.As(err, &fe) && fe.Field == "permits"
+			}, "permits: must be in [0, 2147483647], got -1"},
+		{"unknown version", map[string]string{"a.json": `{"version":9}`},
+			func(err error) bool { return errors.Is(err, plan.ErrUnsupportedVersion) }, "unsupported version 9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "plans")
+			if tt.files != nil {
+				dir = newVolume(t, tt.files).dir
+			}
+			s, err := NewDirSource(dir, DirOptions{Options: Options{Subscriber: func(Update) {}}})
+			if err == nil {
+				t.Fatalf("NewDirSource succeeded with plans %v", s.Plans())
+			}
+			if !tt.wantErr(err) || !strings.Contains(err.Error(), tt.wantIn) {
+				t.Errorf("error %q: wrong kind or does not contain %q", err, tt.wantIn)
+			}
+		})
+	}
+
+	t.Run("a bad plan beside a good one", func(t *testing.T) {
+		vol := newVolume(t, map[string]string{"a.json": good, "b.json": "{"})
+		reg := prometheus.NewPedanticRegistry()
+		s, err := NewDirSource(vol.dir, DirOptions{Options: Options{Subscriber: func(Update) {}, Registerer: reg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"a"}, slices.Sorted(maps.Keys(s.Plans()))); diff != "" {
+			t.Errorf("gates (-want +got):\n%s", diff)
+		}
+		if got := testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)); got != 1 {
+			t.Errorf("reloads{error} = %v, want 1", got)
+		}
+	})
+
+	t.Run("no subscriber", func(t *testing.T) {
+		vol := newVolume(t, map[string]string{"a.json": good})
+		if _, err := NewDirSource(vol.dir, DirOptions{}); err == nil {
+			t.Error("NewDirSource accepted options without a subscriber")
+		}
+	})
+}
+
+func TestDirSourceStartTwice(t *testing.T) {
+	vol := newVolume(t, map[string]string{"a.json": encode(t, doc("a", 1))})
+	rec := newRecorder()
+	s, err := NewDirSource(vol.dir, DirOptions{Options: Options{Subscriber: rec.subscribe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startDir(t, s)
+	rec.next(t, eventWait)
+	if err := s.Start(context.Background()); err == nil {
+		t.Error("a second Start succeeded")
+	}
+	stop()
+	if n := rec.count(); n != 1 {
+		t.Errorf("%d deliveries, want 1", n)
+	}
+}
+
+func TestReadDirLimitsFileSize(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.json"), make([]byte, maxFileSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "b.json"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := readDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := snap["a.json"]; !strings.Contains(e.readErr, "larger than") {
+		t.Errorf("a.json: %+v", e.readErr)
+	}
+	if e := snap["b.json"]; e.readErr == "" {
+		t.Error("b.json, a directory, read without error")
+	}
+}

@@ -1,0 +1,82 @@
+package reload
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Reload results, the values of the result label of
+// backpressure_config_reloads_total.
+const (
+	// ResultSuccess counts a new valid plan for a gate.
+	ResultSuccess = "success"
+	// ResultError counts a document or source the reader rejected; each
+	// distinct bad content counts once, however often it is read again.
+	ResultError = "error"
+)
+
+// metrics holds the config reload metrics. Several sources given the same
+// registerer share one set, so a process may read two ConfigMaps.
+type metrics struct {
+	reloads  *prometheus.CounterVec // result
+	planInfo *prometheus.GaugeVec   // gate, hash
+	orphaned *prometheus.GaugeVec   // gate
+	acks     *prometheus.CounterVec // result
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backpressure_config_reloads_total",
+			Help: "Plan documents read from the config source, by result: success is a new valid plan for a gate, " +
+				"error a rejected document (the gate keeps its last good plan) or an unreadable source.",
+		}, []string{"result"}),
+		planInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backpressure_config_plan_info",
+			Help: "The plan in force for each gate: 1 for the gate's current plan hash.",
+		}, []string{"gate", "hash"}),
+		orphaned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backpressure_config_gate_orphaned",
+			Help: "1 when the gate's document has disappeared from the config source and the gate keeps " +
+				"its last plan until the process restarts, else 0.",
+		}, []string{"gate"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "backpressure_config_acknowledgements_total",
+			Help: "Patches of the pod's applied.backpressure.dev annotations, by result.",
+		}, []string{"result"}),
+	}
+	// Both results exist from the start, so rate() and alerts see a zero
+	// rather than an absent series.
+	m.reloads.WithLabelValues(ResultSuccess)
+	m.reloads.WithLabelValues(ResultError)
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	if m.reloads, err = register(reg, m.reloads); err != nil {
+		return nil, err
+	}
+	if m.planInfo, err = register(reg, m.planInfo); err != nil {
+		return nil, err
+	}
+	if m.orphaned, err = register(reg, m.orphaned); err != nil {
+		return nil, err
+	}
+	if m.acks, err = register(reg, m.acks); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c, or returns the collector of the same description
+// that reg already holds.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
