@@ -44,6 +44,9 @@ type DirOptions struct {
 // kubelet itself refreshes a mounted ConfigMap only after a delay of up to
 // a minute or more; ConfigMapSource follows changes within a second.
 //
+// Mount the whole ConfigMap as a directory: the kubelet never updates a
+// file mounted on its own with subPath.
+//
 // Files that are not named <gate>.json and the kubelet's "..*" entries are
 // ignored. Writers other than the kubelet should write a new file and
 // rename it into place: a partly written file is rejected like any other
@@ -101,8 +104,9 @@ func (s *DirSource) Plans() map[string]plan.Document { return s.plans() }
 
 // Start delivers the plans read so far to the subscriber, then watches the
 // directory and delivers every change until ctx ends. It runs on the
-// calling goroutine, plus one that patches the pod when acknowledgement is
-// on; both have stopped when Start returns. Start returns nil when ctx
+// calling goroutine, beside fsnotify's reader goroutine and, when
+// acknowledgement is on, one that patches the pod; all have stopped when
+// Start returns. Start returns nil when ctx
 // ends, and an error when called twice.
 func (s *DirSource) Start(ctx context.Context) error {
 	return s.start(ctx, s.run)
