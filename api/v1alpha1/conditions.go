@@ -29,6 +29,9 @@ const (
 	// ReasonConfigMapConflict: a ConfigMap of the target name exists and is
 	// not the operator's; it was left untouched.
 	ReasonConfigMapConflict = "ConfigMapConflict"
+	// ReasonInvalidSpec: the spec passed the schema but gives no plan; the
+	// message names the field.
+	ReasonInvalidSpec = "InvalidSpec"
 )
 
 // Names shared by the operator, which publishes, and the runtime library,

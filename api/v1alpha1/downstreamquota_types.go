@@ -350,6 +350,7 @@ type DownstreamQuotaStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name: must be at most 63 characters, because pods acknowledge a plan with the annotation applied.backpressure.dev/<name>"
 // +kubebuilder:resource:shortName=dq,categories=backpressure
 // +kubebuilder:printcolumn:name="Downstream",type=string,JSONPath=`.spec.downstream`
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.contract.concurrency`
