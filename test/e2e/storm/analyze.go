@@ -1,0 +1,249 @@
+package storm
+
+import (
+	"time"
+)
+
+// SampleInterval is how often the harness samples the downstream and the
+// workload.
+const SampleInterval = 100 * time.Millisecond
+
+// Sample is the state of one variant's run at one moment.
+type Sample struct {
+	// At is the offset from the start of the load.
+	At time.Duration
+	// Downstream are its counters; WindowPeak covers the interval since the
+	// previous sample.
+	Downstream DownstreamCounts
+	// Pods are the workload's pod counts.
+	Pods PodCounts
+	// Latency is the downstream's latency.
+	Latency time.Duration
+}
+
+// RunData is everything a variant's run recorded, before analysis.
+type RunData struct {
+	Variant  Variant
+	Schedule Schedule
+	// Start is when the load started; sample and record offsets count
+	// from it.
+	Start time.Time
+	// Samples are taken every SampleInterval, in order, from offset 0.
+	Samples []Sample
+	// Final is the downstream's counters after the last request ended.
+	Final DownstreamCounts
+	// Load is the load generator's result.
+	Load *LoadResult
+	// Published, Applied and Rollout are the observations of the plans
+	// (Published and Rollout are empty without the operator).
+	Published []Published
+	Applied   []Applied
+	Rollout   []RolloutSample
+	// Alive names the pods still running at the end of the load.
+	Alive []string
+}
+
+// Analyze turns a run's data into its report.
+func Analyze(d *RunData) *VariantReport {
+	r := &VariantReport{
+		Name:        d.Variant.Name,
+		Description: d.Variant.Description,
+	}
+	if d.Variant.Plan != nil {
+		r.StaticPermits = d.Variant.Plan.Permits
+	}
+
+	f := d.Final
+	r.Downstream429 = f.Rejected
+	r.DownstreamOK = f.OK
+	r.DownstreamAbandoned = f.Abandoned
+	r.DownstreamCalls = f.OK + f.Rejected + f.Abandoned + f.InFlight
+	if r.DownstreamCalls > 0 {
+		r.Downstream429Fraction = float64(f.Rejected) / float64(r.DownstreamCalls)
+	}
+	r.PeakInFlight = f.Peak
+	if dur := d.Schedule.Duration.Seconds(); dur > 0 {
+		r.GoodputPerSecond = float64(f.OK) / dur
+	}
+
+	l := d.Load
+	r.LocalSheds = l.Outcomes[OutcomeShed]
+	r.LocalShedReasons = l.ShedReasons
+	var answered int64
+	r.Load = LoadReport{
+		TargetPerSecond:   l.Target,
+		AchievedPerSecond: l.AchievedPerSecond(),
+		Sent:              l.Sent(),
+		Dropped:           l.Dropped,
+		NoEndpoint:        l.NoEndpoint,
+		Answered:          map[string]int64{},
+		DownstreamErrors:  l.DownstreamStatuses,
+	}
+	for o := range numOutcomes {
+		r.Load.Answered[o.String()] = l.Outcomes[o]
+		answered += l.Outcomes[o]
+	}
+	if answered > 0 {
+		r.LocalShedFraction = float64(r.LocalSheds) / float64(answered)
+	}
+	all := make([]time.Duration, 0, len(l.Records))
+	var ok []time.Duration
+	for _, rec := range l.Records {
+		all = append(all, rec.Latency)
+		if rec.Outcome == OutcomeOK {
+			ok = append(ok, rec.Latency)
+		}
+	}
+	q := QuantilesOf(all)
+	r.GatewayP50Seconds, r.GatewayP99Seconds = q.P50.Seconds(), q.P99.Seconds()
+	r.GatewayOKP99Seconds = Percentile(ok, 0.99).Seconds()
+
+	r.Phases = phases(d)
+	r.Timeline = timeline(d.Samples)
+	if d.Variant.Operator {
+		r.ReloadLatencySeconds = latencyReport(ReloadLatencies(d.Published, d.Applied))
+		r.Plans = plans(d)
+		r.Rollout = rollout(d)
+	}
+	return r
+}
+
+// at returns the last sample taken at or before offset t, or the first.
+func at(samples []Sample, t time.Duration) Sample {
+	i := int(t / SampleInterval)
+	i = min(max(i, 0), len(samples)-1)
+	for i > 0 && samples[i].At > t {
+		i--
+	}
+	for i+1 < len(samples) && samples[i+1].At <= t {
+		i++
+	}
+	return samples[i]
+}
+
+func phases(d *RunData) []PhaseReport {
+	if len(d.Samples) == 0 {
+		return nil
+	}
+	var out []PhaseReport
+	for _, p := range d.Schedule.Phases {
+		pr := PhaseReport{Name: p.Name, From: p.From.Seconds(), To: p.To.Seconds(), Steady: p.Steady}
+		from, to := p.Window()
+		if a, b := at(d.Samples, from), at(d.Samples, to); b.At > a.At {
+			pr.GoodputPerSecond = float64(b.Downstream.OK-a.Downstream.OK) / (b.At - a.At).Seconds()
+		}
+		start, end := at(d.Samples, p.From), at(d.Samples, p.To)
+		pr.Downstream429 = end.Downstream.Rejected - start.Downstream.Rejected
+		pr.ReadyPodsAtEnd = end.Pods.Ready
+		for _, s := range d.Samples {
+			// A sample's window peak covers the interval before it.
+			if s.At > p.From && s.At <= p.To+SampleInterval {
+				pr.PeakInFlight = max(pr.PeakInFlight, s.Downstream.WindowPeak)
+			}
+		}
+		var lat []time.Duration
+		for _, rec := range d.Load.Records {
+			if rec.At >= p.From && rec.At < p.To {
+				lat = append(lat, rec.Latency)
+				if rec.Outcome == OutcomeShed {
+					pr.LocalSheds++
+				}
+			}
+		}
+		pr.GatewayP99 = Percentile(lat, 0.99).Seconds()
+		out = append(out, pr)
+	}
+	return out
+}
+
+func timeline(samples []Sample) []TimelinePoint {
+	out := make([]TimelinePoint, 0, len(samples))
+	var prev DownstreamCounts
+	for _, s := range samples {
+		out = append(out, TimelinePoint{
+			At:             s.At.Seconds(),
+			InFlight:       s.Downstream.WindowPeak,
+			Rejected429:    s.Downstream.Rejected - prev.Rejected,
+			OK:             s.Downstream.OK - prev.OK,
+			Desired:        s.Pods.Desired,
+			Existing:       s.Pods.Existing,
+			Ready:          s.Pods.Ready,
+			LatencySeconds: s.Latency.Seconds(),
+		})
+		prev = s.Downstream
+	}
+	return out
+}
+
+// ReloadLatencies returns, for every plan published while pods were
+// running, the time from the harness seeing it to each of those pods
+// applying it. A pod's first application is its start, not a reload, and
+// counts only for plans published after it.
+func ReloadLatencies(published []Published, applied []Applied) []time.Duration {
+	first := map[string]time.Time{}
+	for _, a := range applied {
+		if t, ok := first[a.Pod]; !ok || a.Time.Before(t) {
+			first[a.Pod] = a.Time
+		}
+	}
+	seen := map[string]time.Time{}
+	for _, p := range published {
+		if _, ok := seen[p.Hash]; !ok {
+			seen[p.Hash] = p.Seen
+		}
+	}
+	done := map[[2]string]bool{}
+	var out []time.Duration
+	for _, a := range applied {
+		s, ok := seen[a.Hash]
+		key := [2]string{a.Pod, a.Hash}
+		if !ok || done[key] || !first[a.Pod].Before(s) {
+			continue
+		}
+		done[key] = true
+		// The pod's watch and the harness's see the same event; a pod can
+		// be a hair ahead of the harness.
+		out = append(out, max(0, a.Time.Sub(s)))
+	}
+	return out
+}
+
+func plans(d *RunData) []PlanReport {
+	var out []PlanReport
+	for _, p := range d.Published {
+		pr := PlanReport{At: p.Seen.Sub(d.Start).Seconds(), Hash: p.Hash, Permits: p.Permits}
+		pods := map[string]bool{}
+		for _, a := range d.Applied {
+			if a.Hash == p.Hash {
+				pods[a.Pod] = true
+			}
+		}
+		pr.AppliedBy = len(pods)
+		out = append(out, pr)
+	}
+	return out
+}
+
+func rollout(d *RunData) *RolloutReport {
+	r := &RolloutReport{}
+	var last string
+	if n := len(d.Published); n > 0 {
+		last = d.Published[n-1].Hash
+	}
+	if n := len(d.Rollout); n > 0 {
+		s := d.Rollout[n-1]
+		r.Acknowledged, r.Total, r.Current = s.Acknowledged, s.Total, s.Hash == last
+	}
+	lastApplied := map[string]Applied{}
+	for _, a := range d.Applied {
+		if cur, ok := lastApplied[a.Pod]; !ok || !a.Time.Before(cur.Time) {
+			lastApplied[a.Pod] = a
+		}
+	}
+	for _, pod := range d.Alive {
+		if lastApplied[pod].Hash != last {
+			r.StalePods++
+		}
+	}
+	return r
+}

@@ -1,0 +1,220 @@
+package storm
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestReloadLatencies(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	published := []Published{{Seen: at(0), Hash: "h1"}, {Seen: at(1000), Hash: "h2"}, {Seen: at(2000), Hash: "h3"}}
+	applied := []Applied{
+		{Pod: "a", Time: at(10), Hash: "h1"},   // a's start: not a reload
+		{Pod: "a", Time: at(1040), Hash: "h2"}, // 40ms
+		{Pod: "a", Time: at(1041), Hash: "h2"}, // the same plan again: counted once
+		{Pod: "b", Time: at(1500), Hash: "h2"}, // b started after h2 was out: its start
+		{Pod: "b", Time: at(2300), Hash: "h3"}, // 300ms
+		{Pod: "a", Time: at(1999), Hash: "h3"}, // a hair ahead of the harness: 0
+		{Pod: "c", Time: at(50), Hash: "hx"},   // a plan the harness never saw
+	}
+	got := ReloadLatencies(published, applied)
+	want := []time.Duration{40 * time.Millisecond, 300 * time.Millisecond, 0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ReloadLatencies (-want +got):\n%s", diff)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if got := Percentile(ds, 0.5); got != 50*time.Millisecond {
+		t.Errorf("p50 = %v", got)
+	}
+	if got := Percentile(ds, 0.99); got != 99*time.Millisecond {
+		t.Errorf("p99 = %v", got)
+	}
+	if got := Percentile(nil, 0.99); got != 0 {
+		t.Errorf("p99 of nothing = %v", got)
+	}
+	q := QuantilesOf([]time.Duration{3, 1, 2})
+	if q != (Quantiles{Count: 3, P50: 2, P99: 3, Max: 3}) {
+		t.Errorf("QuantilesOf = %+v", q)
+	}
+}
+
+// syntheticRun is a run of the default schedule in which the downstream
+// completes okPerSample calls per 100 ms and rejects rejPerSample, with the
+// given peak.
+func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
+	s := DefaultSchedule()
+	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	d := &RunData{Variant: v, Schedule: s, Start: start, Load: &LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
+	var c DownstreamCounts
+	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
+		if off > 0 {
+			c.OK += okPerSample
+			c.Rejected += rejPerSample
+		}
+		c.WindowPeak = peak
+		c.Peak = peak
+		n := s.ReplicasAt(off)
+		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n)}, Latency: s.LatencyAt(off)})
+	}
+	d.Final = c
+	d.Final.WindowPeak = 0
+	d.Load.Due = int64(1900 * s.Duration.Seconds())
+	d.Load.Outcomes[OutcomeOK] = c.OK
+	d.Load.Outcomes[OutcomeShed] = d.Load.Due - c.OK
+	d.Load.ShedReasons["queue-full"] = d.Load.Due - c.OK
+	for i := range 1000 {
+		o := OutcomeShed
+		lat := time.Millisecond
+		if i%10 == 0 {
+			o, lat = OutcomeOK, 220*time.Millisecond
+		}
+		d.Load.Records = append(d.Load.Records, Record{At: time.Duration(i) * 70 * time.Millisecond, Latency: lat, Outcome: o})
+	}
+	return d
+}
+
+func TestAnalyzeAndGoals(t *testing.T) {
+	vs, err := Variants(DefaultSchedule())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := syntheticRun(vs[0], 18, 0, 40) // 180/s, no 429s
+	op.Published = []Published{{Seen: op.Start.Add(-time.Second), Hash: "h8", Permits: 5}, {Seen: op.Start.Add(25 * time.Second), Hash: "h16", Permits: 2}}
+	for _, pod := range []string{"p1", "p2"} {
+		op.Applied = append(op.Applied,
+			Applied{Pod: pod, Time: op.Start.Add(-900 * time.Millisecond), Hash: "h8", Permits: 5},
+			Applied{Pod: pod, Time: op.Start.Add(25*time.Second + 80*time.Millisecond), Hash: "h16", Permits: 2})
+	}
+	op.Alive = []string{"p1", "p2"}
+	op.Rollout = []RolloutSample{{Hash: "h16", Acknowledged: 2, Total: 2}}
+	static := syntheticRun(vs[1], 18, 3, 53)
+	naive := syntheticRun(vs[2], 18, 100, 58)
+
+	r := NewReport(DefaultSchedule())
+	for _, d := range []*RunData{op, static, naive} {
+		r.Add(Analyze(d))
+	}
+	o := r.Variants["operator"]
+	if o.Downstream429 != 0 || o.PeakInFlight != 40 || o.GoodputPerSecond < 179 || o.GoodputPerSecond > 181 {
+		t.Errorf("operator: %+v", o)
+	}
+	for _, p := range o.Phases {
+		if p.GoodputPerSecond < 179.9 || p.GoodputPerSecond > 180.1 {
+			t.Errorf("phase %q goodput %v, want 180", p.Name, p.GoodputPerSecond)
+		}
+	}
+	if rl := o.ReloadLatencySeconds; rl == nil || rl.Count != 2 || rl.P99 < 0.079 || rl.P99 > 0.081 {
+		t.Errorf("reload latency %+v, want two reloads of 80ms", rl)
+	}
+	if diff := cmp.Diff(&RolloutReport{Acknowledged: 2, Total: 2, Current: true}, o.Rollout); diff != "" {
+		t.Errorf("rollout (-want +got):\n%s", diff)
+	}
+	if n := r.Variants["naive"]; n.Downstream429Fraction < 0.84 || n.Downstream429Fraction > 0.85 {
+		t.Errorf("naive 429 fraction %v, want 100/118", n.Downstream429Fraction)
+	}
+	if failed := r.Failed(); len(failed) != 0 {
+		t.Errorf("goals failed on a run that meets them: %+v", failed)
+	}
+
+	// The same run with one 429 and a slow reload misses exactly those goals.
+	op.Final.Rejected = 1
+	op.Applied[1].Time = op.Start.Add(27 * time.Second)
+	r.Add(Analyze(op))
+	var failed []string
+	for _, g := range r.Failed() {
+		failed = append(failed, g.Variant+": "+g.Goal)
+	}
+	if diff := cmp.Diff([]string{"operator: no downstream 429s", "operator: reload latency p99"}, failed); diff != "" {
+		t.Errorf("failed goals (-want +got):\n%s", diff)
+	}
+
+	t.Run("JSON contract", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "report.json")
+		if err := r.WriteJSON(path); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if doc["contract"] != float64(Contract) {
+			t.Errorf("contract = %v", doc["contract"])
+		}
+		variants := doc["variants"].(map[string]any)
+		for _, name := range []string{"operator", "static", "naive"} {
+			v, ok := variants[name].(map[string]any)
+			if !ok {
+				t.Fatalf("variants.%s missing", name)
+			}
+			for _, key := range []string{"downstream429", "peakInFlight", "localSheds", "goodputPerSecond", "gatewayP99Seconds"} {
+				if _, ok := v[key].(float64); !ok {
+					t.Errorf("variants.%s.%s missing or not a number", name, key)
+				}
+			}
+		}
+		rl := variants["operator"].(map[string]any)["reloadLatencySeconds"].(map[string]any)
+		for _, key := range []string{"p50", "p99"} {
+			if _, ok := rl[key].(float64); !ok {
+				t.Errorf("variants.operator.reloadLatencySeconds.%s missing", key)
+			}
+		}
+	})
+
+	t.Run("table", func(t *testing.T) {
+		var b bytes.Buffer
+		if err := WriteTable(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, want := range []string{"operator", "static", "naive", "NOT MET", "reported", "steady, 8 pods (steady)"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("table lacks %q:\n%s", want, out)
+			}
+		}
+		b.Reset()
+		if err := WriteMarkdown(&b, r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(b.String(), "| variant | downstream 429s |") {
+			t.Errorf("markdown:\n%s", b.String())
+		}
+	})
+
+	t.Run("plot", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "storm.png")
+		if err := WritePlot(r, path); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		img, err := png.Decode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 800 {
+			t.Errorf("plot is %v; too small to read", b)
+		}
+	})
+}

@@ -1,0 +1,100 @@
+package storm
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Goal is one thing a run must show, and whether it did.
+type Goal struct {
+	Variant string `json:"variant"`
+	Goal    string `json:"goal"`
+	Want    string `json:"want"`
+	Got     string `json:"got"`
+	Met     bool   `json:"met"`
+	// Asserted is false for figures that are reported, not required.
+	Asserted bool `json:"asserted"`
+}
+
+// The goals' thresholds.
+const (
+	// GoodputGoalFraction is the part of the goodput ceiling the operator
+	// must reach in the steady phases.
+	GoodputGoalFraction = 0.9
+	// ReloadP99Goal bounds the operator's reload latency p99, in seconds.
+	ReloadP99Goal = 1.0
+	// LoadGoalFraction is the part of the target load the harness should
+	// achieve for the figures to mean what they say.
+	LoadGoalFraction = 0.95
+)
+
+// EvaluateGoals checks the goals of the variants present in r.
+func EvaluateGoals(r *Report) []Goal {
+	var gs []Goal
+	add := func(v, goal, want, got string, met, asserted bool) {
+		gs = append(gs, Goal{Variant: v, Goal: goal, Want: want, Got: got, Met: met, Asserted: asserted})
+	}
+	for _, name := range r.Order {
+		v := r.Variants[name]
+		switch name {
+		case "operator":
+			add(name, "no downstream 429s", "0", fmt.Sprint(v.Downstream429), v.Downstream429 == 0, true)
+			var peaks []string
+			for _, p := range v.Phases {
+				peaks = append(peaks, fmt.Sprintf("%s: %d", p.Name, p.PeakInFlight))
+			}
+			add(name, "peak in-flight within the contract through every scale step",
+				fmt.Sprintf("≤ %d", r.Contract), fmt.Sprintf("%d (%s)", v.PeakInFlight, strings.Join(peaks, "; ")),
+				v.PeakInFlight <= int64(r.Contract), true)
+			want := GoodputGoalFraction * r.GoodputCeilingPerSecond
+			for _, p := range v.Phases {
+				if !p.Steady {
+					continue
+				}
+				add(name, "goodput in phase "+p.Name,
+					fmt.Sprintf("≥ %.1f/s (%.0f%% of %.1f/s)", want, 100*GoodputGoalFraction, r.GoodputCeilingPerSecond),
+					fmt.Sprintf("%.1f/s", p.GoodputPerSecond), p.GoodputPerSecond >= want, true)
+			}
+			rl := v.ReloadLatencySeconds
+			switch {
+			case rl == nil || rl.Count == 0:
+				add(name, "reload latency p99", fmt.Sprintf("< %gs", ReloadP99Goal), "no reload observed", false, true)
+			default:
+				add(name, "reload latency p99", fmt.Sprintf("< %gs", ReloadP99Goal),
+					fmt.Sprintf("%.3fs (p50 %.3fs, %d reloads)", rl.P99, rl.P50, rl.Count), rl.P99 < ReloadP99Goal, true)
+			}
+			if ro := v.Rollout; ro != nil {
+				add(name, "every running pod acknowledged the last plan", "acknowledged = total, 0 stale pods",
+					fmt.Sprintf("%d/%d acknowledged, %d stale", ro.Acknowledged, ro.Total, ro.StalePods),
+					ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
+			}
+		case "naive":
+			add(name, "the storm happens", "> 0 downstream 429s",
+				fmt.Sprintf("%d (%.1f%%)", v.Downstream429, 100*v.Downstream429Fraction), v.Downstream429 > 0, true)
+		case "static":
+			var past8 int64
+			for _, p := range v.Timeline {
+				if p.Desired > 8 {
+					past8 += p.Rejected429
+				}
+			}
+			add(name, "429s while scaled past 8 pods", "reported", fmt.Sprint(past8), true, false)
+		}
+		add(name, "the harness kept up with the load",
+			fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*LoadGoalFraction, v.Load.TargetPerSecond),
+			fmt.Sprintf("%.0f/s, %d dropped", v.Load.AchievedPerSecond, v.Load.Dropped),
+			v.Load.AchievedPerSecond >= LoadGoalFraction*v.Load.TargetPerSecond, false)
+	}
+	return gs
+}
+
+// Failed returns the asserted goals that were not met.
+func (r *Report) Failed() []Goal {
+	var out []Goal
+	for _, g := range r.Goals {
+		if g.Asserted && !g.Met {
+			out = append(out, g)
+		}
+	}
+	return out
+}

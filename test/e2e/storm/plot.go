@@ -1,0 +1,301 @@
+package storm
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Colours of the plot.
+var (
+	colInFlight = color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff}
+	colContract = color.RGBA{R: 0xd0, G: 0x20, B: 0x20, A: 0xff}
+	colHanded   = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	col429      = color.RGBA{R: 0xd0, G: 0x20, B: 0x20, A: 0xff}
+	colOK       = color.RGBA{R: 0x20, G: 0x90, B: 0x40, A: 0xff}
+	colJitter   = color.NRGBA{R: 0xff, G: 0xc8, B: 0x60, A: 0x50}
+	colDesired  = color.RGBA{R: 0x80, G: 0x40, B: 0xa0, A: 0xff}
+	colReady    = color.RGBA{R: 0x20, G: 0x90, B: 0x40, A: 0xff}
+)
+
+// WritePlot draws the report as a PNG at path: for every variant, the
+// downstream's in-flight calls against the contract (left) and its 429s
+// and successes per second (right); below, the replica count and the
+// downstream's latency. The downstream's slow stretch is shaded.
+func WritePlot(r *Report, path string) error {
+	if len(r.Order) == 0 {
+		return errors.New("storm: nothing to plot")
+	}
+	var rows [][]*plot.Plot
+	tmax := r.DurationSeconds
+	var last *VariantReport
+	// One in-flight scale for every variant, so that the panels compare.
+	ymax := float64(r.Contract) * headroom
+	for _, v := range r.Variants {
+		ymax = max(ymax, float64(v.PeakInFlight)*headroom)
+	}
+	for _, name := range r.Order {
+		v := r.Variants[name]
+		last = v
+		left, err := inFlightPlot(r, v, tmax, ymax)
+		if err != nil {
+			return err
+		}
+		right, err := ratePlot(v, tmax)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, []*plot.Plot{left, right})
+	}
+	reps, err := replicaPlot(last, tmax)
+	if err != nil {
+		return err
+	}
+	lat, err := latencyPlot(last, tmax)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, []*plot.Plot{reps, lat})
+
+	const colWidth, rowHeight = 7 * vg.Inch, 2.6 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(2*colWidth, vg.Length(len(rows))*rowHeight), vgimg.UseDPI(96))
+	dc := draw.New(img)
+	tiles := draw.Tiles{
+		Rows: len(rows), Cols: 2,
+		PadX: vg.Points(18), PadY: vg.Points(14),
+		PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12),
+	}
+	canvases := plot.Align(rows, tiles, dc)
+	for j := range rows {
+		for i := range rows[j] {
+			rows[j][i].Draw(canvases[j][i])
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func newPlot(title, ylabel string, tmax float64) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(12)
+	p.X.Label.Text = "seconds"
+	p.Y.Label.Text = ylabel
+	p.X.Min, p.X.Max = 0, tmax
+	p.Y.Min = 0
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.Y.Tick.Marker = wholeTicks{}
+	return p
+}
+
+// headroom is how far above the data the y axis goes, so that the legend in
+// the top corner does not hide it.
+const headroom = 1.45
+
+// wholeTicks are gonum's default ticks with plain labels (50, not 50.00).
+type wholeTicks struct{}
+
+// Ticks returns the default ticks between lo and hi, labelled with %g.
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'g', 4, 64)
+		}
+	}
+	return ticks
+}
+
+// shadeSlow shades the stretches where the downstream was slower than its
+// typical latency, up to ymax.
+func shadeSlow(p *plot.Plot, v *VariantReport, ymax float64, legend bool) error {
+	var from float64
+	slow := false
+	var polys []*plotter.Polygon
+	flush := func(to float64) error {
+		poly, err := plotter.NewPolygon(plotter.XYs{{X: from, Y: 0}, {X: to, Y: 0}, {X: to, Y: ymax}, {X: from, Y: ymax}})
+		if err != nil {
+			return err
+		}
+		poly.Color = colJitter
+		poly.LineStyle.Width = 0
+		polys = append(polys, poly)
+		return nil
+	}
+	for _, pt := range v.Timeline {
+		isSlow := pt.LatencySeconds > TypicalLatency.Seconds()
+		switch {
+		case isSlow && !slow:
+			from = pt.At
+		case !isSlow && slow:
+			if err := flush(pt.At); err != nil {
+				return err
+			}
+		}
+		slow = isSlow
+	}
+	if slow && len(v.Timeline) > 0 {
+		if err := flush(v.Timeline[len(v.Timeline)-1].At); err != nil {
+			return err
+		}
+	}
+	for i, poly := range polys {
+		p.Add(poly)
+		if legend && i == 0 {
+			p.Legend.Add(fmt.Sprintf("downstream latency %v", WorstLatency), poly)
+		}
+	}
+	// The grid goes over the shading, the data over both.
+	p.Add(plotter.NewGrid())
+	return nil
+}
+
+func line(xys plotter.XYs, c color.Color, width vg.Length, dashed bool) (*plotter.Line, error) {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.LineStyle.Color = c
+	l.LineStyle.Width = width
+	if dashed {
+		l.LineStyle.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+	}
+	return l, nil
+}
+
+func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, error) {
+	p := newPlot(fmt.Sprintf("%s: calls in flight at the downstream (peak %d)", v.Name, v.PeakInFlight), "in flight", tmax)
+	p.Y.Max = ymax
+	if err := shadeSlow(p, v, ymax, false); err != nil {
+		return nil, err
+	}
+	xys := make(plotter.XYs, len(v.Timeline))
+	for i, pt := range v.Timeline {
+		xys[i] = plotter.XY{X: pt.At, Y: float64(pt.InFlight)}
+	}
+	inflight, err := line(xys, colInFlight, vg.Points(1.2), false)
+	if err != nil {
+		return nil, err
+	}
+	contract, err := line(plotter.XYs{{X: 0, Y: float64(r.Contract)}, {X: tmax, Y: float64(r.Contract)}}, colContract, vg.Points(1.5), true)
+	if err != nil {
+		return nil, err
+	}
+	handed := float64(r.Contract*r.SafetyPercent) / 100
+	safety, err := line(plotter.XYs{{X: 0, Y: handed}, {X: tmax, Y: handed}}, colHanded, vg.Points(1), true)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(safety, contract, inflight)
+	p.Legend.Add("in flight (peak per 100 ms)", inflight)
+	p.Legend.Add(fmt.Sprintf("contract: %d", r.Contract), contract)
+	p.Legend.Add(fmt.Sprintf("handed out: %d%%", r.SafetyPercent), safety)
+	return p, nil
+}
+
+func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
+	p := newPlot(fmt.Sprintf("%s: downstream answers per second (%d × 429 in all)", v.Name, v.Downstream429), "per second", tmax)
+	// Per-second rates from the 100 ms samples, over a 1 s moving window.
+	const window = 10
+	n := len(v.Timeline)
+	rej, ok := make(plotter.XYs, n), make(plotter.XYs, n)
+	var sumRej, sumOK int64
+	ymax := 10.0
+	for i, pt := range v.Timeline {
+		sumRej += pt.Rejected429
+		sumOK += pt.OK
+		if i >= window {
+			sumRej -= v.Timeline[i-window].Rejected429
+			sumOK -= v.Timeline[i-window].OK
+		}
+		span := float64(min(i+1, window)) * SampleInterval.Seconds()
+		rej[i] = plotter.XY{X: pt.At, Y: float64(sumRej) / span}
+		ok[i] = plotter.XY{X: pt.At, Y: float64(sumOK) / span}
+		ymax = max(ymax, rej[i].Y*headroom, ok[i].Y*headroom)
+	}
+	p.Y.Max = ymax
+	if err := shadeSlow(p, v, ymax, false); err != nil {
+		return nil, err
+	}
+	lrej, err := line(rej, col429, vg.Points(1.2), false)
+	if err != nil {
+		return nil, err
+	}
+	lok, err := line(ok, colOK, vg.Points(1.2), false)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(lok, lrej)
+	p.Legend.Add("429 (rejected)", lrej)
+	p.Legend.Add("200 (goodput)", lok)
+	return p, nil
+}
+
+func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
+	p := newPlot("the autoscaler: replicas", "pods", tmax)
+	ymax := 4.0
+	n := len(v.Timeline)
+	desired, ready := make(plotter.XYs, n), make(plotter.XYs, n)
+	for i, pt := range v.Timeline {
+		desired[i] = plotter.XY{X: pt.At, Y: float64(pt.Desired)}
+		ready[i] = plotter.XY{X: pt.At, Y: float64(pt.Ready)}
+		ymax = max(ymax, float64(pt.Desired)*headroom, float64(pt.Existing)*headroom)
+	}
+	p.Y.Max = ymax
+	if err := shadeSlow(p, v, ymax, true); err != nil {
+		return nil, err
+	}
+	ld, err := line(desired, colDesired, vg.Points(1.5), true)
+	if err != nil {
+		return nil, err
+	}
+	lr, err := line(ready, colReady, vg.Points(1.5), false)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(ld, lr)
+	p.Legend.Add("desired (HPA)", ld)
+	p.Legend.Add("ready pods", lr)
+	return p, nil
+}
+
+func latencyPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
+	p := newPlot("the downstream: latency", "seconds", tmax)
+	xys := make(plotter.XYs, len(v.Timeline))
+	ymax := 0.5
+	for i, pt := range v.Timeline {
+		xys[i] = plotter.XY{X: pt.At, Y: pt.LatencySeconds}
+		ymax = max(ymax, pt.LatencySeconds*headroom)
+	}
+	p.Y.Max = ymax
+	if err := shadeSlow(p, v, ymax, false); err != nil {
+		return nil, err
+	}
+	l, err := line(xys, colInFlight, vg.Points(1.5), false)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(l)
+	p.Legend.Add("latency of a call", l)
+	return p, nil
+}

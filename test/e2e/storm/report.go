@@ -1,0 +1,213 @@
+package storm
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Report is the outcome of a storm run: every variant on the same schedule.
+// Its JSON form is a contract (see the field tags): contract,
+// variants.<name>.downstream429, .peakInFlight, .localSheds,
+// .goodputPerSecond, .gatewayP99Seconds and
+// variants.operator.reloadLatencySeconds.p50 and .p99.
+type Report struct {
+	// Contract is the downstream's global in-flight limit.
+	Contract int `json:"contract"`
+	// SafetyPercent is the part of it the operator hands out.
+	SafetyPercent int `json:"safetyPercent"`
+	// TypicalLatencySeconds is the downstream's usual latency.
+	TypicalLatencySeconds float64 `json:"typicalLatencySeconds"`
+	// GoodputCeilingPerSecond is contract × safety / typical latency.
+	GoodputCeilingPerSecond float64 `json:"goodputCeilingPerSecond"`
+	// RequestsPerSecond is the load asked for.
+	RequestsPerSecond float64 `json:"requestsPerSecond"`
+	// DurationSeconds is each variant's load duration.
+	DurationSeconds float64 `json:"durationSeconds"`
+	// Order lists the variants in the order they ran.
+	Order []string `json:"order"`
+	// Variants holds each variant's figures by name.
+	Variants map[string]*VariantReport `json:"variants"`
+	// Goals are the run's goals and whether each was met.
+	Goals []Goal `json:"goals"`
+}
+
+// VariantReport is one variant's figures.
+type VariantReport struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+
+	// Downstream429 counts the downstream's 429 answers (retries included).
+	Downstream429 int64 `json:"downstream429"`
+	// Downstream429Fraction is Downstream429 over all downstream calls.
+	Downstream429Fraction float64 `json:"downstream429Fraction"`
+	// DownstreamCalls counts every call the downstream received.
+	DownstreamCalls int64 `json:"downstreamCalls"`
+	// DownstreamOK counts the calls it answered 200.
+	DownstreamOK int64 `json:"downstreamOK"`
+	// DownstreamAbandoned counts calls whose caller left before the answer.
+	DownstreamAbandoned int64 `json:"downstreamAbandoned"`
+	// PeakInFlight is the highest number of calls in flight the downstream
+	// ever saw, the ones it rejected at once included.
+	PeakInFlight int64 `json:"peakInFlight"`
+	// LocalSheds counts requests answered by the gateway's fallback because
+	// the gate rejected the call locally.
+	LocalSheds int64 `json:"localSheds"`
+	// LocalShedFraction is LocalSheds over the requests answered.
+	LocalShedFraction float64 `json:"localShedFraction"`
+	// LocalShedReasons counts the sheds by reason.
+	LocalShedReasons map[string]int64 `json:"localShedReasons"`
+	// GoodputPerSecond is the downstream's 200s per second over the run.
+	GoodputPerSecond float64 `json:"goodputPerSecond"`
+	// GatewayP50Seconds and GatewayP99Seconds are the client-side latency
+	// of every answered request, fallbacks included.
+	GatewayP50Seconds float64 `json:"gatewayP50Seconds"`
+	GatewayP99Seconds float64 `json:"gatewayP99Seconds"`
+	// GatewayOKP99Seconds is the same over the requests the downstream
+	// served.
+	GatewayOKP99Seconds float64 `json:"gatewayOKP99Seconds"`
+
+	// Load is what the harness sent and how it was answered.
+	Load LoadReport `json:"load"`
+	// Phases break the run down by the schedule's phases.
+	Phases []PhaseReport `json:"phases"`
+
+	// ReloadLatencySeconds is the time from the harness seeing a new plan in
+	// the ConfigMap to each running pod applying it (operator only).
+	ReloadLatencySeconds *LatencyReport `json:"reloadLatencySeconds,omitempty"`
+	// Plans lists the plans the operator published during the run.
+	Plans []PlanReport `json:"plans,omitempty"`
+	// Rollout is the quota's status.rollout at the end (operator only).
+	Rollout *RolloutReport `json:"rollout,omitempty"`
+	// StaticPermits is the fixed per-pod permits of a variant without the
+	// operator.
+	StaticPermits int `json:"staticPermits,omitempty"`
+
+	// Timeline has the 100 ms samples the plot is drawn from.
+	Timeline []TimelinePoint `json:"timeline"`
+}
+
+// LoadReport is the harness's side of the load.
+type LoadReport struct {
+	TargetPerSecond   float64          `json:"targetPerSecond"`
+	AchievedPerSecond float64          `json:"achievedPerSecond"`
+	Sent              int64            `json:"sent"`
+	Dropped           int64            `json:"dropped"`
+	NoEndpoint        int64            `json:"noEndpoint"`
+	Answered          map[string]int64 `json:"answered"`
+	DownstreamErrors  map[string]int64 `json:"downstreamErrors"`
+}
+
+// PhaseReport is one phase of the schedule.
+type PhaseReport struct {
+	Name   string  `json:"name"`
+	From   float64 `json:"fromSeconds"`
+	To     float64 `json:"toSeconds"`
+	Steady bool    `json:"steady"`
+	// GoodputPerSecond is measured after the phase's settle time.
+	GoodputPerSecond float64 `json:"goodputPerSecond"`
+	Downstream429    int64   `json:"downstream429"`
+	PeakInFlight     int64   `json:"peakInFlight"`
+	LocalSheds       int64   `json:"localSheds"`
+	ReadyPodsAtEnd   int     `json:"readyPodsAtEnd"`
+	GatewayP99       float64 `json:"gatewayP99Seconds"`
+}
+
+// LatencyReport summarises a set of latencies.
+type LatencyReport struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// PlanReport is a plan the operator published.
+type PlanReport struct {
+	At      float64 `json:"atSeconds"`
+	Hash    string  `json:"hash"`
+	Permits int     `json:"permits"`
+	// AppliedBy counts the pods that logged applying it.
+	AppliedBy int `json:"appliedBy"`
+}
+
+// RolloutReport is the quota's rollout status.
+type RolloutReport struct {
+	Acknowledged int32 `json:"acknowledged"`
+	Total        int32 `json:"total"`
+	// Current says whether the status was about the last published plan.
+	Current bool `json:"current"`
+	// StalePods counts pods alive at the end whose last applied plan was
+	// not the last one published.
+	StalePods int `json:"stalePods"`
+}
+
+// TimelinePoint is one 100 ms sample.
+type TimelinePoint struct {
+	At float64 `json:"t"`
+	// InFlight is the downstream's peak in-flight count in the sample's
+	// window, rejected calls included.
+	InFlight int64 `json:"inFlight"`
+	// Rejected429 counts its 429s in the window.
+	Rejected429 int64 `json:"rejected429"`
+	// OK counts its 200s in the window.
+	OK int64 `json:"ok"`
+	// Desired, Existing and Ready are the workload's pod counts.
+	Desired  int32 `json:"desired"`
+	Existing int   `json:"existing"`
+	Ready    int   `json:"ready"`
+	// LatencySeconds is the downstream's latency.
+	LatencySeconds float64 `json:"latencySeconds"`
+}
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+func latencyReport(ds []time.Duration) *LatencyReport {
+	q := QuantilesOf(ds)
+	return &LatencyReport{Count: q.Count, P50: seconds(q.P50), P99: seconds(q.P99), Max: seconds(q.Max)}
+}
+
+// WriteJSON writes the report to path, creating its directory.
+func (r *Report) WriteJSON(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// NewReport starts a report of the given schedule.
+func NewReport(s Schedule) *Report {
+	return &Report{
+		Contract:                Contract,
+		SafetyPercent:           SafetyPercent,
+		TypicalLatencySeconds:   TypicalLatency.Seconds(),
+		GoodputCeilingPerSecond: GoodputCeiling(),
+		RequestsPerSecond:       s.RequestsPerSecond,
+		DurationSeconds:         s.Duration.Seconds(),
+		Variants:                map[string]*VariantReport{},
+	}
+}
+
+// Add adds a variant's figures and evaluates the goals again.
+func (r *Report) Add(v *VariantReport) {
+	if _, ok := r.Variants[v.Name]; !ok {
+		r.Order = append(r.Order, v.Name)
+	}
+	r.Variants[v.Name] = v
+	r.Goals = EvaluateGoals(r)
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,265 @@
+//go:build unix
+
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Load settings of the harness.
+const (
+	// RequestTimeout bounds one request of the load.
+	RequestTimeout = 10 * time.Second
+	// MaxOutstanding bounds the load's requests in flight.
+	MaxOutstanding = 4096
+	// setupTimeout bounds the start of a variant's pods and plan.
+	setupTimeout = 90 * time.Second
+	// teardownTimeout bounds the graceful end of a variant's pods.
+	teardownTimeout = 60 * time.Second
+)
+
+// Namespace returns the namespace a variant runs in.
+func Namespace(v Variant) string { return "storm-" + v.Name }
+
+// Run runs one variant of the scenario in a fresh namespace and returns
+// its figures. An error means the harness could not run the scenario (a
+// process that did not start, an API call that failed), not that a goal was
+// missed.
+func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantReport, err error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	ns := Namespace(v)
+	logDir := filepath.Join(h.OutDir, "logs", v.Name)
+	manifestDir := filepath.Join(h.OutDir, "manifests")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := WriteManifests(manifestDir); err != nil {
+		return nil, err
+	}
+
+	h.logf("[%s] Applying the Deployment and HPA%s in namespace %s", v.Name, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
+	if _, err := h.kubectl("create", "namespace", ns); err != nil {
+		return nil, err
+	}
+	apply := []string{"apply", "--namespace", ns}
+	for _, m := range WorkloadManifests {
+		apply = append(apply, "-f", filepath.Join(manifestDir, m))
+	}
+	if v.Operator {
+		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
+	}
+	if _, err := h.kubectl(apply...); err != nil {
+		return nil, err
+	}
+
+	ds, err := StartDownstream(Contract, s.LatencyAt(0))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ds.Close() }()
+
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	obs := &Observations{}
+	var planDir string
+	if v.Operator {
+		go obs.WatchConfigMap(watchCtx, h.Client, ns, ConfigMapName, QuotaName)
+		go obs.WatchQuota(watchCtx, h.Client, ns, QuotaName)
+		// The pods fail fast without a plan, as they should: wait for the
+		// operator to publish one.
+		if err := waitFor(ctx, setupTimeout, "the operator publishing a plan", func() (bool, error) {
+			return len(obs.Published()) > 0, h.ManagerErr()
+		}); err != nil {
+			return nil, err
+		}
+	} else {
+		planDir = filepath.Join(h.OutDir, "plans", v.Name)
+		if err := WritePlanDir(planDir, *v.Plan); err != nil {
+			return nil, err
+		}
+	}
+
+	endpoints := &Endpoints{}
+	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
+		if v.Operator {
+			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
+				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
+		} else {
+			args = append(args, "--plan-dir", planDir)
+		}
+		args = append(args, GatewayRetryArgs...)
+		return h.procs.Start(ProcessSpec{
+			Name:    ns + "/" + pod.Name,
+			Path:    h.gateway,
+			Args:    args,
+			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
+			LogPath: filepath.Join(logDir, pod.Name+".log"),
+			OnLog: func(l LogLine) {
+				if l.Msg == MsgAppliedPlan {
+					obs.Applied(pod.Name, l)
+				}
+				onLog(l)
+			},
+		})
+	}
+	w, err := NewWorkload(ctx, WorkloadOptions{
+		Client:     h.Client,
+		Namespace:  ns,
+		Deployment: WorkloadName,
+		HPA:        WorkloadName,
+		Run:        run,
+		Endpoints:  endpoints,
+		StartDelay: s.PodStartDelay,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+		defer cancel()
+		err = errors.Join(err, w.Close(tctx))
+	}()
+
+	h.logf("[%s] Starting %d pods", v.Name, s.InitialReplicas)
+	if err := w.Start(ctx, s.InitialReplicas); err != nil {
+		return nil, err
+	}
+	if err := w.WaitReady(ctx, int(s.InitialReplicas), setupTimeout); err != nil {
+		return nil, err
+	}
+	if v.Operator {
+		// Start from a settled rollout, as a workload that has run a while.
+		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan", func() (bool, error) {
+			r := obs.Rollout()
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && r[len(r)-1].Acknowledged == s.InitialReplicas, h.ManagerErr()
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	h.logf("[%s] Running the schedule: %v at %.0f requests/s", v.Name, s.Duration, s.RequestsPerSecond)
+	data, err := h.conduct(ctx, v, s, ds, w, endpoints)
+	if err != nil {
+		return nil, err
+	}
+	if v.Operator {
+		// Let the last acknowledgements land before reading the rollout.
+		last := obs.Published()
+		_ = waitFor(ctx, 10*time.Second, "the rollout of the last plan", func() (bool, error) {
+			r := obs.Rollout()
+			if len(r) == 0 || len(last) == 0 {
+				return false, nil
+			}
+			cur := r[len(r)-1]
+			return cur.Hash == last[len(last)-1].Hash && cur.Acknowledged == cur.Total, nil
+		})
+	}
+	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
+	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
+		return nil, err
+	}
+	return Analyze(data), nil
+}
+
+// conduct runs the schedule: the load, the latency steps, the autoscaler's
+// steps, and the sampling of the downstream and the workload.
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints) (*RunData, error) {
+	start := time.Now().Add(50 * time.Millisecond)
+	load := &Load{
+		Rate:           s.RequestsPerSecond,
+		Endpoints:      endpoints,
+		Client:         NewLoadClient(RequestTimeout),
+		MaxOutstanding: MaxOutstanding,
+	}
+	defer load.Client.CloseIdleConnections()
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	loadDone := make(chan *LoadResult, 1)
+	go func() { loadDone <- load.Run(loadCtx, start, s.Duration) }()
+
+	samples := make(chan []Sample, 1)
+	stopSampling := make(chan struct{})
+	go func() {
+		var out []Sample
+		for i := 0; ; i++ {
+			off := time.Duration(i) * SampleInterval
+			select {
+			case <-stopSampling:
+				samples <- out
+				return
+			case <-time.After(time.Until(start.Add(off))):
+			}
+			out = append(out, Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off)})
+			if off >= s.Duration {
+				<-stopSampling
+				samples <- out
+				return
+			}
+		}
+	}()
+
+	type event struct {
+		at  time.Duration
+		run func() error
+	}
+	var events []event
+	for _, st := range s.Latency[1:] {
+		events = append(events, event{st.At, func() error {
+			h.logf("[%s] %5.1fs downstream latency → %v", v.Name, time.Since(start).Seconds(), st.Latency)
+			ds.SetLatency(st.Latency)
+			return nil
+		}})
+	}
+	for _, st := range s.Scale {
+		events = append(events, event{st.At, func() error {
+			h.logf("[%s] %5.1fs autoscaler: %d → %d replicas", v.Name, time.Since(start).Seconds(), w.Counts().Desired, st.Replicas)
+			return w.Scale(ctx, st.Replicas)
+		}})
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	var runErr error
+	for _, ev := range events {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(ev.at))):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if err := ev.run(); err != nil {
+			runErr = err
+			stopLoad()
+			break
+		}
+	}
+	res := <-loadDone
+	close(stopSampling)
+	data := &RunData{
+		Variant:  v,
+		Schedule: s,
+		Start:    start,
+		Samples:  <-samples,
+		Final:    ds.Sample(),
+		Load:     res,
+		Alive:    w.Running(),
+	}
+	if err := errors.Join(runErr, ctx.Err()); err != nil {
+		return nil, err
+	}
+	if len(data.Samples) == 0 {
+		return nil, fmt.Errorf("storm: no samples taken")
+	}
+	return data, nil
+}

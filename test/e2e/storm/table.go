@@ -1,0 +1,118 @@
+package storm
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// tableHeader and tableRow lay out the report's main table; the text and
+// markdown forms share them.
+var tableHeader = []string{
+	"variant", "downstream 429s", "peak in-flight", "local sheds", "goodput/s",
+	"gateway p50 / p99", "reload p50 / p99", "acknowledged",
+}
+
+func tableRow(r *Report, v *VariantReport) []string {
+	reload, acked := "–", "–"
+	if rl := v.ReloadLatencySeconds; rl != nil && rl.Count > 0 {
+		reload = fmt.Sprintf("%s / %s", ms(rl.P50), ms(rl.P99))
+	}
+	if ro := v.Rollout; ro != nil {
+		acked = fmt.Sprintf("%d/%d", ro.Acknowledged, ro.Total)
+	}
+	return []string{
+		v.Name,
+		fmt.Sprintf("%d (%.1f%%)", v.Downstream429, 100*v.Downstream429Fraction),
+		fmt.Sprintf("%d (contract %d)", v.PeakInFlight, r.Contract),
+		fmt.Sprintf("%d (%.1f%%)", v.LocalSheds, 100*v.LocalShedFraction),
+		fmt.Sprintf("%.1f", v.GoodputPerSecond),
+		fmt.Sprintf("%s / %s", ms(v.GatewayP50Seconds), ms(v.GatewayP99Seconds)),
+		reload,
+		acked,
+	}
+}
+
+func ms(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%.0f ms", s*1000)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
+
+// WriteTable writes the report for a terminal: the main table, the
+// per-phase goodput and peaks, the harness's load, and the goals.
+func WriteTable(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Contract %d in flight, %d%% handed out, typical latency %v: goodput ceiling %.1f/s. Load %.0f requests/s for %.0fs per variant.\n\n",
+		r.Contract, r.SafetyPercent, TypicalLatency, r.GoodputCeilingPerSecond, r.RequestsPerSecond, r.DurationSeconds)
+	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	for _, name := range r.Order {
+		fmt.Fprintln(tw, strings.Join(tableRow(r, r.Variants[name]), "\t"))
+	}
+	fmt.Fprintln(tw)
+
+	fmt.Fprintln(tw, "phase\tvariant\tgoodput/s\t429s\tpeak in-flight\tready pods at end\tgateway p99")
+	for _, name := range r.Order {
+		for _, p := range r.Variants[name].Phases {
+			steady := ""
+			if p.Steady {
+				steady = " (steady)"
+			}
+			fmt.Fprintf(tw, "%.0f–%.0fs %s%s\t%s\t%.1f\t%d\t%d\t%d\t%s\n",
+				p.From, p.To, p.Name, steady, name, p.GoodputPerSecond, p.Downstream429, p.PeakInFlight, p.ReadyPodsAtEnd, ms(p.GatewayP99))
+		}
+	}
+	fmt.Fprintln(tw)
+
+	fmt.Fprintln(tw, "variant\tload achieved/s (target)\tdropped by the harness\tanswered: ok / shed / 502 / pod 429-503 / error")
+	for _, name := range r.Order {
+		l := r.Variants[name].Load
+		fmt.Fprintf(tw, "%s\t%.0f (%.0f)\t%d\t%d / %d / %d / %d / %d\n", name, l.AchievedPerSecond, l.TargetPerSecond, l.Dropped,
+			l.Answered[OutcomeOK.String()], l.Answered[OutcomeShed.String()], l.Answered[OutcomeDownstreamError.String()],
+			l.Answered[OutcomePodRejected.String()], l.Answered[OutcomeError.String()])
+	}
+	fmt.Fprintln(tw)
+
+	fmt.Fprintln(tw, "goal\tvariant\twant\tgot\tresult")
+	for _, g := range r.Goals {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Goal, g.Variant, g.Want, g.Got, goalResult(g))
+	}
+	return tw.Flush()
+}
+
+func goalResult(g Goal) string {
+	switch {
+	case !g.Asserted:
+		return "reported"
+	case g.Met:
+		return "met"
+	default:
+		return "NOT MET"
+	}
+}
+
+// WriteMarkdown writes the main table and the goals as markdown, for the
+// README.
+func WriteMarkdown(w io.Writer, r *Report) error {
+	var b strings.Builder
+	row := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
+	row(tableHeader)
+	sep := make([]string, len(tableHeader))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	row(sep)
+	for _, name := range r.Order {
+		row(tableRow(r, r.Variants[name]))
+	}
+	b.WriteString("\n")
+	row([]string{"goal", "variant", "want", "got", "result"})
+	row([]string{"---", "---", "---", "---", "---"})
+	for _, g := range r.Goals {
+		row([]string{g.Goal, g.Variant, g.Want, g.Got, goalResult(g)})
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,57 @@
+package storm
+
+import (
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// Variant is one way of configuring the pods' gates, run on the same
+// scenario as the others.
+type Variant struct {
+	// Name is the variant's key in the report.
+	Name string
+	// Description says what it stands for.
+	Description string
+	// Operator variants apply the quota; the pods read their plan from the
+	// operator's ConfigMap through the API and acknowledge it.
+	Operator bool
+	// Plan is the fixed plan of a variant without the operator, mounted as
+	// a directory.
+	Plan *plan.Document
+}
+
+// GatewayRetryArgs are the retry flags of examples/gateway in every variant:
+// the application's "retry once on 429" rule. Only the plan differs between
+// the variants, and the plan's retry budget decides how many retries are
+// actually made.
+var GatewayRetryArgs = []string{"--max-retries", "1", "--retry-on-429"}
+
+// Variants returns the three variants in the order they run: the operator,
+// the hand-tuned static share for 8 pods, and the naive full contract per
+// pod.
+func Variants(s Schedule) ([]Variant, error) {
+	static, err := StaticPlan(s.InitialReplicas)
+	if err != nil {
+		return nil, err
+	}
+	naive, err := NaivePlan()
+	if err != nil {
+		return nil, err
+	}
+	return []Variant{
+		{
+			Name:        "operator",
+			Description: "the operator divides the contract by the replica count and the pods reload it",
+			Operator:    true,
+		},
+		{
+			Name:        "static",
+			Description: "every pod keeps the share computed for 8 pods, as a hand-tuned config would",
+			Plan:        &static,
+		},
+		{
+			Name:        "naive",
+			Description: "every pod may hold the whole contract, and retries once on 429",
+			Plan:        &naive,
+		},
+	}, nil
+}
