@@ -1,0 +1,34 @@
+// Package httpmw puts a gate in front of net/http: Middleware gates the
+// requests a server receives, Transport gates the calls a client makes to a
+// downstream.
+//
+// # Inbound
+//
+// Middleware admits each request through the gate before the handler runs
+// and holds the permit until the handler returns. A rejected request is
+// answered at once, without calling the handler:
+//
+//   - 429 Too Many Requests when the gate is rate limited;
+//   - 503 Service Unavailable when the waiting room is full, the wait timed
+//     out, the request's deadline is too short, the gate is closed, or the
+//     request's context ended while it waited.
+//
+// Both carry a Retry-After header in whole seconds, at least 1: the gate's
+// hint where it has one (the next token, when rate limited), else the
+// default (one second unless WithDefaultRetryAfter says otherwise). The body
+// is one line of plain text naming the reason, e.g. "rate_limited".
+//
+// # Outbound
+//
+// Transport is an http.RoundTripper that admits each call through the gate
+// before handing it to the base transport. A call is in flight until its
+// response body is read to the end or closed, or the call fails, or the
+// request's context ends, so that is when the permit is released, exactly
+// once. A call the gate rejects is never sent: RoundTrip returns the
+// *gate.Rejection (wrapped in *url.Error by http.Client; errors.As finds
+// it). Transport never retries.
+//
+// Transport counts the downstream's 429 responses, which are the signal that
+// the share is too large for the downstream (see Transport.Throttled,
+// Transport.OnThrottled and Metrics).
+package httpmw
