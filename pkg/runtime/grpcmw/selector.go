@@ -1,0 +1,17 @@
+package grpcmw
+
+import (
+	"context"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+)
+
+// Selector returns the gate for a call, given its context and full method
+// name ("/package.Service/Method"), or nil to let the call through ungated.
+// It runs on every call, so it must be fast and safe for concurrent use.
+type Selector func(ctx context.Context, fullMethod string) *gate.Gate
+
+// Fixed returns a Selector that gates every call with g.
+func Fixed(g *gate.Gate) Selector {
+	return func(context.Context, string) *gate.Gate { return g }
+}
