@@ -1,0 +1,244 @@
+// Command manager runs the backpressure-operator: the DownstreamQuota
+// controller, which divides each downstream's global contract over the pods
+// of the workload that calls it and publishes every pod's share in the
+// workload's ConfigMap.
+//
+// It runs in a cluster under its service account, or outside one against a
+// kubeconfig:
+//
+//	manager --kubeconfig=$HOME/.kube/config --leader-election-namespace=default
+//
+// Leader election is on by default. Its lease lives in
+// --leader-election-namespace, or else in the pod's own namespace, or else,
+// outside a cluster, in the kubeconfig context's namespace. Metrics are
+// served over HTTPS and only to callers the API server authenticates and
+// authorizes (get on the /metrics non-resource URL). Give "0" as a bind
+// address to turn that server off.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller"
+)
+
+// The metrics server asks the API server to authenticate and authorize
+// each scrape.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+const (
+	// eventSource is the reporting controller of the operator's events.
+	eventSource = "backpressure-operator"
+	// serviceAccountNamespace holds the pod's namespace in a cluster.
+	serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, err)
+		}
+		os.Exit(1)
+	}
+}
+
+// options are the manager's flags.
+type options struct {
+	metricsAddr             string
+	metricsSecure           bool
+	metricsCertDir          string
+	probeAddr               string
+	enableHTTP2             bool
+	leaderElect             bool
+	leaderElectionNamespace string
+	leaderElectionID        string
+	workers                 int
+	conflictRecheck         time.Duration
+	zap                     zap.Options
+}
+
+// parseFlags parses args into options. The --kubeconfig flag is
+// controller-runtime's, read by config.GetConfig.
+func parseFlags(args []string, output io.Writer) (*options, error) {
+	o := &options{zap: zap.Options{}}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(output)
+	config.RegisterFlags(fs)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", `Address the metrics endpoint binds to, such as ":8443"; "0" turns it off.`)
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers the API server authenticates and authorizes; false serves plain HTTP to anyone.")
+	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics server; empty uses a self-signed certificate.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", `Address the /healthz and /readyz probes bind to; "0" turns them off.`)
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Allow HTTP/2 on the metrics server; off by default against HTTP/2 stream-reset attacks.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that one replica reconciles at a time.")
+	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; default: the pod's namespace in a cluster, else the kubeconfig context's namespace.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "backpressure-operator.backpressure.dev", "Name of the leader election lease.")
+	fs.IntVar(&o.workers, "max-concurrent-reconciles", 4, "Quotas reconciled at once.")
+	fs.DurationVar(&o.conflictRecheck, "conflict-recheck", controller.DefaultConflictRecheck, "How often a quota whose ConfigMap name is taken by a ConfigMap the operator does not own checks again.")
+	o.zap.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("manager: unexpected arguments %q", fs.Args())
+	}
+	if o.workers < 1 {
+		return nil, fmt.Errorf("manager: --max-concurrent-reconciles must be at least 1, got %d", o.workers)
+	}
+	if o.conflictRecheck <= 0 {
+		return nil, fmt.Errorf("manager: --conflict-recheck must be positive, got %s", o.conflictRecheck)
+	}
+	return o, nil
+}
+
+// run parses args and runs the manager until ctx ends.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	o.zap.DestWriter = stderr
+	logger := zap.New(zap.UseFlagOptions(&o.zap))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+	log := logger.WithName("setup")
+
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("manager: load kubeconfig: %w", err)
+	}
+	leNamespace := ""
+	if o.leaderElect {
+		if leNamespace, err = leaderElectionNamespace(o.leaderElectionNamespace, kubeconfigPath()); err != nil {
+			return err
+		}
+		log.Info("Leader election enabled", "namespace", leNamespace, "lease", o.leaderElectionID)
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controller.CacheOptions(),
+		Metrics:                       metricsOptions(o),
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionNamespace:       leNamespace,
+		LeaderElectionReleaseOnCancel: true, // run returns right after the manager stops
+	})
+	if err != nil {
+		return fmt.Errorf("manager: create: %w", err)
+	}
+
+	r := controller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(eventSource),
+		controller.WithConflictRecheck(o.conflictRecheck))
+	if err := r.SetupWithManager(ctx, mgr, ctrlcontroller.Options{MaxConcurrentReconciles: o.workers}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("manager: add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("informers", informersSynced(mgr)); err != nil {
+		return fmt.Errorf("manager: add readiness check: %w", err)
+	}
+
+	log.Info("Starting manager", "metrics", o.metricsAddr, "probes", o.probeAddr, "workers", o.workers)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// metricsOptions configures the metrics server from the flags.
+func metricsOptions(o *options) metricsserver.Options {
+	m := metricsserver.Options{
+		BindAddress:   o.metricsAddr,
+		SecureServing: o.metricsSecure,
+		CertDir:       o.metricsCertDir,
+	}
+	if !o.enableHTTP2 {
+		m.TLSOpts = append(m.TLSOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	if o.metricsSecure {
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
+// informersSynced is a readiness check that passes once the manager's
+// informers have synced, so a replica is not ready while it still reads a
+// partial cache.
+func informersSynced(mgr manager.Manager) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informers not synced")
+		}
+		return nil
+	}
+}
+
+// kubeconfigPath returns the value of controller-runtime's --kubeconfig
+// flag after parsing.
+func kubeconfigPath() string {
+	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
+		return f.Value.String()
+	}
+	return ""
+}
+
+// leaderElectionNamespace returns the namespace of the leader election
+// lease: flagValue when set; in a cluster (no kubeconfig given), the pod's
+// namespace; else the namespace of the kubeconfig's current context, which
+// is "default" when the context names none, as with kubectl.
+func leaderElectionNamespace(flagValue, kubeconfig string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if kubeconfig == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		if ns, err := os.ReadFile(serviceAccountNamespace); err == nil && len(strings.TrimSpace(string(ns))) > 0 {
+			return strings.TrimSpace(string(ns)), nil
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("manager: leader election needs a namespace for its lease: pass --leader-election-namespace, or --leader-elect=false; the kubeconfig gave none: %w", err)
+	}
+	if ns == "" {
+		return "", errors.New("manager: leader election needs a namespace for its lease: pass --leader-election-namespace, or --leader-elect=false; the kubeconfig gave none")
+	}
+	return ns, nil
+}

@@ -1,0 +1,128 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+)
+
+// blockingDiagnostics are the plan's findings that make Ready False, most
+// important first: the published plan cannot keep the contract or the
+// deadline.
+var blockingDiagnostics = []string{
+	v1alpha1.ReasonQuotaTooSmall,
+	v1alpha1.ReasonOvercommitted,
+	v1alpha1.ReasonDeadlineBelowLatency,
+}
+
+// warningDiagnostics are findings that become Ready's reason while Ready
+// stays True: the plan holds, but part of the demand will be shed.
+var warningDiagnostics = []string{
+	v1alpha1.ReasonDemandExceedsQuota,
+}
+
+// readiness is what the Ready condition is computed from.
+type readiness struct {
+	workload v1alpha1.WorkloadReference
+	// workloadMissing: the workload does not exist.
+	workloadMissing bool
+	// invalid is why the spec gives no plan, if it does not.
+	invalid error
+	// conflict is why the target ConfigMap is not the operator's, if it is
+	// not.
+	conflict string
+	// missingHPA names the HPA spec.hpaName names when it does not exist.
+	missingHPA string
+	// published is where the current plan was published; nil when it was
+	// not.
+	published *v1alpha1.PublishedConfigMap
+	replicas  *v1alpha1.ReplicaStatus
+	permits   int32
+	// diagnostics are the plan's findings.
+	diagnostics []v1alpha1.Diagnostic
+}
+
+// readyCondition computes the Ready condition (without its transition time
+// and observed generation). The reason is the most important finding, in
+// the order the package documentation lists; the message says what it means
+// for the published plan and names the other findings.
+func readyCondition(in readiness) metav1.Condition {
+	notReady := func(reason, message string) metav1.Condition {
+		return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message}
+	}
+	switch {
+	case in.workloadMissing:
+		msg := fmt.Sprintf("%s %s not found; a plan is published once it exists", in.workload.Kind, in.workload.Name)
+		if in.published != nil {
+			msg += fmt.Sprintf("; the last plan stays in ConfigMap %s", in.published.Name)
+		}
+		return notReady(v1alpha1.ReasonWorkloadNotFound, msg)
+	case in.invalid != nil:
+		return notReady(v1alpha1.ReasonInvalidSpec, in.invalid.Error()+"; no plan computed")
+	case in.conflict != "":
+		return notReady(v1alpha1.ReasonConfigMapConflict, in.conflict+"; it was left untouched and the plan is not published")
+	}
+
+	summary := fmt.Sprintf("permits %d per pod over divisor %d (%s), published to ConfigMap %s",
+		in.permits, in.replicas.Divisor, in.replicas.DivisorSource, in.published.Name)
+	reasons := diagnosticReasons(in.diagnostics)
+	others := func(except string) string {
+		rest := slices.DeleteFunc(slices.Clone(reasons), func(r string) bool { return r == except })
+		if len(rest) == 0 {
+			return ""
+		}
+		return "; other findings: " + strings.Join(rest, ", ") + " (see status.diagnostics)"
+	}
+	if in.missingHPA != "" {
+		return notReady(v1alpha1.ReasonHPANotFound,
+			fmt.Sprintf("HorizontalPodAutoscaler %s not found; %s", in.missingHPA, summary)+others(""))
+	}
+	for _, reason := range blockingDiagnostics {
+		if d, ok := findDiagnostic(in.diagnostics, reason); ok {
+			return notReady(reason, d.Message+"; "+summary+others(reason))
+		}
+	}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished}
+	for _, reason := range warningDiagnostics {
+		if d, ok := findDiagnostic(in.diagnostics, reason); ok {
+			ready.Reason, ready.Message = reason, d.Message+"; "+summary+others(reason)
+			return ready
+		}
+	}
+	ready.Message = strings.ToUpper(summary[:1]) + summary[1:] + others("")
+	return ready
+}
+
+func findDiagnostic(diags []v1alpha1.Diagnostic, reason string) (v1alpha1.Diagnostic, bool) {
+	i := slices.IndexFunc(diags, func(d v1alpha1.Diagnostic) bool { return d.Reason == reason })
+	if i < 0 {
+		return v1alpha1.Diagnostic{}, false
+	}
+	return diags[i], true
+}
+
+// diagnosticReasons lists the distinct reasons of diags in their order.
+func diagnosticReasons(diags []v1alpha1.Diagnostic) []string {
+	var reasons []string
+	for _, d := range diags {
+		if !slices.Contains(reasons, d.Reason) {
+			reasons = append(reasons, d.Reason)
+		}
+	}
+	return reasons
+}
+
+// setCondition sets c in conds for generation at time now. The transition
+// time moves only when the status flips, as meta.SetStatusCondition does;
+// it is cut to seconds, as the API server stores it.
+func setCondition(conds *[]metav1.Condition, c metav1.Condition, generation int64, now time.Time) {
+	c.ObservedGeneration = generation
+	c.LastTransitionTime = metav1.NewTime(now).Rfc3339Copy()
+	meta.SetStatusCondition(conds, c)
+}

@@ -1,0 +1,241 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// DefaultConflictRecheck is how often a quota whose ConfigMap name is taken
+// by a ConfigMap the operator does not own checks again. The foreign
+// ConfigMap is outside the operator's label-filtered cache, so its removal
+// raises no event.
+const DefaultConflictRecheck = time.Minute
+
+// +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamquotas,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamquotas/status,verbs=patch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// DownstreamQuotaReconciler divides each DownstreamQuota's contract over its
+// workload's pods and publishes the shares; see the package documentation.
+// Build it with NewDownstreamQuotaReconciler.
+type DownstreamQuotaReconciler struct {
+	client          client.Client
+	apiReader       client.Reader
+	recorder        events.EventRecorder
+	clock           clock.PassiveClock
+	conflictRecheck time.Duration
+}
+
+var _ reconcile.Reconciler = (*DownstreamQuotaReconciler)(nil)
+
+// Option configures a DownstreamQuotaReconciler.
+type Option func(*DownstreamQuotaReconciler)
+
+// WithClock sets the clock that stamps condition transitions; the default
+// is the real clock.
+func WithClock(c clock.PassiveClock) Option {
+	return func(r *DownstreamQuotaReconciler) { r.clock = c }
+}
+
+// WithConflictRecheck sets how often a quota in ConfigMapConflict checks
+// again; the default is DefaultConflictRecheck.
+func WithConflictRecheck(d time.Duration) Option {
+	return func(r *DownstreamQuotaReconciler) { r.conflictRecheck = d }
+}
+
+// NewDownstreamQuotaReconciler returns a reconciler that reads through c
+// (the manager's cache-backed client, with the indexes of package indexer),
+// checks ConfigMaps outside the cache through apiReader, and records events
+// with recorder.
+func NewDownstreamQuotaReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, opts ...Option) *DownstreamQuotaReconciler {
+	r := &DownstreamQuotaReconciler{
+		client:          c,
+		apiReader:       apiReader,
+		recorder:        recorder,
+		clock:           clock.RealClock{},
+		conflictRecheck: DefaultConflictRecheck,
+	}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
+}
+
+// Reconcile brings one quota's published gate and status up to date, or
+// withdraws its gate when the quota is gone.
+func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	q := &v1alpha1.DownstreamQuota{}
+	if err := r.client.Get(ctx, req.NamespacedName, q); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("controller: get quota %s: %w", req.NamespacedName, err)
+		}
+		return ctrl.Result{}, r.withdraw(ctx, req.Namespace, req.Name, "")
+	}
+	if !q.DeletionTimestamp.IsZero() {
+		// Another finalizer keeps the quota for now; its pods' gate goes.
+		return ctrl.Result{}, r.withdraw(ctx, q.Namespace, q.Name, "")
+	}
+
+	status := q.Status.DeepCopy()
+	status.ObservedGeneration = q.Generation
+	in := readiness{workload: q.Spec.WorkloadRef, published: status.ConfigMap}
+	var (
+		result ctrl.Result
+		change *planChange
+	)
+	f, err := r.observe(ctx, q)
+	var invalid *quotaplan.FieldError
+	switch {
+	case errors.As(err, &invalid):
+		in.invalid = invalid
+	case err != nil:
+		return ctrl.Result{}, err
+	case f.workload == nil:
+		in.workloadMissing = true
+	default:
+		if result, change, err = r.publishPlan(ctx, q, f, status, &in); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	prev, written, err := r.writeStatus(ctx, q, status, readyCondition(in))
+	if err != nil || !written {
+		return result, err
+	}
+	// Events follow a status write, judged against the status the API
+	// server had, so a reconcile that read a stale cache reports nothing
+	// twice. Each plan change is its own event with its own numbers: events
+	// about an object aggregate by its reference, and q now carries the new
+	// resourceVersion.
+	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); c != nil &&
+		c.Reason == v1alpha1.ReasonConfigMapConflict && !sameCondition(prev.Conditions, *c) {
+		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, v1alpha1.ReasonConfigMapConflict, EventActionPublish, "%s", c.Message)
+	}
+	if change != nil {
+		if c := change.since(prev); c != nil {
+			r.recorder.Eventf(q, nil, corev1.EventTypeNormal, EventReasonPlanChanged, EventActionPublish, "%s", c.message())
+		}
+	}
+	return result, nil
+}
+
+// publishPlan computes the plan from the facts, publishes it and fills the
+// status and the readiness in. It returns the change of the published plan,
+// if any, for an event.
+func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1.DownstreamQuota, f facts, status *v1alpha1.DownstreamQuotaStatus, in *readiness) (ctrl.Result, *planChange, error) {
+	replicas := replicaStatus(f.workload, f.hpa, int32(len(f.pods)))
+	status.Replicas, in.replicas = &replicas, &replicas
+	if f.hpaMissing {
+		in.missingHPA = q.Spec.HPAName
+	}
+	p, err := quotaplan.Compute(q.Spec, replicas.Divisor)
+	if err != nil {
+		in.invalid = err
+		return ctrl.Result{}, nil, nil
+	}
+	status.PerPod, status.Demand, status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
+	in.permits, in.diagnostics = p.PerPod.Permits, p.Diagnostics
+
+	doc := planDocument(q, p)
+	data, err := plan.Marshal(doc)
+	if err != nil {
+		in.invalid = err
+		return ctrl.Result{}, nil, nil
+	}
+	name := indexer.ConfigMapName(q)
+	conflict, err := r.publish(ctx, q, name, doc.Hash, data)
+	if err != nil {
+		return ctrl.Result{}, nil, err
+	}
+	if conflict != "" {
+		in.conflict = conflict
+		if status.ConfigMap != nil && status.ConfigMap.Name == name {
+			status.ConfigMap = nil
+		}
+		in.published = status.ConfigMap
+		return ctrl.Result{RequeueAfter: r.conflictRecheck}, nil, nil
+	}
+	// The gate is in place in its ConfigMap; only now may it leave any
+	// other, so that the pods are never without it.
+	if err := r.withdraw(ctx, q.Namespace, q.Name, name); err != nil {
+		return ctrl.Result{}, nil, err
+	}
+
+	status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(q.Name), Hash: doc.Hash}
+	in.published = status.ConfigMap
+	status.Rollout = rolloutStatus(f.pods, q.Name, doc.Hash)
+	spec := quotaplan.Default(q.Spec)
+	return ctrl.Result{}, &planChange{
+		after:         planFigures{permits: p.PerPod.Permits, divisor: replicas.Divisor, source: replicas.DivisorSource},
+		concurrency:   spec.Contract.Concurrency,
+		safetyPercent: spec.SafetyPercent,
+		belowOne:      spec.BelowOne,
+		configMap:     name,
+		hash:          doc.Hash,
+	}, nil
+}
+
+// writeStatus sets Ready to ready in status and writes status as q's
+// status, in one merge patch, when it differs from what q has. The cache may
+// lag behind this controller's own last write, so before writing it compares
+// with the API server's copy, and patches under that copy's resourceVersion.
+// It returns the status the API server had before the write, and whether it
+// wrote; q then holds the result. A quota whose spec changed since q was
+// read is left alone: the generation change brings another reconcile.
+func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, ready metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
+	now := r.clock.Now()
+	desired := func(base *v1alpha1.DownstreamQuotaStatus) *v1alpha1.DownstreamQuotaStatus {
+		s := status.DeepCopy()
+		s.Conditions = slices.Clone(base.Conditions)
+		setCondition(&s.Conditions, ready, q.Generation, now)
+		return s
+	}
+	if equality.Semantic.DeepEqual(&q.Status, desired(&q.Status)) {
+		return nil, false, nil
+	}
+	live := &v1alpha1.DownstreamQuota{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(q), live); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	want := desired(&live.Status)
+	if live.Generation != q.Generation || equality.Semantic.DeepEqual(&live.Status, want) {
+		return nil, false, nil
+	}
+	base := live.DeepCopy()
+	live.Status = *want
+	if err := r.client.Status().Patch(ctx, live, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, false, fmt.Errorf("controller: write status of quota %s/%s: %w", q.Namespace, q.Name, err)
+	}
+	*status, *q = *want, *live
+	return &base.Status, true, nil
+}
+
+// sameCondition reports whether conds already has c's type with its status,
+// reason and message.
+func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
+	old := meta.FindStatusCondition(conds, c.Type)
+	return old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message
+}

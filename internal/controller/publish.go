@@ -1,0 +1,191 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+const (
+	// ManagedByLabel marks the ConfigMaps the operator owns. The manager's
+	// cache holds only ConfigMaps labelled ManagedByLabel=ManagedByValue.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedByLabel's value on the operator's ConfigMaps.
+	ManagedByValue = "backpressure-operator"
+	// FieldOwner is the field manager of the operator's writes that belong
+	// to no single quota: claiming a ConfigMap's name, withdrawing a gate.
+	// Each quota's gate is applied by gateFieldOwner(quota).
+	FieldOwner = "backpressure-operator"
+
+	// maxFieldManager is the API server's limit on a field manager's length.
+	maxFieldManager = 128
+)
+
+// gateFieldOwner is the field manager that applies quota's gate: one per
+// quota, so that each owns its own data key of a shared ConfigMap. A name
+// too long for the limit is cut and suffixed with a hash of the whole, so
+// it stays unique.
+func gateFieldOwner(quota string) string {
+	owner := FieldOwner + "/" + quota
+	if len(owner) <= maxFieldManager {
+		return owner
+	}
+	sum := sha256.Sum256([]byte(quota))
+	suffix := "-" + hex.EncodeToString(sum[:8])
+	return owner[:maxFieldManager-len(suffix)] + suffix
+}
+
+// configMapLabels are the labels of a workload's ConfigMap.
+func configMapLabels(workload string) map[string]string {
+	return map[string]string{ManagedByLabel: ManagedByValue, v1alpha1.WorkloadLabel: workload}
+}
+
+// notOurs says why cm may not hold workload's gates, or "" when it may.
+func notOurs(cm *corev1.ConfigMap, workload string) string {
+	if cm.Labels[ManagedByLabel] != ManagedByValue {
+		return fmt.Sprintf("ConfigMap %s exists and is not managed by %s (it lacks the label %s=%s)",
+			cm.Name, ManagedByValue, ManagedByLabel, ManagedByValue)
+	}
+	if w := cm.Labels[v1alpha1.WorkloadLabel]; w != workload {
+		return fmt.Sprintf("ConfigMap %s holds the gates of workload %q, not of %q", cm.Name, w, workload)
+	}
+	return ""
+}
+
+// gatePublished reports whether cm already holds q's gate with content hash
+// and names q as an owner, so that applying it would change nothing.
+func gatePublished(cm *corev1.ConfigMap, q *v1alpha1.DownstreamQuota, hash string) bool {
+	return currentDocument(cm.Data[plan.KeyFor(q.Name)], hash) &&
+		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == q.UID })
+}
+
+// publish puts q's gate, the encoded document data of content hash, into
+// the ConfigMap name of q's namespace. It writes nothing when the gate is
+// already there. When the ConfigMap is not the operator's it writes nothing
+// and returns why, as the conflict.
+func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, name, hash string, data []byte) (conflict string, err error) {
+	workload := q.Spec.WorkloadRef.Name
+	key := client.ObjectKey{Namespace: q.Namespace, Name: name}
+	cm := &corev1.ConfigMap{}
+	err = r.client.Get(ctx, key, cm)
+	if apierrors.IsNotFound(err) {
+		cm, err = r.claim(ctx, key, workload)
+	}
+	if err != nil {
+		return "", fmt.Errorf("controller: get configmap %s: %w", key, err)
+	}
+	if why := notOurs(cm, workload); why != "" {
+		return why, nil
+	}
+	if gatePublished(cm, q, hash) {
+		return "", nil
+	}
+	owner := metav1ac.OwnerReference().
+		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(indexer.QuotaKind).
+		WithName(q.Name).WithUID(q.UID)
+	gate := corev1ac.ConfigMap(name, q.Namespace).
+		WithLabels(configMapLabels(workload)).
+		WithOwnerReferences(owner).
+		WithData(map[string]string{plan.KeyFor(q.Name): string(data)})
+	// Force: the key is this quota's alone; someone who edited it by hand
+	// loses it back.
+	if err := r.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
+		return "", fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
+	}
+	return "", nil
+}
+
+// claim is called when the cache has no ConfigMap named key: there is none,
+// or it lacks the operator's label, or the cache has not seen it yet. It
+// returns the ConfigMap the API server has, creating an empty one with the
+// operator's labels when there is none. Creating, rather than applying,
+// fails instead of adopting a ConfigMap someone created since the read.
+func (r *DownstreamQuotaReconciler) claim(ctx context.Context, key client.ObjectKey, workload string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	if err := r.apiReader.Get(ctx, key, cm); !apierrors.IsNotFound(err) {
+		return cm, err
+	}
+	cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: configMapLabels(workload)}}
+	err := r.client.Create(ctx, cm, client.FieldOwner(FieldOwner))
+	if apierrors.IsAlreadyExists(err) {
+		// Another quota of the workload, or someone else, was first.
+		cm = &corev1.ConfigMap{}
+		err = r.apiReader.Get(ctx, key, cm)
+	}
+	return cm, err
+}
+
+// withdraw takes the gate of quota out of every operator ConfigMap of
+// namespace that holds it, except the one named keep, and deletes a
+// ConfigMap it leaves without data.
+func (r *DownstreamQuotaReconciler) withdraw(ctx context.Context, namespace, quota, keep string) error {
+	var list corev1.ConfigMapList
+	if err := r.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexer.ConfigMapGateKey: quota}); err != nil {
+		return fmt.Errorf("controller: list configmaps holding gate %s/%s: %w", namespace, quota, err)
+	}
+	for i := range list.Items {
+		if name := list.Items[i].Name; name != keep {
+			if err := r.removeGate(ctx, client.ObjectKey{Namespace: namespace, Name: name}, quota); err != nil {
+				return fmt.Errorf("controller: withdraw gate %s from configmap %s: %w", quota, name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeGate deletes quota's key and owner reference from the ConfigMap
+// named key, and then the ConfigMap if no data is left. It reads from the
+// API server and writes under the resourceVersion it read, retrying on a
+// conflict, so it never deletes a ConfigMap another quota has just written
+// to. A merge patch rather than an empty apply removes the key whoever last
+// wrote it.
+func (r *DownstreamQuotaReconciler) removeGate(ctx context.Context, key client.ObjectKey, quota string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm := &corev1.ConfigMap{}
+		if err := r.apiReader.Get(ctx, key, cm); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if cm.Labels[ManagedByLabel] != ManagedByValue {
+			return nil // no longer the operator's
+		}
+		if without, changed := withoutGate(cm, quota); changed {
+			if err := r.client.Patch(ctx, without, client.MergeFromWithOptions(cm, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			cm = without
+		}
+		if len(cm.Data) > 0 || len(cm.BinaryData) > 0 {
+			return nil
+		}
+		err := r.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
+		return client.IgnoreNotFound(err)
+	})
+}
+
+// withoutGate returns a copy of cm without quota's key and DownstreamQuota
+// owner references, and whether that changed anything.
+func withoutGate(cm *corev1.ConfigMap, quota string) (*corev1.ConfigMap, bool) {
+	out := cm.DeepCopy()
+	key := plan.KeyFor(quota)
+	_, had := out.Data[key]
+	delete(out.Data, key)
+	refs := len(out.OwnerReferences)
+	out.OwnerReferences = slices.DeleteFunc(out.OwnerReferences, func(ref metav1.OwnerReference) bool {
+		return indexer.IsQuotaOwner(ref) && ref.Name == quota
+	})
+	return out, had || len(out.OwnerReferences) != refs
+}

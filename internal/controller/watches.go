@@ -1,0 +1,261 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// ControllerName names the controller in logs and metrics.
+const ControllerName = "downstreamquota"
+
+// SetupWithManager registers the field indexes and the controller with
+// mgr. The manager's cache must be built with CacheOptions.
+func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+	if err := indexer.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		WithOptions(opts).
+		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
+		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.quotasForHPA), builder.WithPredicates(hpaChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.quotasForPod), builder.OnlyMetadata, builder.WithPredicates(podChanged)).
+		Watches(&corev1.ConfigMap{}, r.configMapHandler()).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("controller: set up %s: %w", ControllerName, err)
+	}
+	return nil
+}
+
+// quotasMatching returns a request for each quota of namespace that the
+// field index selects.
+func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespace string, fields client.MatchingFields) []reconcile.Request {
+	var list v1alpha1.DownstreamQuotaList
+	if err := r.client.List(ctx, &list, client.InNamespace(namespace), fields, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "namespace", namespace, "fields", fields)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
+	}
+	return reqs
+}
+
+// quotasForWorkload maps a Deployment or StatefulSet to the quotas naming
+// it.
+func (r *DownstreamQuotaReconciler) quotasForWorkload(kind string) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: indexer.WorkloadKey(kind, obj.GetName())})
+	}
+}
+
+// quotasForHPA maps an HPA to the quotas that name it and to the quotas of
+// the workload it scales.
+func (r *DownstreamQuotaReconciler) quotasForHPA(ctx context.Context, obj client.Object) []reconcile.Request {
+	reqs := r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaHPAKey: obj.GetName()})
+	if hpa, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
+		if target, ok := indexer.HPATarget(hpa); ok {
+			reqs = append(reqs, r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: target})...)
+		}
+	}
+	return reqs
+}
+
+// quotasForPod maps a pod to the quotas of every workload of its namespace
+// whose selector matches its labels: the same match by which a reconcile
+// counts pods. Pod metadata alone does not name a Deployment (its owner is
+// a ReplicaSet), and the selector is the rule the count follows anyway.
+func (r *DownstreamQuotaReconciler) quotasForPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	podLabels := labels.Set(obj.GetLabels())
+	ns := obj.GetNamespace()
+	var reqs []reconcile.Request
+	matches := func(kind, name string, sel *metav1.LabelSelector) {
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err == nil && !s.Empty() && s.Matches(podLabels) {
+			reqs = append(reqs, r.quotasMatching(ctx, ns, client.MatchingFields{indexer.QuotaWorkloadKey: indexer.WorkloadKey(kind, name)})...)
+		}
+	}
+	var deployments appsv1.DeploymentList
+	if err := r.client.List(ctx, &deployments, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list deployments", "namespace", ns)
+	}
+	for i := range deployments.Items {
+		matches(kindDeployment, deployments.Items[i].Name, deployments.Items[i].Spec.Selector)
+	}
+	var statefulSets appsv1.StatefulSetList
+	if err := r.client.List(ctx, &statefulSets, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list statefulsets", "namespace", ns)
+	}
+	for i := range statefulSets.Items {
+		matches(kindStatefulSet, statefulSets.Items[i].Name, statefulSets.Items[i].Spec.Selector)
+	}
+	return reqs
+}
+
+// configMapHandler maps events on the operator's ConfigMaps to quotas. A
+// created or deleted ConfigMap concerns every quota whose gate it holds or
+// that publishes to it; an update concerns only the quotas whose key or
+// owner reference changed, so that one quota's write does not wake every
+// other quota of the workload.
+func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
+	all := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		for _, gate := range indexer.Gates(cm) {
+			q.Add(request(cm.Namespace, gate))
+		}
+		for _, req := range r.quotasMatching(ctx, cm.Namespace, client.MatchingFields{indexer.QuotaConfigMapKey: cm.Name}) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			all(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			oldCM, okOld := e.ObjectOld.(*corev1.ConfigMap)
+			newCM, okNew := e.ObjectNew.(*corev1.ConfigMap)
+			if !okOld || !okNew {
+				return
+			}
+			if !maps.Equal(oldCM.Labels, newCM.Labels) {
+				all(ctx, newCM, q)
+				return
+			}
+			for _, gate := range changedGates(oldCM, newCM) {
+				q.Add(request(newCM.Namespace, gate))
+			}
+		},
+	}
+}
+
+// changedGates returns the quotas whose key or owner reference differs
+// between two versions of a ConfigMap.
+func changedGates(oldCM, newCM *corev1.ConfigMap) []string {
+	changed := map[string]struct{}{}
+	for _, pair := range [][2]*corev1.ConfigMap{{oldCM, newCM}, {newCM, oldCM}} {
+		a, b := pair[0], pair[1]
+		for key, value := range a.Data {
+			if other, ok := b.Data[key]; !ok || other != value {
+				if gate, ok := plan.GateFromKey(key); ok {
+					changed[gate] = struct{}{}
+				}
+			}
+		}
+		for _, ref := range a.OwnerReferences {
+			if indexer.IsQuotaOwner(ref) && !slices.Contains(b.OwnerReferences, ref) {
+				changed[ref.Name] = struct{}{}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(changed))
+}
+
+func request(namespace, name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: name}}
+}
+
+// deletionStarted passes a quota update that set its deletion timestamp.
+var deletionStarted = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+	},
+}
+
+// workloadChanged passes workload updates that change a replica fact or the
+// selector; a rollout's many status updates do not wake the quotas.
+var workloadChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		oldSpec, oldStatus, oldSelector := workloadReplicaFacts(e.ObjectOld)
+		newSpec, newStatus, newSelector := workloadReplicaFacts(e.ObjectNew)
+		return !ptr.Equal(oldSpec, newSpec) || oldStatus != newStatus || !equality.Semantic.DeepEqual(oldSelector, newSelector)
+	},
+}
+
+func workloadReplicaFacts(obj client.Object) (spec *int32, status int32, selector *metav1.LabelSelector) {
+	switch w := obj.(type) {
+	case *appsv1.Deployment:
+		return w.Spec.Replicas, w.Status.Replicas, w.Spec.Selector
+	case *appsv1.StatefulSet:
+		return w.Spec.Replicas, w.Status.Replicas, w.Spec.Selector
+	}
+	return nil, 0, nil
+}
+
+// hpaChanged passes HPA updates that change its target or a replica fact.
+var hpaChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*autoscalingv2.HorizontalPodAutoscaler)
+		n, okNew := e.ObjectNew.(*autoscalingv2.HorizontalPodAutoscaler)
+		if !okOld || !okNew {
+			return true
+		}
+		return o.Spec.ScaleTargetRef != n.Spec.ScaleTargetRef ||
+			!ptr.Equal(o.Spec.MinReplicas, n.Spec.MinReplicas) || o.Spec.MaxReplicas != n.Spec.MaxReplicas ||
+			o.Status.CurrentReplicas != n.Status.CurrentReplicas || o.Status.DesiredReplicas != n.Status.DesiredReplicas
+	},
+}
+
+// podChanged passes pod updates that change what a quota sees of a pod:
+// its labels (which workload it counts for), its deletion timestamp, or an
+// acknowledgement annotation.
+var podChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		if !maps.Equal(o.GetLabels(), n.GetLabels()) || o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() {
+			return true
+		}
+		return !maps.EqualFunc(appliedAnnotations(o), appliedAnnotations(n), func(a, b string) bool { return a == b })
+	},
+}
+
+// appliedAnnotations returns the acknowledgement annotations of obj.
+func appliedAnnotations(obj client.Object) map[string]string {
+	out := map[string]string{}
+	for k, v := range obj.GetAnnotations() {
+		if strings.HasPrefix(k, v1alpha1.AppliedAnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
