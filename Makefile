@@ -35,7 +35,7 @@ generate: ## Generate the deepcopy methods of the API types.
 
 .PHONY: verify-generated
 verify-generated: ## Fail when a generated file is stale.
-	hack/verify-generated.sh manifests generate
+	hack/verify-generated.sh manifests generate docs
 
 .PHONY: fmt
 fmt: ## Format the Go code.
@@ -68,3 +68,59 @@ build: ## Build the binaries into bin/.
 .PHONY: run
 run: ## Run the manager against the current kubeconfig.
 	$(GO) run ./cmd/manager
+
+##@ Deploy and document
+
+# The manager image that docker-build builds and deploy installs.
+IMG ?= backpressure-operator:latest
+CONTAINER_TOOL ?= docker
+# The kubectl of the cluster to deploy to (the current kubeconfig context).
+KUBECTL ?= kubectl
+CRD_REF_DOCS := $(GO) tool -modfile=hack/tools/crd-ref-docs/go.mod crd-ref-docs
+HELM := $(GO) tool -modfile=hack/tools/helm/go.mod helm
+PROMTOOL := $(GO) tool -modfile=hack/tools/promtool/go.mod promtool
+CHART := charts/backpressure-operator
+
+.PHONY: docs
+docs: ## Generate the API reference, docs/reference/api.md, from the API types.
+	$(CRD_REF_DOCS) --source-path=api/v1alpha1 --config=docs/reference/config.yaml \
+		--renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
+
+.PHONY: chart-sync
+chart-sync: ## Copy the CRDs, the manager's role, the alerts and the dashboard into the Helm chart.
+	rm -f $(CHART)/crds/*.yaml
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/manager-role.yaml
+	cp config/prometheus/alerts.yaml $(CHART)/files/alerts.yaml
+	cp config/prometheus/dashboard.json $(CHART)/files/dashboard.json
+
+.PHONY: tools
+tools: ## Build the pinned tools the manifest tests run (helm and promtool take minutes the first time).
+	$(HELM) version >/dev/null
+	$(PROMTOOL) --version >/dev/null
+	$(CRD_REF_DOCS) --version >/dev/null
+
+.PHONY: docker-build
+docker-build: ## Build the manager image IMG (needs a Docker engine, or CONTAINER_TOOL=podman).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the manager image IMG.
+	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: deploy
+deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.
+	@mkdir -p _output/deploy
+	@img='$(IMG)'; \
+	case "$${img##*/}" in \
+	  *@*) name="$${img%@*}"; ref="digest: $${img##*@}" ;; \
+	  *:*) name="$${img%:*}"; ref="newTag: $${img##*:}" ;; \
+	  *)   name="$$img"; ref="newTag: latest" ;; \
+	esac; \
+	printf '# Written by make deploy.\nresources:\n- ../../config/default\nimages:\n- name: backpressure-operator\n  newName: %s\n  %s\n' \
+		"$$name" "$$ref" > _output/deploy/kustomization.yaml
+	$(KUBECTL) apply -k _output/deploy
+
+.PHONY: undeploy
+undeploy: ## Remove the operator from the cluster, with its CRD and so every DownstreamQuota.
+	$(KUBECTL) delete --ignore-not-found -k config/default
