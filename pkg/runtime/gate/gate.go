@@ -19,11 +19,12 @@ import (
 // room: it rejects every call until Update gives it some. A Gate is safe for
 // concurrent use by multiple goroutines. A Gate must not be copied.
 type Gate struct {
+	// state is the admission word described in state.go. It is the first
+	// field so that it is 64-bit aligned on 32-bit platforms too.
+	state uint64
+
 	// name is fixed at New.
 	name string
-
-	// state is the admission word described in state.go.
-	state atomic.Uint64
 	// limiter is the token bucket, created the first time the gate is given a
 	// rate and resized in place afterwards.
 	limiter atomic.Pointer[rate.Limiter]
@@ -31,11 +32,15 @@ type Gate struct {
 	latency  atomic.Int64
 	rejected [numReasons]atomic.Uint64
 	waits    histogram.Histogram
+	// phantoms counts fast-path admissions undone after a lost race; tests
+	// read it to know that path ran.
+	phantoms atomic.Uint64
 
 	mu             sync.Mutex
 	limits         Limits      // guarded by mu
 	room           waitingRoom // guarded by mu
 	admittedLocked uint64      // guarded by mu; admissions not in the state word, see state.go
+	admittedShown  uint64      // guarded by mu; the largest Admitted that Stats returned
 }
 
 // New returns a gate named name (the gate label of its metrics and the Gate
@@ -68,9 +73,19 @@ func (g *Gate) Limits() Limits {
 // AcquireTimeout, or the point where the context's remaining time falls below
 // TypicalLatency.
 func (g *Gate) Acquire(ctx context.Context) (Permit, error) {
-	s := g.state.Load()
-	if fastAdmissible(s) && (s&latencyBit == 0 || noDeadline(ctx)) && g.state.CompareAndSwap(s, s+admitOne) {
-		return Permit{g: g}, nil
+	// The lock-free path: no rate, nobody waiting, no deadline to check, a
+	// permit free. See state.go for why a lost race is undone rather than
+	// prevented. (Written out here and in TryAcquire: a shared helper would
+	// cost a call on the hot path.)
+	s := g.load()
+	if s&(slowBits|latencyBit) != 0 && (s&slowBits != 0 || !noDeadline(ctx)) {
+		return g.acquireSlow(ctx, time.Time{}, true)
+	}
+	if s&inflightMask < s&limitMask>>limitShift && s&countMask < countFold<<countShift {
+		if fastAdmissible(g.add(admitOne) - admitOne) {
+			return Permit{g: g}, nil
+		}
+		g.undoAdmit()
 	}
 	return g.acquireSlow(ctx, time.Time{}, true)
 }
@@ -78,11 +93,26 @@ func (g *Gate) Acquire(ctx context.Context) (Permit, error) {
 // TryAcquire is Acquire without the waiting room: when no permit is free it
 // rejects the call at once with QueueFull.
 func (g *Gate) TryAcquire(ctx context.Context) (Permit, error) {
-	s := g.state.Load()
-	if fastAdmissible(s) && (s&latencyBit == 0 || noDeadline(ctx)) && g.state.CompareAndSwap(s, s+admitOne) {
-		return Permit{g: g}, nil
+	s := g.load()
+	if s&(slowBits|latencyBit) != 0 && (s&slowBits != 0 || !noDeadline(ctx)) {
+		return g.acquireSlow(ctx, time.Time{}, false)
+	}
+	if s&inflightMask < s&limitMask>>limitShift && s&countMask < countFold<<countShift {
+		if fastAdmissible(g.add(admitOne) - admitOne) {
+			return Permit{g: g}, nil
+		}
+		g.undoAdmit()
 	}
 	return g.acquireSlow(ctx, time.Time{}, false)
+}
+
+// undoAdmit takes back a fast-path admission that lost its race, handing
+// the permit on like a release.
+func (g *Gate) undoAdmit() {
+	g.phantoms.Add(1)
+	if g.add(^uint64(admitOne-1)) >= queuedBit { // subtracts admitOne
+		g.releaseSlow()
+	}
 }
 
 // TryAcquireAt is TryAcquire with the current time given, for the token
@@ -113,7 +143,10 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 	if err := ctx.Err(); err != nil {
 		return Permit{}, err
 	}
-	s := g.state.Load()
+	s := g.load()
+	// An over-release leaves in-flight above every limit, which sends every
+	// Acquire here: report it rather than shed calls forever.
+	g.checkOverRelease(s)
 	if s&closedBit != 0 {
 		return g.reject(Closed, 0)
 	}
@@ -140,7 +173,7 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		g.mu.Unlock()
 		return Permit{g: g}, nil
 	}
-	if g.state.Load()&closedBit != 0 {
+	if g.load()&closedBit != 0 {
 		g.mu.Unlock()
 		return g.reject(Closed, 0)
 	}
@@ -265,14 +298,15 @@ func nextToken(lim *rate.Limiter, now time.Time) time.Duration {
 }
 
 // tryAdmit admits one call without the mutex if nobody waits and a permit is
-// free.
+// free. It uses a compare-and-swap, which never leaves a phantom: the slow
+// path is where contention at the limit ends up.
 func (g *Gate) tryAdmit() bool {
 	for {
-		s := g.state.Load()
-		if s&(queuedBit|closedBit) != 0 || s&inflightMask >= s&limitMask>>limitShift || s&countMask == countMask {
+		s := g.load()
+		if s&(queuedBit|closedBit) != 0 || s&inflightMask >= s&limitMask>>limitShift || s&countMask >= countFold<<countShift {
 			return false
 		}
-		if g.state.CompareAndSwap(s, s+admitOne) {
+		if g.cas(s, s+admitOne) {
 			return true
 		}
 	}
@@ -284,22 +318,22 @@ func (g *Gate) tryAdmit() bool {
 // takes the permit, since one whose context ended meanwhile hands it back.
 func (g *Gate) admitLocked(forWaiter bool) bool {
 	for {
-		s := g.state.Load()
+		s := g.load()
 		if s&closedBit != 0 || inflight(s) >= limit(s) || (!forWaiter && s&queuedBit != 0) {
 			return false
 		}
-		if forWaiter {
-			if g.state.CompareAndSwap(s, s+1) {
-				return true
-			}
-			continue
+		n := s + 1
+		if !forWaiter {
+			n += 1 << countShift
 		}
-		// The admission count sits in the top bits, so a full field wraps to
-		// zero by itself; carry the wrap into admittedLocked.
-		if g.state.CompareAndSwap(s, s+admitOne) {
-			if s&countMask == countMask {
-				g.admittedLocked += countWrap
-			}
+		// Fold the admission field into admittedLocked before it nears its
+		// headroom (see state.go).
+		folded := count(n)
+		if folded < countFold {
+			folded = 0
+		}
+		if g.cas(s, n-folded<<countShift) {
+			g.admittedLocked += folded
 			return true
 		}
 	}
@@ -320,8 +354,8 @@ func (g *Gate) dispatchLocked() {
 
 func (g *Gate) setQueuedLocked() {
 	for {
-		s := g.state.Load()
-		if s&queuedBit != 0 || g.state.CompareAndSwap(s, s|queuedBit) {
+		s := g.load()
+		if s&queuedBit != 0 || g.cas(s, s|queuedBit) {
 			return
 		}
 	}
@@ -329,33 +363,33 @@ func (g *Gate) setQueuedLocked() {
 
 func (g *Gate) clearQueuedLocked() {
 	for {
-		s := g.state.Load()
-		if s&queuedBit == 0 || g.state.CompareAndSwap(s, s&^queuedBit) {
+		s := g.load()
+		if s&queuedBit == 0 || g.cas(s, s&^queuedBit) {
 			return
 		}
 	}
 }
 
-// release returns one permit. When waiters are queued it hands the permit on
-// under the mutex; otherwise it is a single atomic add.
+// release returns one permit, for ReleaseFunc.
 func (g *Gate) release() {
-	s := g.state.Add(^uint64(0))
-	if s&inflightMask == inflightMask {
-		panic("gate: released more permits than were acquired")
-	}
-	if s&queuedBit != 0 {
-		g.mu.Lock()
-		g.dispatchLocked()
-		g.mu.Unlock()
+	if g.add(^uint64(0)) >= queuedBit {
+		g.releaseSlow()
 	}
 }
 
+// releaseSlow follows a release that found waiters: it hands the permit to
+// the first one.
+func (g *Gate) releaseSlow() {
+	g.mu.Lock()
+	g.checkOverRelease(g.load())
+	g.dispatchLocked()
+	g.mu.Unlock()
+}
+
 func (g *Gate) releaseLocked() {
-	s := g.state.Add(^uint64(0))
-	if s&inflightMask == inflightMask {
-		panic("gate: released more permits than were acquired")
-	}
-	if s&queuedBit != 0 {
+	s := g.add(^uint64(0))
+	g.checkOverRelease(s)
+	if s >= queuedBit {
 		g.dispatchLocked()
 	}
 }
@@ -392,7 +426,7 @@ func (g *Gate) UpdateAt(l Limits, now time.Time) error {
 	g.latency.Store(int64(l.TypicalLatency))
 	g.limits = l
 	for {
-		s := g.state.Load()
+		s := g.load()
 		n := s&^(limitMask|ratedBit|latencyBit) | uint64(l.Permits)<<limitShift
 		if l.RatePerSecond > 0 {
 			n |= ratedBit
@@ -400,7 +434,7 @@ func (g *Gate) UpdateAt(l Limits, now time.Time) error {
 		if l.TypicalLatency > 0 {
 			n |= latencyBit
 		}
-		if g.state.CompareAndSwap(s, n) {
+		if g.cas(s, n) {
 			break
 		}
 	}
@@ -415,8 +449,8 @@ func (g *Gate) Close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for {
-		s := g.state.Load()
-		if g.state.CompareAndSwap(s, s|closedBit) {
+		s := g.load()
+		if g.cas(s, s|closedBit) {
 			break
 		}
 	}

@@ -561,3 +561,26 @@ func TestRejectionStrings(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestAcquireReleaseDoesNotAllocate(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage counters change allocation")
+	}
+	for _, l := range []gate.Limits{
+		{Permits: 4, QueueCapacity: 4, MaxQueueWait: time.Second},
+		{Permits: 4, TypicalLatency: time.Second},
+	} {
+		g := mustNew(t, l)
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			p, err := g.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Release()
+		})
+		if allocs != 0 {
+			t.Errorf("Acquire+Release with %+v: %v allocations, want 0", l, allocs)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package gate
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Permit is one admission. Release it exactly when the admitted call ends.
 //
@@ -21,9 +24,13 @@ type Permit struct {
 
 // Release returns the permit to its gate. Calls after the first do nothing.
 func (p *Permit) Release() {
-	if g := p.g; g != nil {
-		p.g = nil
-		g.release()
+	g := p.g
+	p.g = nil
+	// One atomic add, and the mutex only when someone waits for the permit
+	// (the queued flag is the top bit). Written out rather than calling
+	// g.release so that Release stays within the inlining budget.
+	if g != nil && atomic.AddUint64(&g.state, ^uint64(0)) >= queuedBit {
+		g.releaseSlow()
 	}
 }
 

@@ -6,11 +6,14 @@ import "github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/hi
 type Stats struct {
 	// Limits are the limits in force.
 	Limits Limits
-	// InFlight is the number of admitted calls not yet released.
+	// InFlight is the number of admitted calls not yet released. A call
+	// racing another for the last permit may be in it for a moment.
 	InFlight int
 	// Queued is the number of calls in the waiting room.
 	Queued int
-	// Admitted counts every admission since the gate was made.
+	// Admitted counts every admission since the gate was made. It never
+	// decreases; a call racing another for the last permit may be counted a
+	// moment before the admission it stands for.
 	Admitted uint64
 	// Rejected counts rejections by reason; every Reason has an entry.
 	Rejected map[Reason]uint64
@@ -23,13 +26,19 @@ type Stats struct {
 // is meant for scrapes, not for hot paths.
 func (g *Gate) Stats() Stats {
 	g.mu.Lock()
-	s := g.state.Load()
+	s := g.load()
 	st := Stats{
 		Limits:   g.limits,
 		InFlight: inflight(s),
 		Queued:   g.room.len,
 		Admitted: g.admittedLocked + count(s),
 	}
+	// A phantom (see state.go) may be in the word for a moment; never let
+	// the counter appear to go backwards when it leaves.
+	if st.Admitted < g.admittedShown {
+		st.Admitted = g.admittedShown
+	}
+	g.admittedShown = st.Admitted
 	g.mu.Unlock()
 	st.Rejected = make(map[Reason]uint64, len(Reasons))
 	for _, r := range Reasons {

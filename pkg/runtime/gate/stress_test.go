@@ -224,3 +224,50 @@ func TestStressResizeUnderLoad(t *testing.T) {
 		t.Errorf("the stress did not exercise the gate: %d admissions, %d resizes", admitted.Load(), resizes.Load())
 	}
 }
+
+// TestFastPathRaceAtTheLimit makes goroutines race for the last permits on
+// the lock-free path, where a lost race is undone after the fact (see
+// state.go), and checks that no more callers ever hold permits than the
+// limit, that nothing is left in flight, and that the admission count is
+// exact. It runs until such races have happened many times.
+func TestFastPathRaceAtTheLimit(t *testing.T) {
+	const permits = 3
+	g := mustNew(t, gate.Limits{Permits: permits})
+	ctx := context.Background()
+	var holding, admitted, over atomic.Int64
+	deadline := time.Now().Add(5 * time.Second)
+	for g.Phantoms() < 100 && time.Now().Before(deadline) {
+		var wg sync.WaitGroup
+		for range 4 * runtime.GOMAXPROCS(0) {
+			wg.Go(func() {
+				for i := range 2000 {
+					p, err := g.TryAcquire(ctx)
+					if err != nil {
+						continue
+					}
+					admitted.Add(1)
+					if holding.Add(1) > permits {
+						over.Add(1)
+					}
+					if i%7 == 0 {
+						runtime.Gosched()
+					}
+					holding.Add(-1)
+					p.Release()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if g.Phantoms() == 0 {
+		t.Fatal("no fast-path race was lost in 5s; the undo path was not exercised")
+	}
+	if over.Load() > 0 {
+		t.Errorf("%d times more than %d callers held permits", over.Load(), permits)
+	}
+	st := g.Stats()
+	if st.InFlight != 0 || st.Admitted != uint64(admitted.Load()) {
+		t.Errorf("Stats: in flight %d, admitted %d; want 0 and %d", st.InFlight, st.Admitted, admitted.Load())
+	}
+	t.Logf("%d admissions, %d lost races undone", admitted.Load(), g.Phantoms())
+}
