@@ -73,6 +73,8 @@ type clientStream struct {
 	done          atomic.Bool
 }
 
+// RecvMsg receives a message and ends the stream on an error, io.EOF or
+// the only response.
 func (s *clientStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	// With a single response (unary and client-streaming calls) grpc-go
@@ -83,6 +85,7 @@ func (s *clientStream) RecvMsg(m any) error {
 	return err
 }
 
+// SendMsg sends a message and ends the stream if that fails.
 func (s *clientStream) SendMsg(m any) error {
 	err := s.ClientStream.SendMsg(m)
 	if err != nil {

@@ -39,9 +39,14 @@ type rejectionError struct {
 	status    *status.Status
 }
 
-func (e *rejectionError) Error() string              { return e.status.Err().Error() }
+// Error returns the text of the status error.
+func (e *rejectionError) Error() string { return e.status.Err().Error() }
+
+// GRPCStatus returns the status, for status.FromError and grpc-go.
 func (e *rejectionError) GRPCStatus() *status.Status { return e.status }
-func (e *rejectionError) Unwrap() error              { return e.rejection }
+
+// Unwrap returns the gate's rejection.
+func (e *rejectionError) Unwrap() error { return e.rejection }
 
 // admissionError turns an error from g.Acquire into the error the call ends
 // with: a rejection becomes RESOURCE_EXHAUSTED with its details, the end of

@@ -16,7 +16,9 @@
 // Both carry a Retry-After header in whole seconds, at least 1: the gate's
 // hint where it has one (the next token, when rate limited), else the
 // default (one second unless WithDefaultRetryAfter says otherwise). The body
-// is one line of plain text naming the reason, e.g. "rate_limited".
+// is one line of plain text naming the reason: the gate's (e.g.
+// "rate_limited", "queue_full"), or "wait_cancelled" or
+// "wait_deadline_exceeded" when the request's context ended while it waited.
 //
 // # Outbound
 //

@@ -112,7 +112,7 @@ func TestMiddlewareRejects(t *testing.T) {
 			var calls int
 			var mu sync.Mutex
 			unblock := make(chan struct{})
-			var h http.Handler = Middleware(g, tc.opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h := Middleware(g, tc.opts...)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				calls++
 				mu.Unlock()
@@ -269,4 +269,13 @@ func TestMiddlewareLimitsConcurrency(t *testing.T) {
 	}
 	t.Logf("responses by status (-1: client gave up): %v", codes)
 	assertNoLeak(t, g)
+}
+
+func TestMiddlewareWithoutGatePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Middleware(nil) did not panic")
+		}
+	}()
+	Middleware(nil)
 }

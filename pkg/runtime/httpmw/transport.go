@@ -88,6 +88,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the idle connections of the base transport, if
+// it has such a method, so that http.Client.CloseIdleConnections reaches it.
+func (t *Transport) CloseIdleConnections() {
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t *Transport) observe(resp *http.Response) {
 	if t.Metrics != nil {
 		t.Metrics.observe(t.Gate.Name(), resp.StatusCode)
@@ -117,6 +129,7 @@ type body struct {
 	done   atomic.Bool
 }
 
+// Read reads the body and ends the call on any error, io.EOF included.
 func (b *body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
@@ -127,6 +140,7 @@ func (b *body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body and ends the call.
 func (b *body) Close() error {
 	err := b.rc.Close()
 	b.end()
@@ -153,4 +167,5 @@ type readWriteBody struct {
 	w io.Writer
 }
 
+// Write writes to the upgraded connection.
 func (b *readWriteBody) Write(p []byte) (int, error) { return b.w.Write(p) }

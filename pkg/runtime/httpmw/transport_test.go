@@ -379,3 +379,65 @@ func TestTransportLeaksNoPermit(t *testing.T) {
 	}
 	assertNoLeak(t, g)
 }
+
+// TestTransportHoldsUpgradedConnections checks a 101 Switching Protocols
+// response: its body is the connection, written to as well as read, and the
+// call holds its permit until it is closed.
+func TestTransportHoldsUpgradedConnections(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = rw.Flush()
+		_, _ = io.Copy(conn, rw) // echo until the client closes
+	}))
+	defer ts.Close()
+	g := newGate(t, gate.Limits{Permits: 1})
+	c := &http.Client{Transport: &Transport{Gate: g, Base: ts.Client().Transport}}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := c.Do(req)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	conn, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok {
+		t.Fatalf("the body of a 101 response is a %T, not an io.ReadWriteCloser", resp.Body)
+	}
+	if _, err := io.WriteString(conn, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(conn, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo: %q, %v", got, err)
+	}
+	if n := g.Stats().InFlight; n != 1 {
+		t.Errorf("in flight while the upgraded connection is open: got %d, want 1", n)
+	}
+	_ = conn.Close()
+	if n := g.Stats().InFlight; n != 0 {
+		t.Errorf("in flight once the upgraded connection is closed: got %d, want 0", n)
+	}
+	assertNoLeak(t, g)
+}
+
+// idleCloser is a base transport that records CloseIdleConnections.
+type idleCloser struct {
+	http.RoundTripper
+	closed bool
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.closed = true }
+
+func TestTransportClosesIdleConnectionsOfItsBase(t *testing.T) {
+	base := &idleCloser{}
+	(&http.Client{Transport: &Transport{Gate: newGate(t, gate.Limits{Permits: 1}), Base: base}}).CloseIdleConnections()
+	if !base.closed {
+		t.Error("http.Client.CloseIdleConnections did not reach the base transport")
+	}
+}
