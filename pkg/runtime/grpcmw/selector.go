@@ -11,7 +11,11 @@ import (
 // It runs on every call, so it must be fast and safe for concurrent use.
 type Selector func(ctx context.Context, fullMethod string) *gate.Gate
 
-// Fixed returns a Selector that gates every call with g.
+// Fixed returns a Selector that gates every call with g. It panics if g is
+// nil: a call meant to be gated must not go out ungated by mistake.
 func Fixed(g *gate.Gate) Selector {
+	if g == nil {
+		panic("grpcmw: Fixed with a nil gate")
+	}
 	return func(context.Context, string) *gate.Gate { return g }
 }

@@ -335,3 +335,12 @@ func TestRejectionErrorText(t *testing.T) {
 		}
 	}
 }
+
+func TestFixedWithoutGatePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Fixed(nil) did not panic")
+		}
+	}()
+	Fixed(nil)
+}
