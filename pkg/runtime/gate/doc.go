@@ -46,16 +46,19 @@
 //
 // # Permits and speed
 //
-// Acquire returns a Permit value rather than a release function. Returning a
-// closure allocates, and the uncontended Acquire and Release must not: they
-// are a compare-and-swap and an atomic add on one word that holds the
-// in-flight count, the limit and the flags. Permit.Release is idempotent (it
-// clears the Permit, so a second call is a no-op), and go vet reports
-// copies, which would defeat that. Do wraps Acquire and Release around a
-// function; Permit.ReleaseFunc turns a permit into a release function, safe
-// to call from several goroutines, where that is worth an allocation. The
+// Acquire returns a Permit value rather than the release function a
+// semaphore API often returns. A closure allocates, and the uncontended
+// Acquire and Release must not: together they are two atomic adds on one
+// word that holds the in-flight count, the limit, an admission counter and
+// the flags, and Release is small enough to be inlined. Permit.Release is
+// idempotent: it clears the Permit, so a second call is a no-op, never a
+// double release; go vet's copylocks check reports copies of a Permit, which
+// would defeat that. Do wraps Acquire and Release around a function, and
+// Permit.ReleaseFunc turns a permit into a release function that is safe to
+// call from several goroutines, where that is worth an allocation. The
 // waiting room, the token bucket and the deadline check run on a slower path
-// under a mutex, only when they apply.
+// only when they apply: a configured rate or a call with a deadline and a
+// TypicalLatency reads the clock, and waiting takes a mutex.
 //
 // # Time
 //
