@@ -303,7 +303,7 @@ func TestClientLeaksNoPermit(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(i), 4))
 		wg.Go(func() {
 			for range 10 {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(10))*time.Millisecond)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(30))*time.Millisecond)
 				var err error
 				switch rng.IntN(3) {
 				case 0:

@@ -80,8 +80,8 @@ func TestServerRejects(t *testing.T) {
 		want:   rejection{codes.ResourceExhausted, errorInfo("WAIT_TIMEOUT", "2"), -1},
 	}, {
 		name:    "deadline too short, from the client's deadline",
-		limits:  gate.Limits{Permits: 1, TypicalLatency: time.Second},
-		timeout: 200 * time.Millisecond,
+		limits:  gate.Limits{Permits: 1, TypicalLatency: time.Hour},
+		timeout: 10 * time.Second,
 		want:    rejection{codes.ResourceExhausted, errorInfo("DEADLINE_TOO_SHORT", "1"), -1},
 	}, {
 		name:      "closed",

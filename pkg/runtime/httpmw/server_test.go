@@ -89,9 +89,9 @@ func TestMiddlewareRejects(t *testing.T) {
 		want:   reply{http.StatusServiceUnavailable, "1", text, "wait_timeout\n"},
 	}, {
 		name:   "deadline too short, from http.TimeoutHandler's deadline",
-		limits: gate.Limits{Permits: 1, TypicalLatency: time.Second},
+		limits: gate.Limits{Permits: 1, TypicalLatency: time.Hour},
 		outer: func(h http.Handler) http.Handler {
-			return http.TimeoutHandler(h, 100*time.Millisecond, "timeout")
+			return http.TimeoutHandler(h, 10*time.Second, "timeout")
 		},
 		want: reply{http.StatusServiceUnavailable, "1", text, "deadline_too_short\n"},
 	}, {
