@@ -1,0 +1,65 @@
+// Package runtime is what an application pod imports to enforce the shares
+// the backpressure operator computes for it: one call opens the pod's plans,
+// makes a gate, a retry budget and optionally a dispatcher for each, and
+// keeps them sized as the plans change while calls run.
+//
+// A service that calls one downstream through a gated HTTP client:
+//
+//	reg := prometheus.NewRegistry()
+//	rt, err := runtime.New(ctx, runtime.FromDir("/etc/backpressure"), runtime.Options{
+//		Gates:      []string{"logistics-api"}, // fail at start without a plan for it
+//		Registerer: reg,
+//		Logger:     logr.FromSlogHandler(slog.Default().Handler()),
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	go rt.Start(ctx) // follows the plans until ctx ends
+//
+//	logistics := &http.Client{Transport: &httpmw.Transport{Gate: rt.Gate("logistics-api")}}
+//	resp, err := logistics.Get("https://logistics.example.com/quote")
+//	if errors.Is(err, gate.ErrRejected) {
+//		// Shed by this pod's share: answer from a fallback, never retry.
+//	}
+//
+// FromConfigMap(client, namespace, name) follows the ConfigMap through the API
+// server instead of a mounted volume, within a second of each change.
+//
+// # What the Runtime keeps
+//
+// For every gate the source has a valid plan for, the Runtime keeps
+//
+//   - a *gate.Gate enforcing GateLimits(plan): permits, rate and burst,
+//     waiting room and its bounds, and the typical latency below which a
+//     call's remaining deadline is shed at once;
+//   - a *retry.Budget refilled at the plan's retryBudgetPerSecond, for
+//     retry.Policy.Budget;
+//   - a *dispatch.Dispatcher sized by DispatchLimits(plan), for the gates
+//     named in Options.Dispatchers.
+//
+// Each is made once and resized in place on every reload (see gate.Gate.Update
+// for what a resize guarantees to calls in flight), so a pointer obtained once
+// stays valid. Every plan put in force is logged as "Applied plan" and passed
+// to Options.OnApplied.
+//
+// # Missing gates
+//
+// A gate the service names but the source has no plan for is an error of New
+// (matching reload.ErrNoPlan), not a gate that rejects every call: the pod
+// fails at start, where a rollout notices it, rather than shedding all of its
+// traffic to that downstream. A gate whose document disappears later keeps
+// its last plan until the process restarts; package reload reports it.
+//
+// # Metrics
+//
+// The gate, retry budget and dispatcher collectors of package metrics and the
+// config reload metrics of package reload are registered with
+// Options.Registerer; nil registers none, and the global registry is never
+// used.
+//
+// # What the pod needs
+//
+// With FromConfigMap, a Role granting get, list and watch on the one
+// ConfigMap (resourceNames may name it). With Options.Ack, patch on pods and
+// the environment variables POD_NAME and POD_NAMESPACE from the downward API.
+package runtime

@@ -1,0 +1,147 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
+)
+
+// examplePlans writes one plan into a new directory, as the kubelet does
+// when it mounts the workload's ConfigMap.
+func examplePlans(permits int) string {
+	dir, err := os.MkdirTemp("", "plans")
+	if err != nil {
+		panic(err)
+	}
+	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: permits,
+		QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22,
+		DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25}
+	d.Hash = plan.Hash(d)
+	data, err := plan.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, plan.KeyFor(d.Gate)), data, 0o644); err != nil {
+		panic(err)
+	}
+	return dir
+}
+
+// Enforce the plans of a mounted ConfigMap and follow their changes.
+func ExampleNew() {
+	dir := examplePlans(5) // normally the volume's mount path
+	defer func() { _ = os.RemoveAll(dir) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	rt, err := runtime.New(ctx, runtime.FromDir(dir), runtime.Options{
+		Gates:      []string{"logistics-api"}, // fail here, at start, without a plan for it
+		Registerer: prometheus.NewRegistry(),  // the registry the pod's /metrics serves
+		OnApplied: func(a runtime.Applied) {
+			fmt.Println("applied", a.Gate, "permits", a.Limits.Permits, "queue", a.Limits.QueueCapacity)
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go func() { _ = rt.Start(ctx) }() // resizes the gate on every change until ctx ends
+
+	// Gate the calls to the downstream, here by hand; httpmw and grpcmw do it
+	// for HTTP clients and gRPC connections.
+	err = rt.Gate("logistics-api").Do(ctx, func(ctx context.Context) error {
+		return nil // call the downstream
+	})
+	fmt.Println("call:", err)
+	// Output:
+	// applied logistics-api permits 5 queue 9
+	// call: <nil>
+}
+
+// A gate the service needs but the source does not hold is an error of New:
+// the pod fails at start instead of shedding everything.
+func ExampleNew_missingGate() {
+	dir := examplePlans(5)
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	_, err := runtime.New(context.Background(), runtime.FromDir(dir), runtime.Options{
+		Gates: []string{"payments"},
+	})
+	fmt.Println(errors.Is(err, reload.ErrNoPlan))
+	fmt.Println(err)
+	// Output:
+	// true
+	// runtime: reload: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
+}
+
+// Follow the ConfigMap through the API server and acknowledge each plan on
+// the pod. The service account needs get, list and watch on the ConfigMap
+// and patch on pods; POD_NAME and POD_NAMESPACE come from the downward API.
+func ExampleFromConfigMap() {
+	ctx := context.Background()
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		panic(err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
+	rt, err := runtime.New(ctx, runtime.FromConfigMap(client, os.Getenv(reload.EnvPodNamespace), "search-gateway-backpressure"),
+		runtime.Options{Gates: []string{"logistics-api"}, Ack: &reload.AckOptions{}})
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = rt.Start(ctx) }()
+}
+
+// Retry a downstream's transient failures from the gate's retry budget, so
+// that retries stay within the workload's share of the global budget. Local
+// rejections are never retried.
+func ExampleRuntime_Budget() {
+	dir := examplePlans(0) // a share too small for one call: every call is shed
+	defer func() { _ = os.RemoveAll(dir) }()
+	ctx := context.Background()
+	rt, err := runtime.New(ctx, runtime.FromDir(dir), runtime.Options{Gates: []string{"logistics-api"}})
+	if err != nil {
+		panic(err)
+	}
+
+	attempts := 0
+	policy := retry.Policy{
+		MaxRetries: 2,
+		Budget:     rt.Budget("logistics-api"),
+		Retryable:  func(err error) bool { return errors.Is(err, errUnavailable) },
+	}
+	err = retry.Do(ctx, policy, func(ctx context.Context) error {
+		attempts++
+		return rt.Gate("logistics-api").Do(ctx, func(ctx context.Context) error {
+			return errUnavailable // a 503 from the downstream, say
+		})
+	})
+	fmt.Println("attempts:", attempts, "shed:", errors.Is(err, gate.ErrRejected))
+	// Output:
+	// attempts: 1 shed: true
+}
+
+var errUnavailable = errors.New(http.StatusText(http.StatusServiceUnavailable))
+
+// What a gate enforces for a published plan.
+func ExampleGateLimits() {
+	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: 5, QueueCapacity: 9,
+		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.25, LatencySeconds: 0.22, DeadlineSeconds: 2}
+	l := runtime.GateLimits(d)
+	fmt.Println(l.Permits, l.QueueCapacity, l.MaxQueueWait, l.AcquireTimeout, l.TypicalLatency)
+	// Output:
+	// 5 9 100ms 250ms 220ms
+}

@@ -1,0 +1,56 @@
+package runtime_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// doc returns a valid plan for gate with the given permits.
+func doc(gate string, permits int) plan.Document {
+	d := plan.Document{
+		Version: plan.CurrentVersion, Gate: gate, Downstream: gate + ".example.com", Generation: 1,
+		Permits: permits, QueueCapacity: 2 * permits, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.2,
+		LatencySeconds: 0.05, DeadlineSeconds: 2, Workers: permits, RetryBudgetPerSecond: 2,
+	}
+	d.Hash = plan.Hash(d)
+	return d
+}
+
+// writePlan writes d into dir the way a careful writer does: a temporary
+// file renamed into place, so the source never reads half a document.
+func writePlan(t testing.TB, dir string, d plan.Document) {
+	t.Helper()
+	data, err := plan.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, plan.KeyFor(d.Gate), data)
+}
+
+func writeFile(t testing.TB, dir, name string, data []byte) {
+	t.Helper()
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventually polls cond every few milliseconds until it holds or timeout
+// passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
