@@ -56,14 +56,24 @@ func (c planChange) since(prev *v1alpha1.DownstreamQuotaStatus) *planChange {
 // "permits 5→2: divisor 8→16 (HPA desired replicas); 50 × 80% / 16 = 2.5 per pod".
 func (c planChange) message() string {
 	a := c.after
-	permits, divisor := fmt.Sprintf("permits %d", a.permits), fmt.Sprintf("divisor %d", a.divisor)
-	if c.before != nil {
-		permits = arrow("permits", c.before.permits, a.permits)
-		divisor = arrow("divisor", c.before.divisor, a.divisor)
+	source := divisorSourceText(a.source)
+	permits := fmt.Sprintf("permits %d", a.permits)
+	divisor := fmt.Sprintf("divisor %d (%s)", a.divisor, source)
+	if b := c.before; b != nil {
+		if b.permits != a.permits {
+			permits = fmt.Sprintf("permits %d→%d", b.permits, a.permits)
+		} else {
+			permits += " (unchanged)"
+		}
+		if b.divisor != a.divisor {
+			divisor = fmt.Sprintf("divisor %d→%d (%s)", b.divisor, a.divisor, source)
+		} else {
+			divisor = fmt.Sprintf("divisor %d (%s, unchanged)", a.divisor, source)
+		}
 	}
 	share := float64(c.concurrency) * float64(c.safetyPercent) / 100 / float64(a.divisor)
-	msg := fmt.Sprintf("%s: %s (%s); %d × %d%% / %d = %s per pod",
-		permits, divisor, divisorSourceText(a.source), c.concurrency, c.safetyPercent, a.divisor, decimal(share))
+	msg := fmt.Sprintf("%s: %s; %d × %d%% / %d = %s per pod",
+		permits, divisor, c.concurrency, c.safetyPercent, a.divisor, decimal(share))
 	if share < 1 {
 		if c.belowOne == v1alpha1.BelowOneAtLeastOne {
 			msg += ", raised to 1 by AtLeastOne"
@@ -75,14 +85,6 @@ func (c planChange) message() string {
 		msg += "; published to ConfigMap " + c.configMap
 	}
 	return msg
-}
-
-// arrow renders "name old→new", or "name n (unchanged)".
-func arrow(name string, before, after int32) string {
-	if before == after {
-		return fmt.Sprintf("%s %d (unchanged)", name, after)
-	}
-	return fmt.Sprintf("%s %d→%d", name, before, after)
 }
 
 // decimal renders f cut to at most two decimals, without trailing zeros. It

@@ -35,6 +35,11 @@ func (c *Counter) NewClient(config *rest.Config, options client.Options) (client
 	if err != nil {
 		return nil, err
 	}
+	return c.Wrap(base), nil
+}
+
+// Wrap returns base with every write through it counted.
+func (c *Counter) Wrap(base client.WithWatch) client.WithWatch {
 	kind := func(obj runtime.Object) string {
 		gvk, err := apiutil.GVKForObject(obj, base.Scheme())
 		if err != nil {
@@ -83,7 +88,7 @@ func (c *Counter) NewClient(config *rest.Config, options client.Options) (client
 			c.add(applyNamespace(obj), "apply "+applyKind(obj)+"/"+sub)
 			return cl.SubResource(sub).Apply(ctx, obj, opts...)
 		},
-	}), nil
+	})
 }
 
 // applyKind reads the kind an apply configuration carries.

@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/writecount"
+)
+
+// fakeEnv is a reconciler over a fake client that has the production
+// indexes, with its writes counted and its events recorded.
+type fakeEnv struct {
+	client   client.WithWatch
+	writes   *writecount.Counter
+	recorder *events.FakeRecorder
+	r        *DownstreamQuotaReconciler
+}
+
+func newFakeEnv(objs ...client.Object) *fakeEnv {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.DownstreamQuota{})
+	for _, ix := range indexer.Indexes() {
+		b = b.WithIndex(ix.Object, ix.Field, ix.Extract)
+	}
+	env := &fakeEnv{writes: &writecount.Counter{}, recorder: events.NewFakeRecorder(100)}
+	env.client = env.writes.Wrap(b.Build())
+	env.r = NewDownstreamQuotaReconciler(env.client, env.client, env.recorder,
+		WithClock(clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))))
+	return env
+}
+
+// recorded drains the events recorded so far.
+func (e *fakeEnv) recorded() []string {
+	var out []string
+	for {
+		select {
+		case ev := <-e.recorder.Events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+func fakeDeployment(name string, replicas int32) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		},
+	}
+}
+
+func fakeStatefulSet(name string, replicas int32) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		},
+	}
+}
+
+func fakePod(name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: labels}}
+}
+
+func fakeHPA(name, kind, target string, desired int32) *autoscalingv2.HorizontalPodAutoscaler {
+	return &autoscalingv2.HorizontalPodAutoscaler{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: kind, Name: target},
+			MaxReplicas:    20,
+		},
+		Status: autoscalingv2.HorizontalPodAutoscalerStatus{CurrentReplicas: desired, DesiredReplicas: desired},
+	}
+}
+
+func fakeQuota(name, kind, workload string) *v1alpha1.DownstreamQuota {
+	q := designQuota()
+	q.Name, q.Namespace, q.Generation, q.UID = name, "shop", 1, types.UID("uid-"+name)
+	q.Spec.WorkloadRef = v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: kind, Name: workload}
+	return q
+}

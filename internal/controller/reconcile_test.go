@@ -1,0 +1,172 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+func reconcileQuota(t *testing.T, env *fakeEnv, name string) reconcile.Result {
+	t.Helper()
+	res, err := env.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: name}})
+	if err != nil {
+		t.Fatalf("Reconcile(%s): %v", name, err)
+	}
+	return res
+}
+
+func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	env := newFakeEnv(
+		fakeDeployment("search-gateway", 4),
+		fakeHPA("search-gateway", "Deployment", "search-gateway", 6),
+		fakePod("search-gateway-a", map[string]string{"app": "search-gateway"}),
+		fakePod("search-gateway-b", map[string]string{"app": "search-gateway", "extra": "x"}),
+		fakePod("other-a", map[string]string{"app": "other"}),
+		fakeQuota("logistics-api", "Deployment", "search-gateway"),
+	)
+	if res := reconcileQuota(t, env, "logistics-api"); res != (reconcile.Result{}) {
+		t.Errorf("Reconcile result %+v, want none", res)
+	}
+
+	q := &v1alpha1.DownstreamQuota{}
+	if err := env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "logistics-api"}, q); err != nil {
+		t.Fatal(err)
+	}
+	wantReplicas := &v1alpha1.ReplicaStatus{
+		Spec: 4, HPAMax: ptr.To[int32](20), HPACurrent: ptr.To[int32](6), HPADesired: ptr.To[int32](6),
+		ExistingPods: 2, Divisor: 6, DivisorSource: v1alpha1.DivisorHPADesired,
+	}
+	if diff := cmp.Diff(wantReplicas, q.Status.Replicas); diff != "" {
+		t.Errorf("status.replicas (-want +got):\n%s", diff)
+	}
+	if q.Status.PerPod == nil || q.Status.PerPod.Permits != 6 { // 50 × 80% / 6 = 6.67
+		t.Errorf("status.perPod = %+v, want 6 permits", q.Status.PerPod)
+	}
+	if q.Status.ObservedGeneration != 1 {
+		t.Errorf("observedGeneration %d, want 1", q.Status.ObservedGeneration)
+	}
+	if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonDemandExceedsQuota {
+		t.Errorf("Ready = %+v, want True with DemandExceedsQuota (1900 rps × 0.22 s = 418 in flight against 40)", c)
+	}
+	if diff := cmp.Diff(&v1alpha1.RolloutStatus{Total: 2, Pending: []string{"search-gateway-a", "search-gateway-b"}}, q.Status.Rollout); diff != "" {
+		t.Errorf("status.rollout (-want +got):\n%s", diff)
+	}
+
+	cm := &corev1.ConfigMap{}
+	if err := env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "search-gateway-backpressure"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := plan.Parse([]byte(cm.Data["logistics-api.json"]))
+	if err != nil {
+		t.Fatalf("published document: %v", err)
+	}
+	if doc.Permits != 6 || doc.Hash != q.Status.ConfigMap.Hash || doc.Generation != 1 {
+		t.Errorf("published %+v, want 6 permits, generation 1 and the status hash %s", doc, q.Status.ConfigMap.Hash)
+	}
+	if diff := cmp.Diff(configMapLabels("search-gateway"), cm.Labels); diff != "" {
+		t.Errorf("ConfigMap labels (-want +got):\n%s", diff)
+	}
+	if got := env.recorded(); len(got) != 1 || got[0] != "Normal PlanChanged permits 6: divisor 6 (HPA desired replicas); 50 × 80% / 6 = 6.66 per pod; published to ConfigMap search-gateway-backpressure" {
+		t.Errorf("events %q, want one PlanChanged", got)
+	}
+
+	before := env.writes.Total()
+	for range 3 {
+		reconcileQuota(t, env, "logistics-api")
+	}
+	if n := env.writes.Total() - before; n != 0 {
+		t.Errorf("reconciles with nothing new wrote %d times: %s", n, env.writes)
+	}
+	if got := env.recorded(); len(got) != 0 {
+		t.Errorf("reconciles with nothing new recorded %q", got)
+	}
+}
+
+func TestReconcileWorkloadNotFound(t *testing.T) {
+	env := newFakeEnv(fakeQuota("payments", "StatefulSet", "ledger"))
+	if res := reconcileQuota(t, env, "payments"); res != (reconcile.Result{}) {
+		t.Errorf("Reconcile result %+v, want no requeue: the workload's watch brings the next reconcile", res)
+	}
+	q := &v1alpha1.DownstreamQuota{}
+	if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: "payments"}, q); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady)
+	if c == nil || c.Reason != v1alpha1.ReasonWorkloadNotFound || c.Message != "StatefulSet ledger not found; a plan is published once it exists" {
+		t.Errorf("Ready = %+v, want WorkloadNotFound", c)
+	}
+	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 1}) {
+		t.Errorf("writes %v, want only the status", counts)
+	}
+}
+
+func TestReconcileConflictRechecks(t *testing.T) {
+	foreign := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "ledger-backpressure"},
+		Data:       map[string]string{"settings": "mine"},
+	}
+	env := newFakeEnv(fakeStatefulSet("ledger", 3), fakeQuota("payments", "StatefulSet", "ledger"), foreign)
+	if res := reconcileQuota(t, env, "payments"); res.RequeueAfter != DefaultConflictRecheck {
+		t.Errorf("Reconcile result %+v, want a recheck after %s", res, DefaultConflictRecheck)
+	}
+	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 1}) {
+		t.Errorf("writes %v, want only the status", counts)
+	}
+	got := env.recorded()
+	if len(got) != 1 || got[0] != "Warning ConfigMapConflict ConfigMap ledger-backpressure exists and is not managed by backpressure-operator (it lacks the label app.kubernetes.io/managed-by=backpressure-operator); it was left untouched and the plan is not published" {
+		t.Errorf("events %q, want one ConfigMapConflict warning", got)
+	}
+	reconcileQuota(t, env, "payments")
+	if got := env.recorded(); len(got) != 0 {
+		t.Errorf("a second reconcile in the same conflict recorded %q", got)
+	}
+}
+
+func TestReconcileWithdrawsTheGatesOfADeletedQuota(t *testing.T) {
+	ctx := context.Background()
+	owner := func(name string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "backpressure.dev/v1alpha1", Kind: "DownstreamQuota", Name: name, UID: types.UID("uid-" + name)}
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "shop", Name: "api-backpressure", Labels: configMapLabels("api"),
+			OwnerReferences: []metav1.OwnerReference{owner("payments"), owner("search")},
+		},
+		Data: map[string]string{"payments.json": "{}", "search.json": "{}"},
+	}
+	env := newFakeEnv(cm)
+	key := client.ObjectKeyFromObject(cm)
+
+	reconcileQuota(t, env, "payments")
+	got := &corev1.ConfigMap{}
+	if err := env.client.Get(ctx, key, got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"search.json": "{}"}, got.Data); diff != "" {
+		t.Errorf("data after the first quota went (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]metav1.OwnerReference{owner("search")}, got.OwnerReferences); diff != "" {
+		t.Errorf("owners after the first quota went (-want +got):\n%s", diff)
+	}
+
+	reconcileQuota(t, env, "search")
+	if err := env.client.Get(ctx, key, got); !apierrors.IsNotFound(err) {
+		t.Errorf("the ConfigMap outlived its last gate: %v", err)
+	}
+	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch ConfigMap": 2, "delete ConfigMap": 1}) {
+		t.Errorf("writes %v", counts)
+	}
+}
