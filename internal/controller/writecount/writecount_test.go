@@ -87,4 +87,3 @@ func TestCounterConcurrent(t *testing.T) {
 		t.Errorf("counted %d writes (%d in ns), want %d", c.Total(), c.TotalIn("ns"), workers*each)
 	}
 }
-
