@@ -326,11 +326,13 @@ func (g *Gate) admitLocked(forWaiter bool) bool {
 		if !forWaiter {
 			n += 1 << countShift
 		}
-		// Fold the admission field into admittedLocked before it nears its
-		// headroom (see state.go).
-		folded := count(n)
-		if folded < countFold {
-			folded = 0
+		// Fold part of the admission field into admittedLocked before it
+		// nears its headroom. Only part: the field may hold phantoms whose
+		// undo is still to come, and it must not go below zero when they
+		// leave (see state.go).
+		var folded uint64
+		if count(n) >= countFold {
+			folded = countFold / 2
 		}
 		if g.cas(s, n-folded<<countShift) {
 			g.admittedLocked += folded

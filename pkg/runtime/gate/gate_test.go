@@ -524,11 +524,13 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestAdmittedCountSurvivesWrap(t *testing.T) {
+func TestAdmittedCountSurvivesFolds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million admissions")
 	}
-	// The state word keeps 20 bits of the admission count; make it carry.
+	// The state word counts only the latest admissions and the slow path
+	// folds them into a wider counter every few tens of thousands; cross
+	// that point many times.
 	g := mustNew(t, gate.Limits{Permits: 1})
 	const n = 1<<20 + 3
 	ctx := context.Background()

@@ -28,13 +28,17 @@ import "sync/atomic"
 // phantoms only make admission stricter, and their undo hands the permit on
 // to a waiter like a release does.
 //
-// Every field has headroom for phantoms so that they cannot carry into the
-// field above: the in-flight field is two bits wider than the limit, and the
-// fast path admits only while the admission field is below countFold, a
-// quarter of its range; the slow path folds the field into admittedLocked
-// under the mutex, so Stats (which also holds the mutex) reads a consistent
-// total. Overrunning either headroom would take over a million goroutines
-// stopped between two adjacent instructions at the same moment.
+// Every field has headroom for phantoms so that they can neither carry into
+// the field above nor borrow from it. The in-flight field is two bits wider
+// than the limit. The fast path admits only while the admission field is
+// below countFold, a quarter of its range; past that, the slow path moves
+// countFold/2 admissions from the field into admittedLocked under the mutex,
+// so Stats (which also holds the mutex) reads a consistent total. It moves
+// only half the threshold because the field may include phantoms that are
+// still to be undone: at least countFold/2 admissions in it are real unless
+// more than countFold/2 phantoms are pending. Breaking either bound would
+// take tens of thousands of goroutines stopped between the same two adjacent
+// instructions at once.
 //
 // The queued flag is the top bit so that Release tests it with a single
 // comparison, which keeps Release small enough to be inlined.
