@@ -70,16 +70,18 @@ type Workload struct {
 	c        client.Client
 	ctx      context.Context // ends every pod goroutine
 	cancel   context.CancelFunc
-	rs       *appsv1.ReplicaSet
+	rsName   string
+	rsOwner  metav1.OwnerReference // of the pods
 	template corev1.PodTemplateSpec
 	grace    time.Duration
 
 	kick chan struct{} // capacity 1: the status of the objects is stale
 	wg   sync.WaitGroup
 
-	mu   sync.Mutex
-	pods map[string]*simPod // every Pod object that exists
-	errs []error
+	mu      sync.Mutex
+	desired int32              // the ReplicaSet's replicas
+	pods    map[string]*simPod // every Pod object that exists
+	errs    []error
 }
 
 // simPod is one Pod as the kubelet sees it.
@@ -150,7 +152,8 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	w := &Workload{
 		opts:     opts,
 		c:        c,
-		rs:       rs,
+		rsName:   rs.Name,
+		rsOwner:  *metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet")),
 		template: tmpl,
 		grace:    grace,
 		kick:     make(chan struct{}, 1),
@@ -236,13 +239,14 @@ func (w *Workload) setHPAStatus(ctx context.Context, current, desired int32) err
 // reconcile plays the ReplicaSet controller: n pods that are not
 // terminating.
 func (w *Workload) reconcile(ctx context.Context, n int32) error {
-	patch := client.MergeFrom(w.rs.DeepCopy())
-	w.rs.Spec.Replicas = &n
-	if err := w.c.Patch(ctx, w.rs, patch); err != nil {
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
+	if err := w.c.Patch(ctx, rs, patch); err != nil {
 		return fmt.Errorf("storm: scale replicaset: %w", err)
 	}
 
 	w.mu.Lock()
+	w.desired = n
 	var active []*simPod
 	for _, p := range w.pods {
 		if !p.terminating {
@@ -285,10 +289,10 @@ func (w *Workload) createPod(ctx context.Context) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       w.opts.Namespace,
-			GenerateName:    w.rs.Name + "-",
+			GenerateName:    w.rsName + "-",
 			Labels:          t.Labels,
 			Annotations:     t.Annotations,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(w.rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))},
+			OwnerReferences: []metav1.OwnerReference{w.rsOwner},
 		},
 		Spec: t.Spec,
 	}
@@ -313,6 +317,7 @@ func (w *Workload) deletePod(ctx context.Context, p *simPod) error {
 		return nil
 	}
 	p.terminating = true
+	p.ready = false
 	w.mu.Unlock()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: p.name}}
 	err := w.c.Delete(ctx, pod)
@@ -394,9 +399,11 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 				w.fail(err)
 			}
 			w.mu.Lock()
-			p.ready = true
+			if !p.terminating {
+				p.ready = true
+				w.opts.Endpoints.Add(p.url)
+			}
 			w.mu.Unlock()
-			w.opts.Endpoints.Add(p.url)
 			w.touch()
 		}
 	}
@@ -527,7 +534,7 @@ func (w *Workload) Counts() PodCounts {
 }
 
 func (w *Workload) countsLocked() PodCounts {
-	s := PodCounts{Existing: len(w.pods)}
+	s := PodCounts{Desired: w.desired, Existing: len(w.pods)}
 	for _, p := range w.pods {
 		if p.ready {
 			s.Ready++
@@ -535,9 +542,6 @@ func (w *Workload) countsLocked() PodCounts {
 		if p.terminating {
 			s.Terminating++
 		}
-	}
-	if w.rs.Spec.Replicas != nil {
-		s.Desired = *w.rs.Spec.Replicas
 	}
 	return s
 }
@@ -579,9 +583,9 @@ func (w *Workload) statusLoop() {
 		active := int32(c.Existing - c.Terminating)
 		ready := int32(c.Ready)
 		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
-		rs := w.rs.DeepCopy()
-		patch := client.MergeFrom(rs.DeepCopy())
-		rs.Status = appsv1.ReplicaSetStatus{Replicas: active, ReadyReplicas: ready, AvailableReplicas: ready, FullyLabeledReplicas: active}
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
+			`{"status":{"replicas":%d,"fullyLabeledReplicas":%[1]d,"readyReplicas":%d,"availableReplicas":%[2]d}}`, active, ready))
 		err := w.c.Status().Patch(ctx, rs, patch)
 		if err == nil {
 			dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}

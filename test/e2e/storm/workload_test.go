@@ -1,0 +1,224 @@
+//go:build unix
+
+package storm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+)
+
+// A pod's process in this test: it serves at once, and on SIGTERM takes
+// 300ms to finish its in-flight work before it exits.
+const podScript = `echo "{\"time\":\"2026-05-01T10:00:00Z\",\"level\":\"INFO\",\"msg\":\"Serving\",\"address\":\"127.0.0.1:$PORT\"}" >&2
+trap 'sleep 0.3; echo "{\"time\":\"2026-05-01T10:00:01Z\",\"level\":\"INFO\",\"msg\":\"Stopped\"}" >&2; exit 0' TERM
+while :; do sleep 0.05; done
+`
+
+// TestWorkloadAgainstAPIServer checks the harness's HPA, ReplicaSet and
+// kubelet against a real API server: what the operator will see must be
+// what those controllers would have written.
+func TestWorkloadAgainstAPIServer(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
+	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl, err := testenv.NewKubectl(env, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteManifests(dir); err != nil {
+		t.Fatal(err)
+	}
+	const ns = "workload-test"
+	for _, args := range [][]string{
+		{"create", "namespace", ns},
+		{"apply", "-n", ns, "-f", filepath.Join(dir, "deployment.yaml"), "-f", filepath.Join(dir, "hpa.yaml")},
+	} {
+		if _, stderr, err := kubectl.Run(args...); err != nil {
+			t.Fatalf("kubectl %v: %v: %s", args, err, stderr)
+		}
+	}
+
+	script := filepath.Join(t.TempDir(), "pod.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+podScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	procs := &Processes{}
+	t.Cleanup(procs.StopAll)
+	var mu sync.Mutex
+	stopped := map[string]bool{}
+	port := 1000
+	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+		mu.Lock()
+		port++
+		env := []string{fmt.Sprintf("PORT=%d", port), "POD_NAME=" + pod.Name}
+		mu.Unlock()
+		return procs.Start(ProcessSpec{Name: pod.Name, Path: script, Env: env, OnLog: func(l LogLine) {
+			if l.Msg == MsgStopped {
+				mu.Lock()
+				stopped[pod.Name] = true
+				mu.Unlock()
+			}
+			onLog(l)
+		}})
+	}
+	endpoints := &Endpoints{}
+	ctx := context.Background()
+	w, err := NewWorkload(ctx, WorkloadOptions{
+		Client: c, Namespace: ns, Deployment: WorkloadName, HPA: WorkloadName,
+		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(ctx) })
+
+	pods := func() []corev1.Pod {
+		t.Helper()
+		var l corev1.PodList
+		if err := c.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 20s: %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// Start: three pods, bound, Running and Ready, in the endpoints.
+	if err := w.Start(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := pods(); len(got) != 3 || got[0].Spec.NodeName != "" {
+		t.Fatalf("right after Start: %d pods, node %q; want 3 pods not yet scheduled", len(got), got[0].Spec.NodeName)
+	}
+	if err := w.WaitReady(ctx, 3, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var rs appsv1.ReplicaSet
+	for _, p := range pods() {
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || (cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue)
+		}
+		if p.Status.Phase != corev1.PodRunning || !ready || p.Spec.NodeName == "" {
+			t.Errorf("pod %s: phase %s, ready %v, node %q", p.Name, p.Status.Phase, ready, p.Spec.NodeName)
+		}
+		owner := p.OwnerReferences[0]
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, &rs); err != nil || owner.Kind != "ReplicaSet" {
+			t.Fatalf("pod %s: owner %+v: %v", p.Name, owner, err)
+		}
+	}
+	if rs.OwnerReferences[0].Kind != "Deployment" || rs.OwnerReferences[0].Name != WorkloadName || *rs.Spec.Replicas != 3 {
+		t.Errorf("ReplicaSet %s: owners %+v, replicas %d", rs.Name, rs.OwnerReferences, *rs.Spec.Replicas)
+	}
+	if endpoints.Len() != 3 {
+		t.Errorf("%d endpoints, want 3", endpoints.Len())
+	}
+	eventually("deployment status shows 3 ready", func() bool {
+		var d appsv1.Deployment
+		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &d)
+		return d.Status.ReadyReplicas == 3 && d.Status.Replicas == 3
+	})
+
+	// Scale down: the HPA writes the Deployment, then its own status; the
+	// departing pods leave the endpoints at once, stay as objects with a
+	// deletionTimestamp while their processes finish, and then go.
+	if err := w.Scale(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &dep); err != nil || *dep.Spec.Replicas != 1 {
+		t.Errorf("deployment replicas after Scale(1): %v, %v", dep.Spec.Replicas, err)
+	}
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &hpa); err != nil ||
+		hpa.Status.DesiredReplicas != 1 || hpa.Status.CurrentReplicas != 3 {
+		t.Errorf("hpa status after Scale(1): %+v, %v; want desired 1, current 3", hpa.Status, err)
+	}
+	if endpoints.Len() > 1 {
+		// Endpoints drop before the processes are signalled; give the
+		// kubelet goroutines a moment to run.
+		eventually("endpoints down to 1", func() bool { return endpoints.Len() == 1 })
+	}
+	terminating := 0
+	for _, p := range pods() {
+		if p.DeletionTimestamp != nil {
+			terminating++
+		}
+	}
+	if terminating != 2 {
+		t.Errorf("%d pods with a deletionTimestamp while their processes stop, want 2", terminating)
+	}
+	eventually("the departing pods are gone", func() bool { return len(pods()) == 1 })
+	mu.Lock()
+	if len(stopped) != 2 {
+		t.Errorf("%d processes stopped gracefully before their pods went, want 2", len(stopped))
+	}
+	mu.Unlock()
+	if c := w.Counts(); c.Existing != 1 || c.Ready != 1 || c.Terminating != 0 || c.Desired != 1 {
+		t.Errorf("Counts() = %+v", c)
+	}
+
+	// A pod deleted before it was scheduled goes at once.
+	if err := w.Scale(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Scale(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the unscheduled pod is gone", func() bool { return len(pods()) == 1 && w.Counts().Existing == 1 })
+	if err := w.Err(); err != nil {
+		t.Errorf("Err() = %v", err)
+	}
+
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pods()); n != 0 {
+		t.Errorf("%d pods after Close", n)
+	}
+	names := w.Running()
+	if len(names) != 0 {
+		t.Errorf("Running() after Close = %s", strings.Join(names, ","))
+	}
+}
