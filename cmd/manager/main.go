@@ -68,6 +68,7 @@ func main() {
 
 // options are the manager's flags.
 type options struct {
+	kubeconfig              string
 	metricsAddr             string
 	metricsSecure           bool
 	metricsCertDir          string
@@ -102,6 +103,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.kubeconfig = fs.Lookup(config.KubeconfigFlagName).Value.String()
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("manager: unexpected arguments %q", fs.Args())
 	}
@@ -132,7 +134,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	leNamespace := ""
 	if o.leaderElect {
-		if leNamespace, err = leaderElectionNamespace(o.leaderElectionNamespace, kubeconfigPath()); err != nil {
+		if leNamespace, err = leaderElectionNamespace(o.leaderElectionNamespace, o.kubeconfig); err != nil {
 			return err
 		}
 		log.Info("Leader election enabled", "namespace", leNamespace, "lease", o.leaderElectionID)
@@ -207,15 +209,6 @@ func informersSynced(mgr manager.Manager) healthz.Checker {
 		}
 		return nil
 	}
-}
-
-// kubeconfigPath returns the value of controller-runtime's --kubeconfig
-// flag after parsing.
-func kubeconfigPath() string {
-	if f := flag.CommandLine.Lookup(config.KubeconfigFlagName); f != nil {
-		return f.Value.String()
-	}
-	return ""
 }
 
 // leaderElectionNamespace returns the namespace of the leader election

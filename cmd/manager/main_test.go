@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+)
+
+func TestParseFlags(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.leaderElect || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || o.enableHTTP2 || o.workers != 4 {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = parseFlags([]string{"--kubeconfig=/tmp/kc", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--leader-elect=false", "--zap-log-level=debug"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.kubeconfig != "/tmp/kc" || o.metricsAddr != "0" || o.probeAddr != "0" || o.leaderElect {
+		t.Errorf("parsed: %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--max-concurrent-reconciles=0"},
+		{"--conflict-recheck=0s"},
+		{"stray"},
+		{"--no-such-flag"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
+
+func TestLeaderElectionNamespace(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, namespace string) string {
+		ns := ""
+		if namespace != "" {
+			ns = "\n    namespace: " + namespace
+		}
+		path := filepath.Join(dir, name)
+		data := `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://127.0.0.1:6443"}
+users:
+- name: u
+  user: {token: t}
+contexts:
+- name: ctx
+  context:
+    cluster: c
+    user: u` + ns + `
+current-context: ctx
+`
+		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	withNamespace, withoutNamespace := write("ops", "ops"), write("plain", "")
+
+	tests := []struct {
+		name, flag, kubeconfig, want, wantErr string
+	}{
+		{name: "flag wins", flag: "leases", kubeconfig: withNamespace, want: "leases"},
+		{name: "context namespace", kubeconfig: withNamespace, want: "ops"},
+		{name: "context without namespace, as kubectl", kubeconfig: withoutNamespace, want: "default"},
+		{name: "unreadable kubeconfig", kubeconfig: filepath.Join(dir, "missing"), wantErr: "pass --leader-election-namespace, or --leader-elect=false"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := leaderElectionNamespace(tt.flag, tt.kubeconfig)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("leaderElectionNamespace = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// freePort returns a loopback address with a port that was free a moment
+// ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestRunAgainstAPIServer runs the manager as `go run ./cmd/manager` would,
+// with a kubeconfig, against a real API server: it elects itself, serves
+// probes and authorized metrics, reconciles, and releases its lease on
+// shutdown.
+func TestRunAgainstAPIServer(t *testing.T) {
+	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubectl, err := testenv.NewKubectl(env, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	metricsAddr, probeAddr := freePort(t), freePort(t)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(runCtx, []string{
+			"--kubeconfig=" + kubectl.Kubeconfig,
+			"--leader-election-namespace=default",
+			"--metrics-bind-address=" + metricsAddr,
+			"--health-probe-bind-address=" + probeAddr,
+		}, io.Discard)
+	}()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+			<-done
+		}
+	}()
+
+	eventually(t, "readyz", func() error { return httpStatus(http.DefaultClient, "http://"+probeAddr+"/readyz", "", http.StatusOK) })
+	if err := httpStatus(http.DefaultClient, "http://"+probeAddr+"/healthz", "", http.StatusOK); err != nil {
+		t.Error(err)
+	}
+
+	lease := &coordinationv1.Lease{}
+	eventually(t, "leader election lease", func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "backpressure-operator.backpressure.dev"}, lease); err != nil {
+			return err
+		}
+		if ptr.Deref(lease.Spec.HolderIdentity, "") == "" {
+			return errString("lease has no holder")
+		}
+		return nil
+	})
+
+	// The manager reconciles under the kubeconfig's identity.
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "api"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+			},
+		},
+	}
+	if err := k8s.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	q := &v1alpha1.DownstreamQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "payments"},
+		Spec: v1alpha1.DownstreamQuotaSpec{
+			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "api"},
+			Downstream:  "payments.example.com",
+			Contract:    v1alpha1.Contract{Concurrency: 10},
+			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
+			Deadline:    metav1.Duration{Duration: time.Second},
+		},
+	}
+	if err := k8s.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "quota Ready", func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+			return errString("not Ready yet")
+		}
+		return nil
+	})
+
+	// Metrics: HTTPS, and only for callers the API server authenticates and
+	// authorizes.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the metrics server's certificate is self-signed
+	metricsURL := "https://" + metricsAddr + "/metrics"
+	if err := httpStatus(insecure, metricsURL, "", http.StatusUnauthorized); err != nil {
+		t.Error(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	grantMetrics(ctx, t, k8s, "scraper")
+	if err := httpStatus(insecure, metricsURL, serviceAccountToken(ctx, t, k8s, cs, "stranger"), http.StatusForbidden); err != nil {
+		t.Error(err)
+	}
+	scraper := serviceAccountToken(ctx, t, k8s, cs, "scraper")
+	eventually(t, "authorized metrics", func() error { return httpStatus(insecure, metricsURL, scraper, http.StatusOK) })
+
+	stop()
+	stopped = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("run did not return after its context ended")
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+		t.Fatal(err)
+	}
+	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != "" {
+		t.Errorf("lease still held by %q after shutdown", h)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func httpStatus(c *http.Client, url, token string, want int) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return errString(url + ": status " + resp.Status + ", want " + http.StatusText(want) + ": " + string(body))
+	}
+	if want == http.StatusOK && strings.HasSuffix(url, "/metrics") && !strings.Contains(string(body), "controller_runtime_reconcile_total") {
+		return errString("metrics lack controller_runtime_reconcile_total")
+	}
+	return nil
+}
+
+// serviceAccountToken creates a service account in default and returns a
+// token of it.
+func serviceAccountToken(ctx context.Context, t *testing.T, k8s client.Client, cs kubernetes.Interface, name string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+	if err := k8s.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// grantMetrics lets the service account default/name get /metrics.
+func grantMetrics(ctx context.Context, t *testing.T, k8s client.Client, name string) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "metrics-reader"},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-metrics-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: name}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
