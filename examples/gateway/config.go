@@ -1,0 +1,92 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+// config is the command line.
+type config struct {
+	listen          string
+	downstream      *url.URL
+	gate            string
+	configMap       string
+	namespace       string
+	kubeconfig      string
+	planDir         string
+	acknowledge     bool
+	maxRetries      int
+	retryOn429      bool
+	inboundPermits  int
+	metricsListen   string
+	shutdownTimeout time.Duration
+}
+
+// parseConfig reads the command line; getenv supplies the namespace's
+// default. With -h it returns flag.ErrHelp after writing the usage to usage.
+func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, error) {
+	var c config
+	var downstream string
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to serve on")
+	fs.StringVar(&downstream, "downstream", "", "base URL of the downstream; each inbound GET / makes one GET <URL>/ call (required)")
+	fs.StringVar(&c.gate, "gate", "", "the gate (DownstreamQuota name) to enforce on downstream calls (required)")
+	fs.StringVar(&c.configMap, "configmap", "", "read the plan from this ConfigMap through the API")
+	fs.StringVar(&c.namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
+	fs.StringVar(&c.planDir, "plan-dir", "", "read the plan from a mounted directory (one <gate>.json per gate) instead of --configmap")
+	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <hash>")
+	fs.IntVar(&c.maxRetries, "max-retries", 0, "retries of a failed downstream call")
+	fs.BoolVar(&c.retryOn429, "retry-on-429", false, "treat the downstream's 429 as retryable (reproduces the classic incident)")
+	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fmt.Fprintln(usage, "Usage: gateway --downstream URL --gate NAME (--configmap NAME | --plan-dir DIR) [flags]")
+			fs.PrintDefaults()
+		}
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	var errs []error
+	if downstream == "" {
+		errs = append(errs, errors.New("--downstream is required"))
+	} else if u, err := url.Parse(downstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("--downstream %q is not an http or https URL", downstream))
+	} else {
+		c.downstream = u
+	}
+	if c.gate == "" {
+		errs = append(errs, errors.New("--gate is required"))
+	}
+	switch {
+	case (c.configMap == "") == (c.planDir == ""):
+		errs = append(errs, errors.New("exactly one of --configmap and --plan-dir is required"))
+	case c.configMap != "" && c.namespace == "":
+		errs = append(errs, errors.New("--configmap needs --namespace or $"+reload.EnvPodNamespace))
+	}
+	if c.maxRetries < 0 {
+		errs = append(errs, fmt.Errorf("--max-retries %d must be at least 0", c.maxRetries))
+	}
+	if c.inboundPermits < 1 || c.inboundPermits > gate.MaxPermits {
+		errs = append(errs, fmt.Errorf("--inbound-permits %d must be in [1, %d]", c.inboundPermits, gate.MaxPermits))
+	}
+	if c.shutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseConfig(t *testing.T) {
+	env := map[string]string{"POD_NAMESPACE": "shop"}
+	getenv := func(k string) string { return env[k] }
+	downstream := &url.URL{Scheme: "http", Host: "logistics:8080"}
+	defaults := config{
+		listen: "127.0.0.1:8080", downstream: downstream, gate: "logistics-api", namespace: "shop",
+		inboundPermits: 4096, shutdownTimeout: 30 * time.Second,
+	}
+	with := func(f func(*config)) config {
+		c := defaults
+		f(&c)
+		return c
+	}
+	required := []string{"--downstream", "http://logistics:8080", "--gate", "logistics-api"}
+	tests := []struct {
+		name    string
+		args    []string
+		want    config
+		wantErr string
+	}{{
+		name: "configmap in the pod's namespace",
+		args: append(required, "--configmap", "search-gateway-backpressure"),
+		want: with(func(c *config) { c.configMap = "search-gateway-backpressure" }),
+	}, {
+		name: "every flag",
+		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
+			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
+			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s"),
+		want: with(func(c *config) {
+			c.listen, c.planDir, c.namespace, c.kubeconfig, c.acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
+			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
+		}),
+	}, {
+		name:    "nothing",
+		wantErr: "--downstream is required; --gate is required; exactly one of --configmap and --plan-dir is required",
+	}, {
+		name:    "both sources",
+		args:    append(required, "--configmap", "x", "--plan-dir", "/d"),
+		wantErr: "exactly one of --configmap and --plan-dir is required",
+	}, {
+		name:    "not a URL",
+		args:    []string{"--downstream", "logistics:8080", "--gate", "g", "--plan-dir", "/d"},
+		wantErr: `--downstream "logistics:8080" is not an http or https URL`,
+	}, {
+		name:    "out of range",
+		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s"),
+		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive",
+	}, {
+		name:    "unknown flag",
+		args:    append(required, "--plan-dir", "/d", "--retries", "1"),
+		wantErr: "flag provided but not defined: -retries",
+	}, {
+		name:    "stray argument",
+		args:    append(required, "--plan-dir", "/d", "extra"),
+		wantErr: `unexpected arguments ["extra"]`,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseConfig(tt.args, getenv, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || strings.ReplaceAll(err.Error(), "\n", "; ") != tt.wantErr {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(config{})); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseConfigConfigMapNeedsANamespace(t *testing.T) {
+	_, err := parseConfig([]string{"--downstream", "http://d", "--gate", "g", "--configmap", "cm"},
+		func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--configmap needs --namespace or $POD_NAMESPACE") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestParseConfigHelp(t *testing.T) {
+	var usage strings.Builder
+	_, err := parseConfig([]string{"-h"}, func(string) string { return "" }, &usage)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(usage.String(), "-retry-on-429") {
+		t.Errorf("err = %v, usage:\n%s", err, usage.String())
+	}
+}

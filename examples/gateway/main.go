@@ -1,0 +1,144 @@
+// Command gateway is a runnable example of pkg/runtime: an HTTP gateway that,
+// for every GET /, calls one downstream through a gate sized by the
+// backpressure operator, and follows the operator's plan while it runs.
+//
+//	gateway --downstream http://logistics.example.com --gate logistics-api \
+//	        --configmap search-gateway-backpressure --namespace shop
+//
+// A call the pod's share has no room for is answered at once from a fallback
+// (200 with the X-Backpressure-Fallback header) and never reaches the
+// downstream; a downstream error is a 502 with X-Downstream-Status. Retries
+// (--max-retries) draw on the plan's retry budget. An inbound gate
+// (--inbound-permits) protects the process itself. SIGTERM drains in-flight
+// requests. Logs are JSON lines on stderr: "Serving", "Applied plan" for
+// every plan put in force, "Stopped".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+)
+
+func main() {
+	log := newLogger(os.Stderr)
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err == nil {
+		// SIGTERM (from the kubelet) or Ctrl-C starts a graceful shutdown;
+		// a second one ends the process at once.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		context.AfterFunc(ctx, stop)
+		err = run(ctx, cfg, log)
+		stop()
+	}
+	if err != nil {
+		log.Error("Gateway failed", "err", oneLine(err))
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends, then shuts down gracefully.
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	// 1. The plan: read once, fail fast without a valid one for our gate.
+	src, ack, err := planSource(cfg)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry() // this process's metrics; never the global registry
+	rt, err := runtime.New(ctx, src, runtime.Options{
+		Gates:      []string{cfg.gate},
+		Registerer: reg,
+		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan
+		Ack:        ack,
+	})
+	if err != nil {
+		return err
+	}
+
+	// 2. Outbound: a client whose every call passes the plan's gate.
+	responses, err := httpmw.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &httpmw.Transport{
+		Gate:    rt.Gate(cfg.gate),
+		Base:    baseTransport(),
+		Metrics: responses,
+	}}
+
+	// 3. Inbound: a fixed gate protecting this process, no waiting room.
+	inbound, err := gate.New("inbound", gate.Limits{Permits: cfg.inboundPermits})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           httpmw.Middleware(inbound)(newGateway(cfg, rt, client)),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+
+	// 4. Serve, follow the plan, and drain on SIGTERM.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	var metricsSrv *http.Server
+	if cfg.metricsListen != "" {
+		if metricsSrv, err = serveMetrics(cfg.metricsListen, reg, log); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	log.Info("Serving", "address", ln.Addr().String())
+
+	sourceCtx, stopSource := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = rt.Start(sourceCtx) }) // resizes the gate on every plan change
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-serveErr: // the listener broke
+	}
+	stopSource()
+	wg.Wait()
+	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, rt))
+}
+
+// shutdown stops accepting connections, waits for in-flight requests (and
+// their downstream calls) to finish, then stops the rest.
+func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Server, rt *runtime.Runtime) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("in-flight requests did not finish within %v: %w", timeout, err)
+	}
+	if metricsSrv != nil {
+		_ = metricsSrv.Shutdown(ctx)
+	}
+	if err := rt.Shutdown(ctx); err != nil {
+		return err
+	}
+	log.Info("Stopped")
+	return nil
+}
