@@ -196,7 +196,13 @@ func kustomizeWithMonitoring(t *testing.T) []byte {
 // operatorNamespace, CRDs included, with the given --set values.
 func helmTemplate(t *testing.T, set ...string) []byte {
 	t.Helper()
-	args := []string{"template", releaseName, chartDir, "--namespace", operatorNamespace,
+	return helmTemplateIn(t, operatorNamespace, set...)
+}
+
+// helmTemplateIn renders the chart as release releaseName in namespace.
+func helmTemplateIn(t *testing.T, namespace string, set ...string) []byte {
+	t.Helper()
+	args := []string{"template", releaseName, chartDir, "--namespace", namespace,
 		"--kube-version", kubeVersion, "--include-crds"}
 	for _, s := range set {
 		args = append(args, "--set", s)

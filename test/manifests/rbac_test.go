@@ -72,7 +72,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	}
 
 	// The manager runs for the whole test: the last step reconciles again.
-	reconcile, quotaMetrics := startOperator(t, ctx, impersonate(admin, operatorUser), k8s)
+	reconcile, quotaMetrics := startOperator(ctx, t, impersonate(admin, operatorUser), k8s)
 	if !t.Run("manager reconciles the sample quota as its ServiceAccount", func(t *testing.T) {
 		q := reconcile(t)
 		if q.Status.PerPod == nil || q.Status.PerPod.Permits != 5 {
@@ -94,7 +94,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			t.Errorf("published plan has %d permits and hash %s, want 5 and status's %s", doc.Permits, doc.Hash, q.Status.ConfigMap.Hash)
 		}
 		// The PlanChanged event proves the events.k8s.io grant.
-		waitFor(t, ctx, "a PlanChanged event about the quota", func() (bool, error) {
+		waitFor(ctx, t, "a PlanChanged event about the quota", func() (bool, error) {
 			var events eventsv1.EventList
 			if err := k8s.List(ctx, &events, client.InNamespace("shop")); err != nil {
 				return false, err
@@ -111,7 +111,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	}
 
 	t.Run("the leader exports the quota's metrics", func(t *testing.T) {
-		waitFor(t, ctx, "backpressure_quota_permits from the manager's cache", func() (bool, error) {
+		waitFor(ctx, t, "backpressure_quota_permits from the manager's cache", func() (bool, error) {
 			return gaugeValue(quotaMetrics, "backpressure_quota_permits", map[string]string{"namespace": "shop", "quota": sampleQuota}) == 5, nil
 		})
 	})
@@ -151,7 +151,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	apply(t, kubectl, kustomize(t, "config/samples/app"))
 	app := impersonate(admin, appUser)
 	t.Run("application follows its ConfigMap as its ServiceAccount", func(t *testing.T) {
-		u := followConfigMap(t, ctx, app, nil)
+		u := followConfigMap(ctx, t, app, nil)
 		if p := u.Plans[sampleQuota]; p.Permits != 5 {
 			t.Errorf("the application read %d permits for %s, want 5", p.Permits, sampleQuota)
 		}
@@ -187,9 +187,9 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			c.check(t, kubectl, appUser)
 		}
 		env := map[string]string{reload.EnvPodName: samplePod, reload.EnvPodNamespace: "shop"}
-		u := followConfigMap(t, ctx, app, &reload.AckOptions{Getenv: func(k string) string { return env[k] }})
+		u := followConfigMap(ctx, t, app, &reload.AckOptions{Getenv: func(k string) string { return env[k] }})
 		want := u.Plans[sampleQuota].Hash
-		waitFor(t, ctx, "the pod's acknowledgement", func() (bool, error) {
+		waitFor(ctx, t, "the pod's acknowledgement", func() (bool, error) {
 			var p corev1.Pod
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
 				return false, err
@@ -197,7 +197,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			return p.Annotations[v1alpha1.AppliedAnnotationPrefix+sampleQuota] == want, nil
 		})
 		// The operator counts the acknowledgement in the rollout status.
-		waitFor(t, ctx, "status.rollout to count the acknowledgement", func() (bool, error) {
+		waitFor(ctx, t, "status.rollout to count the acknowledgement", func() (bool, error) {
 			r := reconcile(t).Status.Rollout
 			return r != nil && r.Acknowledged == 1 && r.Total == 1, nil
 		})
@@ -209,7 +209,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 // reconciles the sample quota with the controller's reconciler and returns
 // the quota as the admin client k8s reads it, and a registry holding the
 // quota metrics collector, reading the manager's cache.
-func startOperator(t *testing.T, ctx context.Context, cfg *rest.Config, k8s client.Client) (func(*testing.T) *v1alpha1.DownstreamQuota, prometheus.Gatherer) {
+func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s client.Client) (func(*testing.T) *v1alpha1.DownstreamQuota, prometheus.Gatherer) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme(t),
@@ -266,7 +266,7 @@ func startOperator(t *testing.T, ctx context.Context, cfg *rest.Config, k8s clie
 
 // followConfigMap opens the sample ConfigMap as cfg's identity, the way an
 // application does, and returns the first update it delivers.
-func followConfigMap(t *testing.T, ctx context.Context, cfg *rest.Config, ack *reload.AckOptions) reload.Update {
+func followConfigMap(ctx context.Context, t *testing.T, cfg *rest.Config, ack *reload.AckOptions) reload.Update {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -348,7 +348,7 @@ func impersonate(cfg *rest.Config, user string) *rest.Config {
 }
 
 // waitFor polls cond every 100ms until it holds, failing the test after 30s.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {

@@ -132,14 +132,18 @@ func TestManagerAcceptsTheDeploymentArgs(t *testing.T) {
 // change), the monitoring objects included.
 func TestManifestsApplyToTheAPIServer(t *testing.T) {
 	_, kubectl := controlPlane(t)
-	for _, ns := range []string{operatorNamespace, "shop"} {
+	// The chart goes to a namespace of its own: the RBAC test installs
+	// config/default for real, whose Deployment has other selector labels.
+	const helmNamespace = "backpressure-helm"
+	for _, ns := range []string{operatorNamespace, helmNamespace, "shop"} {
 		ensureNamespace(t, ns)
 	}
 	renders := map[string][]byte{
 		"kustomize config/default with config/prometheus": kustomizeWithMonitoring(t),
-		"helm template, every option on": helmTemplate(t, "metrics.serviceMonitor.enabled=true",
+		"helm template, every option on": helmTemplateIn(t, helmNamespace, "metrics.serviceMonitor.enabled=true",
 			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true"),
-		"helm template, metrics off":       helmTemplate(t, "metrics.enabled=false", "replicas=1", "leaderElection.enabled=false"),
+		"helm template, metrics off": helmTemplateIn(t, helmNamespace, "metrics.enabled=false", "replicas=1",
+			"leaderElection.enabled=false"),
 		"kustomize config/samples":         kustomize(t, "config/samples"),
 		"kustomize config/samples/app":     kustomize(t, "config/samples/app"),
 		"kustomize config/samples/app/ack": kustomize(t, "config/samples/app/ack"),
