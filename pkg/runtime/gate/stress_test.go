@@ -81,6 +81,36 @@ func TestStressResizeUnderLoad(t *testing.T) {
 	)
 	stop := make(chan struct{})
 
+	// resize puts random limits in force. Resizes are serialised, so that at
+	// most the last recorded limit is still pending, as maxSince assumes.
+	var resizeMu sync.Mutex
+	draining := false // guarded by resizeMu; set once the final limits are in force
+	resize := func(rng *rand.Rand) {
+		l := gate.Limits{
+			Permits:       rng.IntN(65), // includes 0: admit nobody for a while
+			QueueCapacity: rng.IntN(300),
+			MaxQueueWait:  time.Duration(rng.IntN(4000)) * time.Microsecond,
+		}
+		if rng.IntN(4) == 0 {
+			l.RatePerSecond, l.Burst = float64(5000+rng.IntN(50000)), 1+rng.IntN(100)
+		}
+		if rng.IntN(3) == 0 {
+			l.TypicalLatency = time.Duration(rng.IntN(2000)) * time.Microsecond
+		}
+		resizeMu.Lock()
+		defer resizeMu.Unlock()
+		if draining || !hist.add(l.Permits) {
+			return
+		}
+		if err := g.Update(l); err != nil {
+			t.Error(err)
+			return
+		}
+		resizes.Add(1)
+	}
+	// Resizes come every few milliseconds from a timer, and also from some
+	// of the callers every few dozen calls, so that they stay frequent
+	// relative to the calls however loaded the machine is.
 	var resizer sync.WaitGroup
 	resizer.Go(func() {
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -90,25 +120,7 @@ func TestStressResizeUnderLoad(t *testing.T) {
 				return
 			case <-time.After(time.Duration(500+rng.IntN(3500)) * time.Microsecond):
 			}
-			l := gate.Limits{
-				Permits:       rng.IntN(65), // includes 0: admit nobody for a while
-				QueueCapacity: rng.IntN(300),
-				MaxQueueWait:  time.Duration(rng.IntN(4000)) * time.Microsecond,
-			}
-			if rng.IntN(4) == 0 {
-				l.RatePerSecond, l.Burst = float64(5000+rng.IntN(50000)), 1+rng.IntN(100)
-			}
-			if rng.IntN(3) == 0 {
-				l.TypicalLatency = time.Duration(rng.IntN(2000)) * time.Microsecond
-			}
-			if !hist.add(l.Permits) {
-				return
-			}
-			if err := g.Update(l); err != nil {
-				t.Error(err)
-				return
-			}
-			resizes.Add(1)
+			resize(rng)
 		}
 	})
 
@@ -131,6 +143,9 @@ func TestStressResizeUnderLoad(t *testing.T) {
 					if rng.IntN(2) == 0 {
 						time.AfterFunc(time.Duration(rng.IntN(2000))*time.Microsecond, cancel)
 					}
+				}
+				if w < 8 && rng.IntN(32) == 0 {
+					resize(rng)
 				}
 				n0 := hist.n.Load()
 				var p gate.Permit
@@ -193,8 +208,12 @@ func TestStressResizeUnderLoad(t *testing.T) {
 	close(stop)
 	resizer.Wait()
 	// Whoever still waits must get out: give the gate room and no rate.
+	resizeMu.Lock()
+	draining = true
 	hist.add(64)
-	if err := g.Update(gate.Limits{Permits: 64, QueueCapacity: 64}); err != nil {
+	err := g.Update(gate.Limits{Permits: 64, QueueCapacity: 64})
+	resizeMu.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	workers.Wait()
