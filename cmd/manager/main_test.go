@@ -169,7 +169,9 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	defer func() {
 		if !stopped {
 			stop()
-			<-done
+			if err := <-done; err != nil {
+				t.Errorf("run returned %v", err)
+			}
 		}
 	}()
 

@@ -199,12 +199,13 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 }
 
 // writeStatus sets Ready to ready in status and writes status as q's
-// status, in one merge patch, when it differs from what q has. The cache may
-// lag behind this controller's own last write, so before writing it compares
-// with the API server's copy, and patches under that copy's resourceVersion.
-// It returns the status the API server had before the write, and whether it
-// wrote; q then holds the result. A quota whose spec changed since q was
-// read is left alone: the generation change brings another reconcile.
+// status, in one merge patch under q's resourceVersion, when it differs from
+// what q has. The cache may lag behind this controller's own last write:
+// when the patch conflicts, it compares with the API server's copy instead,
+// and writes under that copy's resourceVersion only if that still differs.
+// It returns the status the write replaced, and whether it wrote; q then
+// holds the result. A quota whose spec changed since q was read is left
+// alone: the generation change brings another reconcile.
 func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, ready metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
 	now := r.clock.Now()
 	desired := func(base *v1alpha1.DownstreamQuotaStatus) *v1alpha1.DownstreamQuotaStatus {
@@ -213,24 +214,32 @@ func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1
 		setCondition(&s.Conditions, ready, q.Generation, now)
 		return s
 	}
-	if equality.Semantic.DeepEqual(&q.Status, desired(&q.Status)) {
-		return nil, false, nil
+	base := q
+	for attempt := 0; ; attempt++ {
+		want := desired(&base.Status)
+		if equality.Semantic.DeepEqual(&base.Status, want) {
+			return nil, false, nil
+		}
+		updated := base.DeepCopy()
+		updated.Status = *want
+		err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			prev := base.Status.DeepCopy()
+			*status, *q = *want, *updated
+			return prev, true, nil
+		case !apierrors.IsConflict(err) || attempt > 0:
+			return nil, false, fmt.Errorf("controller: write status of quota %s/%s: %w", q.Namespace, q.Name, err)
+		}
+		live := &v1alpha1.DownstreamQuota{}
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(q), live); err != nil {
+			return nil, false, client.IgnoreNotFound(err)
+		}
+		if live.Generation != q.Generation {
+			return nil, false, nil
+		}
+		base = live
 	}
-	live := &v1alpha1.DownstreamQuota{}
-	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(q), live); err != nil {
-		return nil, false, client.IgnoreNotFound(err)
-	}
-	want := desired(&live.Status)
-	if live.Generation != q.Generation || equality.Semantic.DeepEqual(&live.Status, want) {
-		return nil, false, nil
-	}
-	base := live.DeepCopy()
-	live.Status = *want
-	if err := r.client.Status().Patch(ctx, live, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return nil, false, fmt.Errorf("controller: write status of quota %s/%s: %w", q.Namespace, q.Name, err)
-	}
-	*status, *q = *want, *live
-	return &base.Status, true, nil
 }
 
 // sameCondition reports whether conds already has c's type with its status,

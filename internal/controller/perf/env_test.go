@@ -1,0 +1,206 @@
+package perf
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/writecount"
+	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+)
+
+// requirePerf skips the test unless BACKPRESSURE_PERF=1.
+func requirePerf(t *testing.T) {
+	t.Helper()
+	if os.Getenv("BACKPRESSURE_PERF") != "1" {
+		t.Skip("a measurement; set BACKPRESSURE_PERF=1 to run it")
+	}
+}
+
+// envInt reads a positive integer from the environment, or def.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func newScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+// startAPIServer starts envtest and returns its config (without a
+// client-side rate limit, as config.GetConfig) and a client for the test.
+func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
+	t.Helper()
+	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the API server: %v", err)
+		}
+	})
+	cfg.QPS = -1
+	k8s, err := client.New(cfg, client.Options{Scheme: newScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, k8s
+}
+
+// runningManager is a manager built as cmd/manager builds it, with its
+// writes counted and its log in a file.
+type runningManager struct {
+	manager.Manager
+	writes *writecount.Counter
+	log    string
+	stop   func()
+}
+
+// startManager starts the controller's manager and waits for its caches.
+func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningManager {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), "manager.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	writes := &writecount.Counter{}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 newScheme(t),
+		Cache:                  bpcontroller.CacheOptions(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		NewClient:              writes.NewClient,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bpcontroller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"))
+	// The manager's default of 4 workers, as cmd/manager.
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}); err != nil {
+		t.Fatal(err)
+	}
+	mgrCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mgrCtx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+		_ = logFile.Close()
+	}
+	t.Cleanup(stop)
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("caches did not sync")
+	}
+	return &runningManager{Manager: mgr, writes: writes, log: logPath, stop: stop}
+}
+
+// logErrors returns the error lines of the manager's log.
+func (m *runningManager) logErrors(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open(m.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, `"level":"error"`) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+// controllerMetric sums the samples of a metric family of the global
+// registry that belong to the controller: whose label (controller, or name
+// for the work queue) is its name.
+func controllerMetric(t *testing.T, family, label string) float64 {
+	const value = bpcontroller.ControllerName
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == family })
+	if i < 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, m := range families[i].GetMetric() {
+		if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
+			continue
+		}
+		switch {
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// percentile returns the p-th percentile (0..100) of sorted durations, by
+// the nearest-rank method.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(p/100*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}

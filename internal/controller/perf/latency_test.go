@@ -1,0 +1,163 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// TestReplicasToConfigMapLatency measures the time from a change of a
+// workload's spec replicas (a scale subresource patch, as kubectl scale and
+// the HPA write it) to a watcher of the workload's ConfigMap seeing the new
+// plan. The clock starts before the patch is sent, so each figure includes
+// the patch's own round trip.
+func TestReplicasToConfigMapLatency(t *testing.T) {
+	requirePerf(t)
+	changes := envInt(t, "BACKPRESSURE_PERF_CHANGES", 200)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cfg, k8s := startAPIServer(t)
+	startManager(ctx, t, cfg)
+
+	const ns = "latency"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	d := deployment(ns, "api", 10)
+	if err := k8s.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	// 1000 permits at 100% safety: 10 replicas get 100 each, 20 get 50.
+	q := quota(ns, "payments", "api", 1000)
+	q.Spec.SafetyPercent = 100
+	if err := k8s.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the first plan", func() (bool, error) {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	w, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "api-backpressure").String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	type seen struct {
+		permits int
+		at      time.Time
+	}
+	published := make(chan seen, 16)
+	go func() {
+		defer close(published)
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok {
+				continue
+			}
+			if doc, err := plan.Parse([]byte(cm.Data["payments.json"])); err == nil {
+				published <- seen{doc.Permits, time.Now()}
+			}
+		}
+	}()
+
+	latencies := make([]time.Duration, 0, changes)
+	replicas := int32(10)
+	for i := range changes {
+		replicas = 30 - replicas // 10 ↔ 20
+		want := 1000 / int(replicas)
+		start := time.Now()
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+		// The response is a Scale, decoded into the object given: give a copy.
+		if err := k8s.SubResource("scale").Patch(ctx, d.DeepCopy(), patch); err != nil {
+			t.Fatalf("change %d: scale: %v", i, err)
+		}
+		for got := range published {
+			if got.permits == want {
+				latencies = append(latencies, got.at.Sub(start))
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("change %d: %v", i, ctx.Err())
+		}
+	}
+	if len(latencies) != changes {
+		t.Fatalf("saw %d of %d changes", len(latencies), changes)
+	}
+	slices.Sort(latencies)
+	t.Logf("spec.replicas → ConfigMap over %d changes: median %s, p90 %s, p99 %s, max %s (min %s)",
+		changes, percentile(latencies, 50).Round(10*time.Microsecond), percentile(latencies, 90).Round(10*time.Microsecond),
+		percentile(latencies, 99).Round(10*time.Microsecond), latencies[len(latencies)-1].Round(10*time.Microsecond), latencies[0].Round(10*time.Microsecond))
+}
+
+// waitFor polls done every 20ms until it reports true, failing the test on
+// an error or when ctx ends.
+func waitFor(ctx context.Context, t *testing.T, what string, done func() (bool, error)) {
+	t.Helper()
+	for {
+		ok, err := done()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %v", what, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func deployment(ns, name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+			},
+		},
+	}
+}
+
+func quota(ns, name, workload string, concurrency int32) *v1alpha1.DownstreamQuota {
+	return &v1alpha1.DownstreamQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.DownstreamQuotaSpec{
+			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
+			Downstream:  name + ".example.com",
+			Contract:    v1alpha1.Contract{Concurrency: concurrency},
+			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 50 * time.Millisecond}},
+			Deadline:    metav1.Duration{Duration: time.Second},
+		},
+	}
+}
