@@ -30,11 +30,14 @@ import (
 // raises no event.
 const DefaultConflictRecheck = time.Minute
 
+// Workloads, HPAs and pods are read from the cache only (list and watch);
+// quotas and ConfigMaps are also read from the API server (get) when the
+// cache may be stale or does not hold the object.
 // +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamquotas,verbs=get;list;watch
 // +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamquotas/status,verbs=patch
-// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments;statefulsets,verbs=list;watch
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -263,16 +263,9 @@ var _ = Describe("DownstreamQuota controller", func() {
 			_, cm := publishedDocument(ctx, g, ns, "api-backpressure", "payments")
 			quotaRV, configMapRV = q.ResourceVersion, cm.ResourceVersion
 		}).Should(Succeed())
-		// Let the watch events of the last writes arrive and settle.
-		settled := 0
-		Eventually(func() int {
-			before := writes.TotalIn(ns)
-			if before == settled {
-				return before
-			}
-			settled = before
-			return -1
-		}).WithPolling(300 * time.Millisecond).Should(BeNumerically(">=", 0))
+		// The reconciles that the last writes' own watch events start find
+		// nothing new; wait until the count holds still.
+		settled := settledWrites(ns)
 		events := len(quotaEvents(ctx, Default, ns, "payments"))
 
 		By("reconciling directly")

@@ -201,3 +201,16 @@ func acknowledge(ctx context.Context, quota, hash string, pods ...*corev1.Pod) {
 func containsSubstring(s string) OmegaMatcher {
 	return ContainElement(ContainSubstring(s))
 }
+
+// settledWrites waits until the manager's count of writes to namespace
+// holds still for half a second, and returns it.
+func settledWrites(namespace string) int {
+	last := -1
+	Eventually(func() bool {
+		n := writes.TotalIn(namespace)
+		still := n == last
+		last = n
+		return still
+	}).WithPolling(500 * time.Millisecond).Should(BeTrue())
+	return last
+}
