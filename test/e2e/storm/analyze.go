@@ -19,6 +19,16 @@ type Sample struct {
 	Pods PodCounts
 	// Latency is the downstream's latency.
 	Latency time.Duration
+	// Permits is the sum of the running pods' permits.
+	Permits int
+}
+
+// ScaleEvent is the autoscaler changing the replica count.
+type ScaleEvent struct {
+	// At is the moment of the decision, just before the Deployment's scale
+	// subresource was written.
+	At       time.Time
+	From, To int32
 }
 
 // RunData is everything a variant's run recorded, before analysis.
@@ -41,6 +51,8 @@ type RunData struct {
 	Rollout   []RolloutSample
 	// Alive names the pods still running at the end of the load.
 	Alive []string
+	// Scales are the autoscaler's steps as they happened.
+	Scales []ScaleEvent
 }
 
 // Analyze turns a run's data into its report.
@@ -78,6 +90,7 @@ func Analyze(d *RunData) *VariantReport {
 		NoEndpoint:        l.NoEndpoint,
 		Answered:          map[string]int64{},
 		DownstreamErrors:  l.DownstreamStatuses,
+		Errors:            l.Errors,
 	}
 	for o := range numOutcomes {
 		r.Load.Answered[o.String()] = l.Outcomes[o]
@@ -104,6 +117,7 @@ func Analyze(d *RunData) *VariantReport {
 		r.ReloadLatencySeconds = latencyReport(ReloadLatencies(d.Published, d.Applied))
 		r.Plans = plans(d)
 		r.Rollout = rollout(d)
+		r.ScaleSteps = scaleSteps(d)
 	}
 	return r
 }
@@ -130,7 +144,8 @@ func phases(d *RunData) []PhaseReport {
 		pr := PhaseReport{Name: p.Name, From: p.From.Seconds(), To: p.To.Seconds(), Steady: p.Steady}
 		from, to := p.Window()
 		if a, b := at(d.Samples, from), at(d.Samples, to); b.At > a.At {
-			pr.GoodputPerSecond = float64(b.Downstream.OK-a.Downstream.OK) / (b.At - a.At).Seconds()
+			pr.MeasuredSeconds = (b.At - a.At).Seconds()
+			pr.GoodputPerSecond = float64(b.Downstream.OK-a.Downstream.OK) / pr.MeasuredSeconds
 		}
 		start, end := at(d.Samples, p.From), at(d.Samples, p.To)
 		pr.Downstream429 = end.Downstream.Rejected - start.Downstream.Rejected
@@ -169,6 +184,7 @@ func timeline(samples []Sample) []TimelinePoint {
 			Existing:       s.Pods.Existing,
 			Ready:          s.Pods.Ready,
 			LatencySeconds: s.Latency.Seconds(),
+			Permits:        s.Permits,
 		})
 		prev = s.Downstream
 	}
@@ -246,4 +262,59 @@ func rollout(d *RunData) *RolloutReport {
 		}
 	}
 	return r
+}
+
+// scaleSteps measures how the operator followed each of the autoscaler's
+// steps: the time to publish the first plan after the decision, and the
+// time until every pod running at the decision, and still running when the
+// step's last plan came, applied that last plan.
+func scaleSteps(d *RunData) []ScaleStepReport {
+	var out []ScaleStepReport
+	for i, sc := range d.Scales {
+		end := d.Start.Add(d.Schedule.Duration)
+		if i+1 < len(d.Scales) {
+			end = d.Scales[i+1].At
+		}
+		r := ScaleStepReport{At: sc.At.Sub(d.Start).Seconds(), From: sc.From, To: sc.To}
+		var first, last *Published
+		for j := range d.Published {
+			p := &d.Published[j]
+			if p.Seen.After(sc.At) && p.Seen.Before(end) {
+				if first == nil {
+					first = p
+				}
+				last = p
+				r.Plans++
+			}
+		}
+		if first == nil {
+			out = append(out, r)
+			continue
+		}
+		r.FirstPlanSeconds = first.Seen.Sub(sc.At).Seconds()
+		r.SettledPlanSeconds = last.Seen.Sub(sc.At).Seconds()
+		r.SettledPermits = last.Permits
+		// Pods running at the decision: their first application is before it.
+		running := map[string]bool{}
+		for _, a := range d.Applied {
+			if a.Time.Before(sc.At) {
+				running[a.Pod] = true
+			}
+		}
+		var lat []time.Duration
+		seen := map[string]bool{}
+		for _, a := range d.Applied {
+			if a.Hash == last.Hash && running[a.Pod] && !seen[a.Pod] {
+				seen[a.Pod] = true
+				lat = append(lat, a.Time.Sub(sc.At))
+			}
+		}
+		r.AppliedBy = len(lat)
+		if len(lat) > 0 {
+			q := QuantilesOf(lat)
+			r.AppliedP50Seconds, r.AppliedMaxSeconds = q.P50.Seconds(), q.Max.Seconds()
+		}
+		out = append(out, r)
+	}
+	return out
 }

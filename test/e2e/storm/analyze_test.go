@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestReloadLatencies(t *testing.T) {
@@ -30,6 +31,55 @@ func TestReloadLatencies(t *testing.T) {
 	want := []time.Duration{40 * time.Millisecond, 300 * time.Millisecond, 0}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ReloadLatencies (-want +got):\n%s", diff)
+	}
+}
+
+func TestScaleSteps(t *testing.T) {
+	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	d := &RunData{
+		Schedule: DefaultSchedule(),
+		Start:    start,
+		Scales:   []ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
+		Published: []Published{
+			{Seen: at(-1000), Hash: "n8", Permits: 5},
+			{Seen: at(25030), Hash: "n16", Permits: 2},
+			{Seen: at(45600), Hash: "n10", Permits: 4},
+			{Seen: at(45800), Hash: "n4", Permits: 10},
+		},
+		Applied: []Applied{
+			{Pod: "old", Time: at(-900), Hash: "n8"},
+			{Pod: "old", Time: at(25040), Hash: "n16"},
+			{Pod: "new", Time: at(26900), Hash: "n16"}, // started after the decision
+			{Pod: "old", Time: at(45610), Hash: "n10"},
+			{Pod: "new", Time: at(45620), Hash: "n10"},
+			{Pod: "old", Time: at(45810), Hash: "n4"},
+			{Pod: "new", Time: at(45830), Hash: "n4"},
+		},
+	}
+	want := []ScaleStepReport{
+		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledPermits: 2,
+			AppliedBy: 1, AppliedP50Seconds: 0.04, AppliedMaxSeconds: 0.04},
+		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledPermits: 10,
+			AppliedBy: 2, AppliedP50Seconds: 0.81, AppliedMaxSeconds: 0.83},
+	}
+	if diff := cmp.Diff(want, scaleSteps(d), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("scaleSteps (-want +got):\n%s", diff)
+	}
+}
+
+func TestObservationsTotalPermits(t *testing.T) {
+	var o Observations
+	five, two := 5, 2
+	o.Applied("a", LogLine{Msg: MsgAppliedPlan, Permits: &five})
+	o.Applied("b", LogLine{Msg: MsgAppliedPlan, Permits: &five})
+	if got := o.TotalPermits(); got != 10 {
+		t.Errorf("TotalPermits() = %d, want 10", got)
+	}
+	o.Applied("a", LogLine{Msg: MsgAppliedPlan, Permits: &two})
+	o.Exited("b")
+	if got := o.TotalPermits(); got != 2 {
+		t.Errorf("after a shrink and an exit: TotalPermits() = %d, want 2", got)
 	}
 }
 

@@ -51,9 +51,13 @@ func EvaluateGoals(r *Report) []Goal {
 				if !p.Steady {
 					continue
 				}
+				got := fmt.Sprintf("%.1f/s over %.1fs", p.GoodputPerSecond, p.MeasuredSeconds)
+				if p.MeasuredSeconds == 0 {
+					got = "not measured: the phase is shorter than its settle time"
+				}
 				add(name, "goodput in phase "+p.Name,
 					fmt.Sprintf("≥ %.1f/s (%.0f%% of %.1f/s)", want, 100*GoodputGoalFraction, r.GoodputCeilingPerSecond),
-					fmt.Sprintf("%.1f/s", p.GoodputPerSecond), p.GoodputPerSecond >= want, true)
+					got, p.MeasuredSeconds > 0 && p.GoodputPerSecond >= want, true)
 			}
 			rl := v.ReloadLatencySeconds
 			switch {

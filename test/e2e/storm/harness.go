@@ -115,13 +115,13 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 
 	h.logf("Applying the CRDs with kubectl")
-	if _, err := h.kubectl("apply", "-f", filepath.Join(h.Root, "config", "crd", "bases")); err != nil {
+	if err := h.kubectl("apply", "-f", filepath.Join(h.Root, "config", "crd", "bases")); err != nil {
 		return h, err
 	}
-	if _, err := h.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamquotas.backpressure.dev"); err != nil {
+	if err := h.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamquotas.backpressure.dev"); err != nil {
 		return h, err
 	}
-	if _, err := h.kubectl("create", "namespace", ManagerNamespace); err != nil {
+	if err := h.kubectl("create", "namespace", ManagerNamespace); err != nil {
 		return h, err
 	}
 
@@ -150,13 +150,13 @@ func ManagerArgs(kubeconfig string) []string {
 	}
 }
 
-// kubectl runs kubectl and returns its stdout, or an error with its stderr.
-func (h *Harness) kubectl(args ...string) (string, error) {
-	out, stderr, err := h.Kubectl.Run(args...)
+// kubectl runs kubectl, and returns an error with its stderr when it fails.
+func (h *Harness) kubectl(args ...string) error {
+	_, stderr, err := h.Kubectl.Run(args...)
 	if err != nil {
-		return out, fmt.Errorf("storm: kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr))
+		return fmt.Errorf("storm: kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr))
 	}
-	return out, nil
+	return nil
 }
 
 // ManagerErr returns an error when the manager has exited.
@@ -172,8 +172,14 @@ func (h *Harness) ManagerErr() error {
 	}
 }
 
-// Close stops every process the harness started and the control plane.
+// Close stops every process the harness started, the manager gracefully,
+// and the control plane.
 func (h *Harness) Close() {
+	if h.manager != nil {
+		if err := h.manager.Terminate(10 * time.Second); err != nil {
+			h.logf("Stopping the manager: %v", err)
+		}
+	}
 	h.procs.StopAll()
 	if h.env != nil {
 		if err := h.env.Stop(); err != nil {

@@ -2,12 +2,15 @@ package storm
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -167,6 +170,8 @@ type LoadResult struct {
 	ShedReasons map[string]int64
 	// DownstreamStatuses counts 502s by the downstream's status.
 	DownstreamStatuses map[string]int64
+	// Errors counts OutcomeError answers by kind.
+	Errors map[string]int64
 	// Records holds every answered request, in completion order.
 	Records []Record
 }
@@ -193,6 +198,7 @@ func (l *Load) Run(ctx context.Context, start time.Time, d time.Duration) *LoadR
 		Target:             l.Rate,
 		ShedReasons:        map[string]int64{},
 		DownstreamStatuses: map[string]int64{},
+		Errors:             map[string]int64{},
 	}
 	var (
 		mu  sync.Mutex // guards res's maps and Records
@@ -212,6 +218,8 @@ func (l *Load) Run(ctx context.Context, start time.Time, d time.Duration) *LoadR
 			res.ShedReasons[detail]++
 		case OutcomeDownstreamError:
 			res.DownstreamStatuses[detail]++
+		case OutcomeError:
+			res.Errors[detail]++
 		}
 		res.Records = append(res.Records, rec)
 	}
@@ -262,11 +270,11 @@ loop:
 func (l *Load) do(ctx context.Context, url string) (Outcome, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
 	if err != nil {
-		return OutcomeError, ""
+		return OutcomeError, "request: " + err.Error()
 	}
 	resp, err := l.Client.Do(req)
 	if err != nil {
-		return OutcomeError, ""
+		return OutcomeError, errorKind(err)
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
@@ -280,6 +288,26 @@ func (l *Load) do(ctx context.Context, url string) (Outcome, string) {
 	case resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode == http.StatusServiceUnavailable:
 		return OutcomePodRejected, ""
 	default:
-		return OutcomeError, ""
+		return OutcomeError, "status " + strconv.Itoa(resp.StatusCode)
+	}
+}
+
+// errorKind names a transport error without the addresses that make every
+// message unique.
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed by the pod"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	default:
+		return "other"
 	}
 }

@@ -42,7 +42,7 @@ func TestEndpointsRoundRobin(t *testing.T) {
 // gatewayDouble answers with each of the answers examples/gateway's contract
 // names, in turn: a success, a fallback, a 502, a pod's own 503, and
 // something else.
-func gatewayDouble(t *testing.T) *httptest.Server {
+func gatewayDouble() *httptest.Server {
 	var n atomic.Int64
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch n.Add(1) % 5 {
@@ -63,7 +63,7 @@ func gatewayDouble(t *testing.T) *httptest.Server {
 }
 
 func TestLoadOpenLoopRateAndOutcomes(t *testing.T) {
-	srv := gatewayDouble(t)
+	srv := gatewayDouble()
 	defer srv.Close()
 	var e Endpoints
 	e.Add(srv.URL)
@@ -140,7 +140,7 @@ func TestLoadCountsNoEndpoint(t *testing.T) {
 }
 
 func TestLoadStopsWithContext(t *testing.T) {
-	srv := gatewayDouble(t)
+	srv := gatewayDouble()
 	defer srv.Close()
 	var e Endpoints
 	e.Add(srv.URL)

@@ -47,6 +47,7 @@ type Observations struct {
 	published []Published
 	applied   []Applied
 	rollout   []RolloutSample
+	permits   map[string]int // running pod → the permits it last applied
 }
 
 // Applied records a pod's "Applied plan" log line.
@@ -56,8 +57,31 @@ func (o *Observations) Applied(pod string, l LogLine) {
 		a.Permits = *l.Permits
 	}
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.applied = append(o.applied, a)
-	o.mu.Unlock()
+	if o.permits == nil {
+		o.permits = map[string]int{}
+	}
+	o.permits[pod] = a.Permits
+}
+
+// Exited records that a pod's process has ended: its permits are free.
+func (o *Observations) Exited(pod string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.permits, pod)
+}
+
+// TotalPermits returns the sum of the permits of the running pods: the
+// in-flight calls the pods may make together.
+func (o *Observations) TotalPermits() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, p := range o.permits {
+		n += p
+	}
+	return n
 }
 
 // publish records a ConfigMap's document of gate when its hash is new.

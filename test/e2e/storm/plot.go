@@ -20,6 +20,7 @@ var (
 	colInFlight = color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff}
 	colContract = color.RGBA{R: 0xd0, G: 0x20, B: 0x20, A: 0xff}
 	colHanded   = color.RGBA{R: 0x80, G: 0x80, B: 0x80, A: 0xff}
+	colPermits  = color.RGBA{R: 0xe0, G: 0x80, B: 0x10, A: 0xff}
 	col429      = color.RGBA{R: 0xd0, G: 0x20, B: 0x20, A: 0xff}
 	colOK       = color.RGBA{R: 0x20, G: 0x90, B: 0x40, A: 0xff}
 	colJitter   = color.NRGBA{R: 0xff, G: 0xc8, B: 0x60, A: 0x50}
@@ -38,8 +39,9 @@ func WritePlot(r *Report, path string) error {
 	var rows [][]*plot.Plot
 	tmax := r.DurationSeconds
 	var last *VariantReport
-	// One in-flight scale for every variant, so that the panels compare.
-	ymax := float64(r.Contract) * headroom
+	// One in-flight scale for every variant, so that the panels compare;
+	// the naive variant's limits go off it.
+	ymax := 2 * float64(r.Contract)
 	for _, v := range r.Variants {
 		ymax = max(ymax, float64(v.PeakInFlight)*headroom)
 	}
@@ -104,6 +106,7 @@ func newPlot(title, ylabel string, tmax float64) *plot.Plot {
 	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.X.Tick.Marker = wholeTicks{}
 	p.Y.Tick.Marker = wholeTicks{}
 	return p
 }
@@ -138,7 +141,7 @@ func shadeSlow(p *plot.Plot, v *VariantReport, ymax float64, legend bool) error 
 			return err
 		}
 		poly.Color = colJitter
-		poly.LineStyle.Width = 0
+		poly.Width = 0
 		polys = append(polys, poly)
 		return nil
 	}
@@ -175,10 +178,10 @@ func line(xys plotter.XYs, c color.Color, width vg.Length, dashed bool) (*plotte
 	if err != nil {
 		return nil, err
 	}
-	l.LineStyle.Color = c
-	l.LineStyle.Width = width
+	l.Color = c
+	l.Width = width
 	if dashed {
-		l.LineStyle.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
+		l.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 	}
 	return l, nil
 }
@@ -206,8 +209,23 @@ func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, 
 	if err != nil {
 		return nil, err
 	}
-	p.Add(safety, contract, inflight)
+	perm := make(plotter.XYs, len(v.Timeline))
+	most := 0
+	for i, pt := range v.Timeline {
+		perm[i] = plotter.XY{X: pt.At, Y: float64(pt.Permits)}
+		most = max(most, pt.Permits)
+	}
+	permits, err := line(perm, colPermits, vg.Points(1.2), false)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(safety, contract, permits, inflight)
 	p.Legend.Add("in flight (peak per 100 ms)", inflight)
+	if label := "pods' permits in all"; float64(most) > ymax {
+		p.Legend.Add(fmt.Sprintf("%s: up to %d, off the scale", label, most), permits)
+	} else {
+		p.Legend.Add(label, permits)
+	}
 	p.Legend.Add(fmt.Sprintf("contract: %d", r.Contract), contract)
 	p.Legend.Add(fmt.Sprintf("handed out: %d%%", r.SafetyPercent), safety)
 	return p, nil
@@ -215,8 +233,9 @@ func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, 
 
 func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 	p := newPlot(fmt.Sprintf("%s: downstream answers per second (%d × 429 in all)", v.Name, v.Downstream429), "per second", tmax)
-	// Per-second rates from the 100 ms samples, over a 1 s moving window.
-	const window = 10
+	// Per-second rates from the 100 ms samples, over a 2 s moving window:
+	// calls of one latency complete in waves that a shorter one aliases.
+	const window = 20
 	n := len(v.Timeline)
 	rej, ok := make(plotter.XYs, n), make(plotter.XYs, n)
 	var sumRej, sumOK int64

@@ -190,7 +190,7 @@ func (p *Process) Tail() string {
 
 // Exited returns an error describing the process's end, with its last lines.
 func (p *Process) Exited() error {
-	return fmt.Errorf("storm: %s exited (%v); its last lines:\n%s", p.spec.Name, p.waitErr, p.Tail())
+	return fmt.Errorf("storm: %s exited (%w); its last lines:\n%s", p.spec.Name, p.waitErr, p.Tail())
 }
 
 // Terminate asks the process to stop (SIGTERM), as the kubelet does, waits

@@ -81,6 +81,8 @@ type VariantReport struct {
 	Plans []PlanReport `json:"plans,omitempty"`
 	// Rollout is the quota's status.rollout at the end (operator only).
 	Rollout *RolloutReport `json:"rollout,omitempty"`
+	// ScaleSteps say how the operator followed each autoscaler step.
+	ScaleSteps []ScaleStepReport `json:"scaleSteps,omitempty"`
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`
@@ -98,6 +100,7 @@ type LoadReport struct {
 	NoEndpoint        int64            `json:"noEndpoint"`
 	Answered          map[string]int64 `json:"answered"`
 	DownstreamErrors  map[string]int64 `json:"downstreamErrors"`
+	Errors            map[string]int64 `json:"errors"`
 }
 
 // PhaseReport is one phase of the schedule.
@@ -106,8 +109,11 @@ type PhaseReport struct {
 	From   float64 `json:"fromSeconds"`
 	To     float64 `json:"toSeconds"`
 	Steady bool    `json:"steady"`
-	// GoodputPerSecond is measured after the phase's settle time.
+	// GoodputPerSecond is measured over MeasuredSeconds at the end of the
+	// phase, after its settle time; both are 0 when the phase is shorter
+	// than the settle time.
 	GoodputPerSecond float64 `json:"goodputPerSecond"`
+	MeasuredSeconds  float64 `json:"measuredSeconds"`
 	Downstream429    int64   `json:"downstream429"`
 	PeakInFlight     int64   `json:"peakInFlight"`
 	LocalSheds       int64   `json:"localSheds"`
@@ -130,6 +136,28 @@ type PlanReport struct {
 	Permits int     `json:"permits"`
 	// AppliedBy counts the pods that logged applying it.
 	AppliedBy int `json:"appliedBy"`
+}
+
+// ScaleStepReport is how the operator followed one autoscaler step.
+type ScaleStepReport struct {
+	At   float64 `json:"atSeconds"`
+	From int32   `json:"from"`
+	To   int32   `json:"to"`
+	// Plans counts the plans published until the next step.
+	Plans int `json:"plans"`
+	// FirstPlanSeconds is the time from the decision to the first new plan
+	// in the ConfigMap.
+	FirstPlanSeconds float64 `json:"firstPlanSeconds"`
+	// SettledPlanSeconds is the time to the step's last plan (on a
+	// scale-down, the shares grow only once departing pods are gone).
+	SettledPlanSeconds float64 `json:"settledPlanSeconds"`
+	SettledPermits     int     `json:"settledPermits"`
+	// AppliedBy counts the pods running at the decision that applied the
+	// last plan; AppliedP50Seconds and AppliedMaxSeconds are the times from
+	// the decision to their applying it.
+	AppliedBy         int     `json:"appliedBy"`
+	AppliedP50Seconds float64 `json:"appliedP50Seconds"`
+	AppliedMaxSeconds float64 `json:"appliedMaxSeconds"`
 }
 
 // RolloutReport is the quota's rollout status.
@@ -159,6 +187,9 @@ type TimelinePoint struct {
 	Ready    int   `json:"ready"`
 	// LatencySeconds is the downstream's latency.
 	LatencySeconds float64 `json:"latencySeconds"`
+	// Permits is the sum of the running pods' permits: what the pods may
+	// hold in flight together.
+	Permits int `json:"permits"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -40,6 +40,10 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	ns := Namespace(v)
 	logDir := filepath.Join(h.OutDir, "logs", v.Name)
 	manifestDir := filepath.Join(h.OutDir, "manifests")
+	// Logs of an earlier run would mix with this one's.
+	if err := os.RemoveAll(logDir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -48,7 +52,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Applying the Deployment and HPA%s in namespace %s", v.Name, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
-	if _, err := h.kubectl("create", "namespace", ns); err != nil {
+	if err := h.kubectl("create", "namespace", ns); err != nil {
 		return nil, err
 	}
 	apply := []string{"apply", "--namespace", ns}
@@ -58,7 +62,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
 	}
-	if _, err := h.kubectl(apply...); err != nil {
+	if err := h.kubectl(apply...); err != nil {
 		return nil, err
 	}
 
@@ -99,7 +103,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			args = append(args, "--plan-dir", planDir)
 		}
 		args = append(args, GatewayRetryArgs...)
-		return h.procs.Start(ProcessSpec{
+		proc, err := h.procs.Start(ProcessSpec{
 			Name:    ns + "/" + pod.Name,
 			Path:    h.gateway,
 			Args:    args,
@@ -112,6 +116,14 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 				onLog(l)
 			},
 		})
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			<-proc.Done()
+			obs.Exited(pod.Name)
+		}()
+		return proc, nil
 	}
 	w, err := NewWorkload(ctx, WorkloadOptions{
 		Client:     h.Client,
@@ -150,7 +162,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Running the schedule: %v at %.0f requests/s", v.Name, s.Duration, s.RequestsPerSecond)
-	data, err := h.conduct(ctx, v, s, ds, w, endpoints)
+	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +187,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 
 // conduct runs the schedule: the load, the latency steps, the autoscaler's
 // steps, and the sampling of the downstream and the workload.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &Load{
 		Rate:           s.RequestsPerSecond,
@@ -201,7 +213,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 				return
 			case <-time.After(time.Until(start.Add(off))):
 			}
-			out = append(out, Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off)})
+			out = append(out, Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()})
 			if off >= s.Duration {
 				<-stopSampling
 				samples <- out
@@ -222,9 +234,12 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 			return nil
 		}})
 	}
+	var scales []ScaleEvent
 	for _, st := range s.Scale {
 		events = append(events, event{st.At, func() error {
-			h.logf("[%s] %5.1fs autoscaler: %d → %d replicas", v.Name, time.Since(start).Seconds(), w.Counts().Desired, st.Replicas)
+			from := w.Counts().Desired
+			h.logf("[%s] %5.1fs autoscaler: %d → %d replicas", v.Name, time.Since(start).Seconds(), from, st.Replicas)
+			scales = append(scales, ScaleEvent{At: time.Now(), From: from, To: st.Replicas})
 			return w.Scale(ctx, st.Replicas)
 		}})
 	}
@@ -253,6 +268,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 		Samples:  <-samples,
 		Final:    ds.Sample(),
 		Load:     res,
+		Scales:   scales,
 		Alive:    w.Running(),
 	}
 	if err := errors.Join(runErr, ctx.Err()); err != nil {

@@ -35,10 +35,14 @@ func tableRow(r *Report, v *VariantReport) []string {
 }
 
 func ms(s float64) string {
-	if s < 1 {
+	switch {
+	case s < 0.01:
+		return fmt.Sprintf("%.1f ms", s*1000)
+	case s < 1:
 		return fmt.Sprintf("%.0f ms", s*1000)
+	default:
+		return fmt.Sprintf("%.2f s", s)
 	}
-	return fmt.Sprintf("%.2f s", s)
 }
 
 // WriteTable writes the report for a terminal: the main table, the
@@ -60,18 +64,39 @@ func WriteTable(w io.Writer, r *Report) error {
 			if p.Steady {
 				steady = " (steady)"
 			}
-			fmt.Fprintf(tw, "%.0f–%.0fs %s%s\t%s\t%.1f\t%d\t%d\t%d\t%s\n",
-				p.From, p.To, p.Name, steady, name, p.GoodputPerSecond, p.Downstream429, p.PeakInFlight, p.ReadyPodsAtEnd, ms(p.GatewayP99))
+			goodput := "–"
+			if p.MeasuredSeconds > 0 {
+				goodput = fmt.Sprintf("%.1f", p.GoodputPerSecond)
+			}
+			fmt.Fprintf(tw, "%.0f–%.0fs %s%s\t%s\t%s\t%d\t%d\t%d\t%s\n",
+				p.From, p.To, p.Name, steady, name, goodput, p.Downstream429, p.PeakInFlight, p.ReadyPodsAtEnd, ms(p.GatewayP99))
 		}
 	}
 	fmt.Fprintln(tw)
 
-	fmt.Fprintln(tw, "variant\tload achieved/s (target)\tdropped by the harness\tanswered: ok / shed / 502 / pod 429-503 / error")
+	for _, name := range r.Order {
+		steps := r.Variants[name].ScaleSteps
+		if len(steps) == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s: autoscaler step\tfirst new plan after\tplans\tsettled plan after\tsettled permits/pod\tapplied by running pods: p50 / max after the decision\n", name)
+		for _, st := range steps {
+			fmt.Fprintf(tw, "%.0fs: %d → %d\t%s\t%d\t%s\t%d\t%s / %s (%d pods)\n", st.At, st.From, st.To, ms(st.FirstPlanSeconds), st.Plans,
+				ms(st.SettledPlanSeconds), st.SettledPermits, ms(st.AppliedP50Seconds), ms(st.AppliedMaxSeconds), st.AppliedBy)
+		}
+		fmt.Fprintln(tw)
+	}
+
+	fmt.Fprintln(tw, "variant\tload achieved/s (target)\tdropped by the harness\tanswered: ok / shed / 502 / pod 429-503 / error\terrors")
 	for _, name := range r.Order {
 		l := r.Variants[name].Load
-		fmt.Fprintf(tw, "%s\t%.0f (%.0f)\t%d\t%d / %d / %d / %d / %d\n", name, l.AchievedPerSecond, l.TargetPerSecond, l.Dropped,
+		var kinds []string
+		for _, k := range sortedKeys(l.Errors) {
+			kinds = append(kinds, fmt.Sprintf("%s: %d", k, l.Errors[k]))
+		}
+		fmt.Fprintf(tw, "%s\t%.0f (%.0f)\t%d\t%d / %d / %d / %d / %d\t%s\n", name, l.AchievedPerSecond, l.TargetPerSecond, l.Dropped,
 			l.Answered[OutcomeOK.String()], l.Answered[OutcomeShed.String()], l.Answered[OutcomeDownstreamError.String()],
-			l.Answered[OutcomePodRejected.String()], l.Answered[OutcomeError.String()])
+			l.Answered[OutcomePodRejected.String()], l.Answered[OutcomeError.String()], strings.Join(kinds, ", "))
 	}
 	fmt.Fprintln(tw)
 
