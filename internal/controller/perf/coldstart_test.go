@@ -80,12 +80,14 @@ func TestColdStart(t *testing.T) {
 	sampler := startHeapSampler()
 
 	reconciledBefore := controllerMetric(t, "controller_runtime_reconcile_total", "controller")
+	cpuBefore := readCPU()
 	start := time.Now()
 	mgr := startManager(ctx, t, cfg)
 	waitFor(ctx, t, "every quota Ready", func() (bool, error) {
 		return readyQuotas(ctx, mgr.GetCache()) == total, nil
 	})
 	elapsed := time.Since(start)
+	cpu := readCPU().sub(cpuBefore)
 	settle(ctx, t, mgr)
 	heapPeak := sampler.stop()
 	rssPeak := peakRSS(t)
@@ -96,6 +98,8 @@ func TestColdStart(t *testing.T) {
 		mgr.writes.Total(), mgr.writes, events)
 	t.Logf("cold start memory: peak Go heap %s, peak RSS of the test process (manager and idle test client) %s",
 		mib(heapPeak), mib(rssPeak))
+	t.Logf("cold start CPU until Ready: manager (test process) %s, API server and etcd %s",
+		cpu.self.Round(10*time.Millisecond), cpu.controlPlane.Round(10*time.Millisecond))
 	if errs := mgr.logErrors(t); len(errs) > 0 {
 		t.Logf("manager logged %d errors; first: %s", len(errs), errs[0])
 	}
