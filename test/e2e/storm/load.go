@@ -68,56 +68,80 @@ type Record struct {
 	Outcome Outcome
 }
 
+// Endpoint is one Ready pod and the client that keeps connections to it.
+type Endpoint struct {
+	URL    string
+	Client *http.Client
+}
+
 // Endpoints is the set of Ready pods that receive traffic, as a Service's
-// endpoints are. Pick goes round-robin. It is safe for concurrent use.
+// endpoints are, with a load balancer in front: every pod has its own
+// keep-alive connections, and a pod that leaves gets no new request and
+// has its idle connections closed, so that its graceful shutdown does not
+// wait on them. Pick goes round-robin. It is safe for concurrent use.
 type Endpoints struct {
+	// Timeout bounds one request.
+	Timeout time.Duration
+
 	mu   sync.Mutex
-	list atomic.Pointer[[]string]
+	list atomic.Pointer[[]*Endpoint]
 	next atomic.Uint64
+}
+
+func (e *Endpoints) current() []*Endpoint {
+	if p := e.list.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Add starts sending traffic to url.
 func (e *Endpoints) Add(url string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var cur []string
-	if p := e.list.Load(); p != nil {
-		cur = *p
-	}
-	if slices.Contains(cur, url) {
+	cur := e.current()
+	if slices.ContainsFunc(cur, func(ep *Endpoint) bool { return ep.URL == url }) {
 		return
 	}
-	next := append(slices.Clip(cur), url)
+	next := append(slices.Clip(cur), &Endpoint{URL: url, Client: NewLoadClient(e.Timeout)})
 	e.list.Store(&next)
 }
 
-// Remove stops sending new traffic to url.
+// Remove stops sending new traffic to url and closes its idle connections;
+// requests in flight finish.
 func (e *Endpoints) Remove(url string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.list.Load()
-	if p == nil {
-		return
-	}
-	next := slices.DeleteFunc(slices.Clone(*p), func(u string) bool { return u == url })
+	var gone []*Endpoint
+	next := slices.DeleteFunc(slices.Clone(e.current()), func(ep *Endpoint) bool {
+		if ep.URL == url {
+			gone = append(gone, ep)
+			return true
+		}
+		return false
+	})
 	e.list.Store(&next)
+	for _, ep := range gone {
+		ep.Client.CloseIdleConnections()
+	}
+}
+
+// Close removes every endpoint.
+func (e *Endpoints) Close() {
+	for _, ep := range e.current() {
+		e.Remove(ep.URL)
+	}
 }
 
 // Len returns the number of endpoints.
-func (e *Endpoints) Len() int {
-	if p := e.list.Load(); p != nil {
-		return len(*p)
-	}
-	return 0
-}
+func (e *Endpoints) Len() int { return len(e.current()) }
 
 // Pick returns the next endpoint, or false when there is none.
-func (e *Endpoints) Pick() (string, bool) {
-	p := e.list.Load()
-	if p == nil || len(*p) == 0 {
-		return "", false
+func (e *Endpoints) Pick() (*Endpoint, bool) {
+	l := e.current()
+	if len(l) == 0 {
+		return nil, false
 	}
-	l := *p
 	return l[(e.next.Add(1)-1)%uint64(len(l))], true
 }
 
@@ -131,14 +155,12 @@ type Load struct {
 	Rate float64
 	// Endpoints receive the requests, round-robin.
 	Endpoints *Endpoints
-	// Client sends them; see NewLoadClient.
-	Client *http.Client
 	// MaxOutstanding bounds the requests in flight.
 	MaxOutstanding int
 }
 
-// NewLoadClient returns an HTTP client that keeps connections alive to every
-// pod, as a Service's clients do, and gives up on a request after timeout.
+// NewLoadClient returns an HTTP client that keeps connections alive, as a
+// Service's clients do, and gives up on a request after timeout.
 func NewLoadClient(timeout time.Duration) *http.Client {
 	return &http.Client{
 		Timeout: timeout,
@@ -205,10 +227,10 @@ func (l *Load) Run(ctx context.Context, start time.Time, d time.Duration) *LoadR
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, max(1, l.MaxOutstanding))
 	)
-	send := func(url string) {
+	send := func(ep *Endpoint) {
 		defer func() { <-sem; wg.Done() }()
 		sent := time.Now()
-		o, detail := l.do(ctx, url)
+		o, detail := l.do(ctx, ep)
 		rec := Record{At: sent.Sub(start), Latency: time.Since(sent), Outcome: o}
 		mu.Lock()
 		defer mu.Unlock()
@@ -244,7 +266,7 @@ loop:
 			el, end = d, start.Add(d)
 		}
 		for due := int64(el.Seconds() * l.Rate); res.Due < due; res.Due++ {
-			url, ok := l.Endpoints.Pick()
+			ep, ok := l.Endpoints.Pick()
 			if !ok {
 				res.NoEndpoint++
 				continue
@@ -252,7 +274,7 @@ loop:
 			select {
 			case sem <- struct{}{}:
 				wg.Add(1)
-				go send(url)
+				go send(ep)
 			default:
 				res.Dropped++
 			}
@@ -267,12 +289,12 @@ loop:
 }
 
 // do sends one request and classifies the answer.
-func (l *Load) do(ctx context.Context, url string) (Outcome, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
+func (l *Load) do(ctx context.Context, ep *Endpoint) (Outcome, string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL+"/", nil)
 	if err != nil {
 		return OutcomeError, "request: " + err.Error()
 	}
-	resp, err := l.Client.Do(req)
+	resp, err := ep.Client.Do(req)
 	if err != nil {
 		return OutcomeError, errorKind(err)
 	}

@@ -2,6 +2,7 @@ package storm
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -22,15 +23,15 @@ func TestEndpointsRoundRobin(t *testing.T) {
 	e.Add("c")
 	got := map[string]int{}
 	for range 9 {
-		u, _ := e.Pick()
-		got[u]++
+		ep, _ := e.Pick()
+		got[ep.URL]++
 	}
 	if diff := cmp.Diff(map[string]int{"a": 3, "b": 3, "c": 3}, got); diff != "" {
 		t.Errorf("picks (-want +got):\n%s", diff)
 	}
 	e.Remove("b")
 	for range 4 {
-		if u, _ := e.Pick(); u == "b" {
+		if ep, _ := e.Pick(); ep.URL == "b" {
 			t.Fatal("picked a removed endpoint")
 		}
 	}
@@ -62,12 +63,42 @@ func gatewayDouble() *httptest.Server {
 	}))
 }
 
+// TestEndpointsRemoveClosesIdleConnections checks that a pod leaving the
+// endpoints is not kept waiting by the harness's idle keep-alive
+// connections when it shuts down.
+func TestEndpointsRemoveClosesIdleConnections(t *testing.T) {
+	closed := make(chan struct{}, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	e := Endpoints{Timeout: time.Second}
+	e.Add(srv.URL)
+	ep, _ := e.Pick()
+	resp, err := ep.Client.Get(ep.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	e.Remove(srv.URL)
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the idle connection to a removed endpoint stayed open")
+	}
+}
+
 func TestLoadOpenLoopRateAndOutcomes(t *testing.T) {
 	srv := gatewayDouble()
 	defer srv.Close()
-	var e Endpoints
+	e := Endpoints{Timeout: 5 * time.Second}
 	e.Add(srv.URL)
-	l := &Load{Rate: 500, Endpoints: &e, Client: NewLoadClient(5 * time.Second), MaxOutstanding: 256}
+	defer e.Close()
+	l := &Load{Rate: 500, Endpoints: &e, MaxOutstanding: 256}
 	start := time.Now()
 	res := l.Run(context.Background(), start, time.Second)
 
@@ -116,9 +147,10 @@ func TestLoadDropsWhenTheHarnessFallsBehind(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	var e Endpoints
+	e := Endpoints{Timeout: 5 * time.Second}
 	e.Add(srv.URL)
-	l := &Load{Rate: 200, Endpoints: &e, Client: NewLoadClient(5 * time.Second), MaxOutstanding: 3}
+	defer e.Close()
+	l := &Load{Rate: 200, Endpoints: &e, MaxOutstanding: 3}
 	done := make(chan *LoadResult)
 	go func() { done <- l.Run(context.Background(), time.Now(), 250*time.Millisecond) }()
 	time.Sleep(400 * time.Millisecond)
@@ -132,7 +164,7 @@ func TestLoadDropsWhenTheHarnessFallsBehind(t *testing.T) {
 }
 
 func TestLoadCountsNoEndpoint(t *testing.T) {
-	l := &Load{Rate: 100, Endpoints: &Endpoints{}, Client: NewLoadClient(time.Second), MaxOutstanding: 10}
+	l := &Load{Rate: 100, Endpoints: &Endpoints{}, MaxOutstanding: 10}
 	res := l.Run(context.Background(), time.Now(), 100*time.Millisecond)
 	if res.NoEndpoint != 10 || res.Sent() != 0 {
 		t.Errorf("NoEndpoint %d, Sent %d; want 10, 0", res.NoEndpoint, res.Sent())
@@ -142,9 +174,10 @@ func TestLoadCountsNoEndpoint(t *testing.T) {
 func TestLoadStopsWithContext(t *testing.T) {
 	srv := gatewayDouble()
 	defer srv.Close()
-	var e Endpoints
+	e := Endpoints{Timeout: time.Second}
 	e.Add(srv.URL)
-	l := &Load{Rate: 100, Endpoints: &e, Client: NewLoadClient(time.Second), MaxOutstanding: 10}
+	defer e.Close()
+	l := &Load{Rate: 100, Endpoints: &e, MaxOutstanding: 10}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()

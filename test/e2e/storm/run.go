@@ -24,6 +24,9 @@ const (
 	setupTimeout = 90 * time.Second
 	// teardownTimeout bounds the graceful end of a variant's pods.
 	teardownTimeout = 60 * time.Second
+	// preStop is the pause between a pod leaving the endpoints and its
+	// SIGTERM: requests picked for it just before are on their way.
+	preStop = 200 * time.Millisecond
 )
 
 // Namespace returns the namespace a variant runs in.
@@ -93,7 +96,8 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		}
 	}
 
-	endpoints := &Endpoints{}
+	endpoints := &Endpoints{Timeout: RequestTimeout}
+	defer endpoints.Close()
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
 		if v.Operator {
@@ -133,6 +137,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		Run:        run,
 		Endpoints:  endpoints,
 		StartDelay: s.PodStartDelay,
+		PreStop:    preStop,
 	})
 	if err != nil {
 		return nil, err
@@ -192,10 +197,8 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 	load := &Load{
 		Rate:           s.RequestsPerSecond,
 		Endpoints:      endpoints,
-		Client:         NewLoadClient(RequestTimeout),
 		MaxOutstanding: MaxOutstanding,
 	}
-	defer load.Client.CloseIdleConnections()
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan *LoadResult, 1)

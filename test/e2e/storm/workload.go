@@ -48,6 +48,9 @@ type WorkloadOptions struct {
 	ServingTimeout time.Duration
 	// Node is the node name pods are bound to.
 	Node string
+	// PreStop is the pause between a pod leaving the endpoints and its
+	// process getting SIGTERM.
+	PreStop time.Duration
 }
 
 // Workload plays, for one Deployment and its HPA, the controllers and the
@@ -415,8 +418,8 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 		w.fail(proc.Exited())
 	}
 	// The endpoints controller and the kubelet both react to the deletion;
-	// traffic stops before the signal so that no new call lands on a pod
-	// that is shutting down.
+	// traffic stops a moment before the signal, as a preStop hook arranges,
+	// so that requests already on their way do not meet a closed listener.
 	if p.url != "" {
 		w.opts.Endpoints.Remove(p.url)
 	}
@@ -424,6 +427,9 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	p.ready = false
 	w.mu.Unlock()
 	w.touch()
+	if p.url != "" {
+		time.Sleep(w.opts.PreStop)
+	}
 	if err := proc.Terminate(w.grace); err != nil {
 		w.fail(fmt.Errorf("storm: pod %s: %w", p.name, err))
 	}
