@@ -43,6 +43,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
+	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
 )
 
 // The metrics server asks the API server to authenticate and authorize
@@ -165,6 +166,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	r := controller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(eventSource),
 		controller.WithConflictRecheck(o.conflictRecheck))
 	if err := r.SetupWithManager(ctx, mgr, ctrlcontroller.Options{MaxConcurrentReconciles: o.workers}); err != nil {
+		return err
+	}
+	if err := quotametrics.Register(mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -14,6 +14,9 @@ func Register(mgr manager.Manager) error {
 	c := NewQuotaCollector(mgr.GetClient(),
 		WithElected(mgr.Elected()),
 		WithLogger(mgr.GetLogger().WithName("quota-metrics")))
+	// The registry is process-wide: a collector left by an earlier manager of
+	// this process (a restart in tests) would read a stopped cache.
+	ctrlmetrics.Registry.Unregister(c)
 	if err := ctrlmetrics.Registry.Register(c); err != nil {
 		return fmt.Errorf("metrics: register the quota collector: %w", err)
 	}
