@@ -11,6 +11,7 @@ SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
 CONTROLLER_GEN := $(GO) tool -modfile=hack/tools/controller-gen/go.mod controller-gen
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
+BENCHSTAT := $(GO) tool -modfile=hack/tools/benchstat/go.mod benchstat
 
 # Go test flags; `make test GOTESTFLAGS=-v` for more.
 GOTESTFLAGS ?=
@@ -25,9 +26,10 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Generate the CRDs and the manager's RBAC from the markers.
+manifests: ## Generate the CRDs and the manager's RBAC from the markers, and copy them into the Helm chart.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(MAKE) --no-print-directory chart-sync
 
 .PHONY: generate
 generate: ## Generate the deepcopy methods of the API types.
@@ -58,6 +60,18 @@ envtest: ## Build the control plane for tests (kube-apiserver, etcd, kubectl) if
 .PHONY: test
 test: verify-generated vet lint envtest ## The test command: generated files, vet, lint, unit and envtest suites under -race.
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+
+BENCH_COUNT ?= 10
+
+.PHONY: bench
+bench: ## Benchmark the gate and the dispatcher against their peers in one run (_output/bench.txt).
+	@mkdir -p _output
+	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ ./pkg/runtime/dispatch/ | tee _output/bench.txt
+	$(BENCHSTAT) _output/bench.txt
+
+.PHONY: perf
+perf: envtest ## Measure the controller: replicas-to-ConfigMap latency and a 2,000-quota cold start (reports).
+	BACKPRESSURE_PERF=1 KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" $(GO) test -count=1 -run . -v -timeout 20m ./internal/controller/perf
 
 ##@ Build
 
