@@ -102,13 +102,18 @@ func newPlot(title, ylabel string, tmax float64) *plot.Plot {
 	p.Title.TextStyle.Font.Size = vg.Points(12)
 	p.X.Label.Text = "seconds"
 	p.Y.Label.Text = ylabel
-	p.X.Min, p.X.Max = 0, tmax
-	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Legend.TextStyle.Font.Size = vg.Points(9)
 	p.X.Tick.Marker = wholeTicks{}
 	p.Y.Tick.Marker = wholeTicks{}
 	return p
+}
+
+// fixAxes sets the axes' ranges; it comes after the plotters are added,
+// which widen the axes to their data.
+func fixAxes(p *plot.Plot, tmax, ymax float64) {
+	p.X.Min, p.X.Max = 0, tmax
+	p.Y.Min, p.Y.Max = 0, ymax
 }
 
 // headroom is how far above the data the y axis goes, so that the legend in
@@ -188,7 +193,6 @@ func line(xys plotter.XYs, c color.Color, width vg.Length, dashed bool) (*plotte
 
 func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, error) {
 	p := newPlot(fmt.Sprintf("%s: calls in flight at the downstream (peak %d)", v.Name, v.PeakInFlight), "in flight", tmax)
-	p.Y.Max = ymax
 	if err := shadeSlow(p, v, ymax, false); err != nil {
 		return nil, err
 	}
@@ -228,6 +232,7 @@ func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, 
 	}
 	p.Legend.Add(fmt.Sprintf("contract: %d", r.Contract), contract)
 	p.Legend.Add(fmt.Sprintf("handed out: %d%%", r.SafetyPercent), safety)
+	fixAxes(p, tmax, ymax)
 	return p, nil
 }
 
@@ -252,7 +257,6 @@ func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 		ok[i] = plotter.XY{X: pt.At, Y: float64(sumOK) / span}
 		ymax = max(ymax, rej[i].Y*headroom, ok[i].Y*headroom)
 	}
-	p.Y.Max = ymax
 	if err := shadeSlow(p, v, ymax, false); err != nil {
 		return nil, err
 	}
@@ -267,6 +271,7 @@ func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 	p.Add(lok, lrej)
 	p.Legend.Add("429 (rejected)", lrej)
 	p.Legend.Add("200 (goodput)", lok)
+	fixAxes(p, tmax, ymax)
 	return p, nil
 }
 
@@ -280,7 +285,6 @@ func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 		ready[i] = plotter.XY{X: pt.At, Y: float64(pt.Ready)}
 		ymax = max(ymax, float64(pt.Desired)*headroom, float64(pt.Existing)*headroom)
 	}
-	p.Y.Max = ymax
 	if err := shadeSlow(p, v, ymax, true); err != nil {
 		return nil, err
 	}
@@ -295,6 +299,7 @@ func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 	p.Add(ld, lr)
 	p.Legend.Add("desired (HPA)", ld)
 	p.Legend.Add("ready pods", lr)
+	fixAxes(p, tmax, ymax)
 	return p, nil
 }
 
@@ -306,7 +311,6 @@ func latencyPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 		xys[i] = plotter.XY{X: pt.At, Y: pt.LatencySeconds}
 		ymax = max(ymax, pt.LatencySeconds*headroom)
 	}
-	p.Y.Max = ymax
 	if err := shadeSlow(p, v, ymax, false); err != nil {
 		return nil, err
 	}
@@ -316,5 +320,6 @@ func latencyPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 	}
 	p.Add(l)
 	p.Legend.Add("latency of a call", l)
+	fixAxes(p, tmax, ymax)
 	return p, nil
 }
