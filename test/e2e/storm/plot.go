@@ -96,7 +96,7 @@ func WritePlot(r *Report, path string) error {
 	return f.Close()
 }
 
-func newPlot(title, ylabel string, tmax float64) *plot.Plot {
+func newPlot(title, ylabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(12)
@@ -192,7 +192,7 @@ func line(xys plotter.XYs, c color.Color, width vg.Length, dashed bool) (*plotte
 }
 
 func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, error) {
-	p := newPlot(fmt.Sprintf("%s: calls in flight at the downstream (peak %d)", v.Name, v.PeakInFlight), "in flight", tmax)
+	p := newPlot(fmt.Sprintf("%s: calls in flight at the downstream (peak %d)", v.Name, v.PeakInFlight), "in flight")
 	if err := shadeSlow(p, v, ymax, false); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, 
 }
 
 func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
-	p := newPlot(fmt.Sprintf("%s: downstream answers per second (%d × 429 in all)", v.Name, v.Downstream429), "per second", tmax)
+	p := newPlot(fmt.Sprintf("%s: downstream answers per second (%d × 429 in all)", v.Name, v.Downstream429), "per second")
 	// Per-second rates from the 100 ms samples, over a 2 s moving window:
 	// calls of one latency complete in waves that a shorter one aliases.
 	const window = 20
@@ -276,7 +276,7 @@ func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 }
 
 func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
-	p := newPlot("the autoscaler: replicas", "pods", tmax)
+	p := newPlot("the autoscaler: replicas", "pods")
 	ymax := 4.0
 	n := len(v.Timeline)
 	desired, ready := make(plotter.XYs, n), make(plotter.XYs, n)
@@ -304,7 +304,7 @@ func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 }
 
 func latencyPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
-	p := newPlot("the downstream: latency", "seconds", tmax)
+	p := newPlot("the downstream: latency", "seconds")
 	xys := make(plotter.XYs, len(v.Timeline))
 	ymax := 0.5
 	for i, pt := range v.Timeline {
