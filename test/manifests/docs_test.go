@@ -18,7 +18,7 @@ var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 // inlineCode matches a Markdown code span.
 var inlineCode = regexp.MustCompile("`[^`\n]*`")
 
-// Every relative link in docs/ leads to a file of the repository, and every
+// Every relative link in the README and docs/ leads to a file of the repository, and every
 // #fragment to a heading of its document; so does every alert's runbook_url.
 func TestDocsLinksResolve(t *testing.T) {
 	for _, doc := range docFiles(t) {
@@ -68,9 +68,10 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
-// The CLI sessions in the docs are what the CLI prints: every line of a
-// "$ go run ./cmd/kubectl-backpressure ..." block (but "..." lines, which
-// stand for cut ones) appears in the real output, in order.
+// The CLI sessions in the README and the docs are what the CLI prints: every
+// line of a "$ go run ./cmd/kubectl-backpressure ..." or "$ kubectl
+// backpressure ..." block (but "..." lines, which stand for cut ones) appears
+// in the real output, in order.
 func TestDocsCLIOutputIsCurrent(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "kubectl-backpressure")
 	run(t, "go", "build", "-o", bin, "./cmd/kubectl-backpressure")
@@ -78,7 +79,7 @@ func TestDocsCLIOutputIsCurrent(t *testing.T) {
 	for _, doc := range docFiles(t) {
 		for _, block := range fencedBlocks(string(readRepoFile(t, doc))) {
 			lines := strings.Split(block, "\n")
-			cmd, ok := strings.CutPrefix(lines[0], "$ go run ./cmd/kubectl-backpressure ")
+			cmd, ok := cliSession(lines[0])
 			if !ok {
 				continue
 			}
@@ -103,16 +104,28 @@ func TestDocsCLIOutputIsCurrent(t *testing.T) {
 	}
 }
 
-// docFiles lists the Markdown files under docs/.
+// cliSession returns the arguments of a calculator session's first line,
+// "$ go run ./cmd/kubectl-backpressure ARGS" or "$ kubectl backpressure ARGS",
+// unless its output goes through a pipe, which the test cannot check.
+func cliSession(line string) (string, bool) {
+	for _, prefix := range []string{"$ go run ./cmd/kubectl-backpressure ", "$ kubectl backpressure "} {
+		if args, ok := strings.CutPrefix(line, prefix); ok && !strings.Contains(args, "|") {
+			return args, true
+		}
+	}
+	return "", false
+}
+
+// docFiles lists the README and the Markdown files under docs/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	var docs []string
+	docs := []string{"README.md"}
 	for _, f := range repoFiles(t, "docs") {
 		if strings.HasSuffix(f, ".md") {
 			docs = append(docs, filepath.Join("docs", f))
 		}
 	}
-	if len(docs) < 6 {
+	if len(docs) < 7 {
 		t.Fatalf("found %d documents under docs/: %v", len(docs), docs)
 	}
 	return docs
