@@ -96,7 +96,7 @@ func TestAcknowledgementAnnotatesThePod(t *testing.T) {
 		t.Fatal(err)
 	}
 	startSource(t, s.Start)
-	rec.next(t, eventWait)
+	rec.next(t)
 	waitForAnnotations(t, client, ns, "gateway-0", map[string]string{
 		AppliedAnnotationPrefix + "a": a1.Hash, AppliedAnnotationPrefix + "b": b1.Hash,
 	})
@@ -105,7 +105,7 @@ func TestAcknowledgementAnnotatesThePod(t *testing.T) {
 	}
 
 	updateConfigMap(t, client, ns, "plans", map[string]string{"a.json": encode(t, a2), long + ".json": encode(t, l1)})
-	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"] == a2 })
+	rec.waitFor(t, func(u Update) bool { return u.Plans["a"] == a2 })
 	// b is orphaned but still in force, so its acknowledgement stays.
 	waitForAnnotations(t, client, ns, "gateway-0", map[string]string{
 		AppliedAnnotationPrefix + "a": a2.Hash, AppliedAnnotationPrefix + "b": b1.Hash,
@@ -138,12 +138,12 @@ func TestAcknowledgementRetriesUntilThePodExists(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := startSource(t, s.Start)
-	rec.next(t, eventWait)
+	rec.next(t)
 
 	// No pod yet: the patch fails and is retried, and the source goes on.
 	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.acks.WithLabelValues(ResultError)) >= 3 })
 	vol.write(map[string]string{"a.json": encode(t, doc("a", 5))})
-	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"].Permits == 5 })
+	rec.waitFor(t, func(u Update) bool { return u.Plans["a"].Permits == 5 })
 	if logs.count("Could not acknowledge the applied plans") < 3 {
 		t.Errorf("failures were not logged:\n%s", logs)
 	}

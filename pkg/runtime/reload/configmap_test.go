@@ -90,13 +90,13 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	startSource(t, s.Start)
-	first := rec.next(t, eventWait)
+	first := rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a", "b"}}, first); diff != "" {
 		t.Fatalf("first update (-want +got):\n%s", diff)
 	}
 
 	updateConfigMap(t, admin, ns, name, map[string]string{"a.json": encode(t, a2), "b.json": encode(t, b1)})
-	u := rec.next(t, eventWait)
+	u := rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Changed: []string{"a"}}, u); diff != "" {
 		t.Fatalf("after an update (-want +got):\n%s", diff)
 	}
@@ -123,14 +123,14 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 
 	// A removed key orphans its gate; a deleted ConfigMap orphans all.
 	updateConfigMap(t, admin, ns, name, map[string]string{"b.json": encode(t, b1)})
-	u = rec.next(t, eventWait)
+	u = rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Orphaned: []string{"a"}}, u); diff != "" {
 		t.Fatalf("after a was removed (-want +got):\n%s", diff)
 	}
 	if err := admin.CoreV1().ConfigMaps(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	u = rec.next(t, eventWait)
+	u = rec.next(t)
 	if diff := cmp.Diff([]string{"a", "b"}, u.Orphaned); diff != "" {
 		t.Fatalf("orphans after the ConfigMap was deleted (-want +got):\n%s", diff)
 	}
@@ -142,7 +142,7 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, configMap(name, map[string]string{"b.json": encode(t, doc("b", 9))}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	u = rec.next(t, eventWait)
+	u = rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": doc("b", 9)}, Changed: []string{"b"}, Orphaned: []string{"a"}}, u); diff != "" {
 		t.Fatalf("after the ConfigMap came back (-want +got):\n%s", diff)
 	}

@@ -84,19 +84,19 @@ func TestDirSourceFollowsKubeletUpdates(t *testing.T) {
 	defer func() { close(stopReaders); readers.Wait() }()
 
 	startDir(t, s)
-	first := rec.next(t, eventWait)
+	first := rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a", "b"}}, first); diff != "" {
 		t.Fatalf("first update (-want +got):\n%s", diff)
 	}
 
 	vol.write(map[string]string{"a.json": encode(t, a2), "b.json": encode(t, b1)})
-	u := rec.next(t, eventWait)
+	u := rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Changed: []string{"a"}}, u); diff != "" {
 		t.Fatalf("after the swap (-want +got):\n%s", diff)
 	}
 
 	vol.write(map[string]string{"a.json": encode(t, a2)})
-	u = rec.next(t, eventWait)
+	u = rec.next(t)
 	if diff := cmp.Diff(Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Orphaned: []string{"b"}}, u); diff != "" {
 		t.Fatalf("after b was removed (-want +got):\n%s", diff)
 	}
@@ -123,7 +123,7 @@ func TestDirSourceFollowsKubeletUpdates(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(vol.dir, "c.json"), []byte(encode(t, doc("c", 4))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	u = rec.waitFor(t, eventWait, func(u Update) bool { return slices0(u.Changed) == "c" })
+	u = rec.waitFor(t, func(u Update) bool { return slices0(u.Changed) == "c" })
 	if u.Plans["c"] != doc("c", 4) {
 		t.Errorf("c = %+v", u.Plans["c"])
 	}
@@ -159,12 +159,12 @@ func TestDirSourcePollBackstop(t *testing.T) {
 	tick := make(chan time.Time)
 	s.tick, s.noWatch = tick, true
 	startDir(t, s)
-	rec.next(t, eventWait)
+	rec.next(t)
 
 	vol.write(map[string]string{"a.json": encode(t, doc("a", 7))})
 	rec.quiet(t, 200*time.Millisecond) // no watch, no tick: nothing yet
 	tick <- time.Now()
-	if u := rec.next(t, eventWait); u.Plans["a"].Permits != 7 {
+	if u := rec.next(t); u.Plans["a"].Permits != 7 {
 		t.Fatalf("after a poll: %+v", u)
 	}
 
@@ -195,7 +195,7 @@ func TestDirSourceWatchesAgainAfterTheDirectoryIsReplaced(t *testing.T) {
 	tick := make(chan time.Time)
 	s.tick = tick
 	startDir(t, s)
-	rec.next(t, eventWait)
+	rec.next(t)
 
 	if err := os.RemoveAll(vol.dir); err != nil {
 		t.Fatal(err)
@@ -211,11 +211,11 @@ func TestDirSourceWatchesAgainAfterTheDirectoryIsReplaced(t *testing.T) {
 	vol.cur, vol.keys = "", nil
 	vol.write(map[string]string{"a.json": encode(t, doc("a", 2))})
 	tick <- time.Now() // re-adds the watch if it is not back yet, and reads
-	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"].Permits == 2 })
+	rec.waitFor(t, func(u Update) bool { return u.Plans["a"].Permits == 2 })
 
 	// From now on, no tick: only the renewed watch can deliver.
 	vol.write(map[string]string{"a.json": encode(t, doc("a", 3))})
-	rec.waitFor(t, eventWait, func(u Update) bool { return u.Plans["a"].Permits == 3 })
+	rec.waitFor(t, func(u Update) bool { return u.Plans["a"].Permits == 3 })
 }
 
 func TestNewDirSourceFailsFast(t *testing.T) {
@@ -284,7 +284,7 @@ func TestDirSourceStartTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := startDir(t, s)
-	rec.next(t, eventWait)
+	rec.next(t)
 	if err := s.Start(context.Background()); err == nil {
 		t.Error("a second Start succeeded")
 	}

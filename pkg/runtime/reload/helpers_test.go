@@ -55,22 +55,23 @@ func (r *recorder) count() int {
 	return len(r.updates)
 }
 
-// next waits for the next update.
-func (r *recorder) next(t testing.TB, timeout time.Duration) Update {
+// next waits up to eventWait for the next update.
+func (r *recorder) next(t testing.TB) Update {
 	t.Helper()
 	select {
 	case u := <-r.ch:
 		return u
-	case <-time.After(timeout):
-		t.Fatalf("no update within %v", timeout)
+	case <-time.After(eventWait):
+		t.Fatalf("no update within %v", eventWait)
 		return Update{}
 	}
 }
 
-// waitFor waits until an update satisfies ok, and returns it.
-func (r *recorder) waitFor(t testing.TB, timeout time.Duration, ok func(Update) bool) Update {
+// waitFor waits up to eventWait for an update that satisfies ok, and
+// returns it.
+func (r *recorder) waitFor(t testing.TB, ok func(Update) bool) Update {
 	t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(eventWait)
 	for {
 		select {
 		case u := <-r.ch:
@@ -78,7 +79,7 @@ func (r *recorder) waitFor(t testing.TB, timeout time.Duration, ok func(Update) 
 				return u
 			}
 		case <-deadline:
-			t.Fatalf("no matching update within %v", timeout)
+			t.Fatalf("no matching update within %v", eventWait)
 			return Update{}
 		}
 	}
