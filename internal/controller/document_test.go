@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -35,39 +34,13 @@ func designQuota() *v1alpha1.DownstreamQuota {
 	}
 }
 
-func TestPlanDocument(t *testing.T) {
-	q := designQuota()
-	p, err := quotaplan.Compute(q.Spec, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := planDocument(q, p)
-	want := plan.Document{
-		Version: 1, Gate: "logistics-api", Downstream: "logistics.example.com", Generation: 3,
-		Permits: 5, QueueCapacity: 2, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1,
-		LatencySeconds: 0.22, DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25,
-	}
-	want.Hash = plan.Hash(want)
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("planDocument (-want +got):\n%s", diff)
-	}
-	if _, err := plan.Marshal(got); err != nil {
-		t.Errorf("Marshal(planDocument): %v", err)
-	}
-
-	q.Generation = 4
-	if again := planDocument(q, p); again.Hash != got.Hash || again.Generation != 4 {
-		t.Errorf("a new generation of the same plan: hash %s generation %d, want hash %s generation 4", again.Hash, again.Generation, got.Hash)
-	}
-}
-
 func TestCurrentDocument(t *testing.T) {
 	q := designQuota()
 	p, err := quotaplan.Compute(q.Spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := planDocument(q, p)
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

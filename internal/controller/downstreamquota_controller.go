@@ -162,7 +162,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	status.PerPod, status.Demand, status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
 	in.permits, in.diagnostics = p.PerPod.Permits, p.Diagnostics
 
-	doc := planDocument(q, p)
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		in.invalid = err

@@ -62,7 +62,7 @@ func TestGatePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := planDocument(q, p)
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

@@ -21,23 +21,7 @@ func StaticPlan(replicas int32) (plan.Document, error) {
 	if err != nil {
 		return plan.Document{}, fmt.Errorf("storm: static plan: %w", err)
 	}
-	pp := p.Result.PerPod
-	d := plan.Document{
-		Version:               plan.CurrentVersion,
-		Gate:                  q.Name,
-		Downstream:            q.Spec.Downstream,
-		Permits:               pp.Permits,
-		RatePerSecond:         pp.RatePerSecond,
-		Burst:                 pp.Burst,
-		QueueCapacity:         pp.QueueCapacity,
-		MaxQueueWaitSeconds:   pp.MaxQueueWait.Seconds(),
-		AcquireTimeoutSeconds: pp.AcquireTimeout.Seconds(),
-		LatencySeconds:        p.Input.Latency.Seconds(),
-		DeadlineSeconds:       p.Input.Deadline.Seconds(),
-		Workers:               pp.Workers,
-		RetryBudgetPerSecond:  pp.RetryBudgetPerSecond,
-	}
-	d.Hash = plan.Hash(d)
+	d := p.Document(q.Name, q.Spec.Downstream, 0)
 	return d, plan.Validate(d)
 }
 
