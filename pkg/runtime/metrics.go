@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
@@ -38,26 +36,14 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 	if reg == nil {
 		return c, nil
 	}
-	if c.gates, err = register(reg, c.gates); err != nil {
+	if c.gates, err = metrics.Register(reg, c.gates); err != nil {
 		return nil, err
 	}
-	if c.budgets, err = register(reg, c.budgets); err != nil {
+	if c.budgets, err = metrics.Register(reg, c.budgets); err != nil {
 		return nil, err
 	}
-	if c.dispatchers, err = register(reg, c.dispatchers); err != nil {
+	if c.dispatchers, err = metrics.Register(reg, c.dispatchers); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// register registers c with reg, or returns the collector of the same kind
-// that reg already holds.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }

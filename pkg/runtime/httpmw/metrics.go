@@ -1,10 +1,11 @@
 package httpmw
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
 )
 
 // Metrics counts the responses downstreams send through Transports:
@@ -31,18 +32,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "backpressure_downstream_http_responses_total",
 		Help: "Responses from the downstream to calls a gate admitted, by gate and HTTP status code.",
 	}, []string{"gate", "code"})
-	if reg != nil {
-		if err := reg.Register(responses); err != nil {
-			are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-			if !ok {
-				return nil, err
-			}
-			existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-			if !ok {
-				return nil, err
-			}
-			responses = existing
-		}
+	responses, err := metrics.Register(reg, responses)
+	if err != nil {
+		return nil, err
 	}
 	return &Metrics{responses: responses}, nil
 }

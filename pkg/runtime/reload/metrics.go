@@ -1,9 +1,9 @@
 package reload
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	runtimemetrics "github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
 )
 
 // Reload results, the values of the result label of
@@ -54,29 +54,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.reloads, err = register(reg, m.reloads); err != nil {
+	if m.reloads, err = runtimemetrics.Register(reg, m.reloads); err != nil {
 		return nil, err
 	}
-	if m.planInfo, err = register(reg, m.planInfo); err != nil {
+	if m.planInfo, err = runtimemetrics.Register(reg, m.planInfo); err != nil {
 		return nil, err
 	}
-	if m.orphaned, err = register(reg, m.orphaned); err != nil {
+	if m.orphaned, err = runtimemetrics.Register(reg, m.orphaned); err != nil {
 		return nil, err
 	}
-	if m.acks, err = register(reg, m.acks); err != nil {
+	if m.acks, err = runtimemetrics.Register(reg, m.acks); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector of the same description
-// that reg already holds.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
-	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
-		}
-	}
-	return c, err
 }
