@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/fifo"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 )
 
@@ -26,11 +27,11 @@ type Dispatcher struct {
 	waits     histogram.Histogram
 
 	mu      sync.Mutex
-	limits  Limits    // guarded by mu
-	queue   taskQueue // guarded by mu
-	idle    []*worker // guarded by mu; parked workers, most recent last
-	running int       // guarded by mu; worker goroutines that have not decided to exit
-	closing bool      // guarded by mu
+	limits  Limits               // guarded by mu
+	queue   fifo.List[taskState] // guarded by mu
+	idle    []*worker            // guarded by mu; parked workers, most recent last
+	running int                  // guarded by mu; worker goroutines that have not decided to exit
+	closing bool                 // guarded by mu
 	done    chan struct{}
 	isDone  bool // guarded by mu; done is closed
 }
@@ -92,17 +93,17 @@ func (d *Dispatcher) Submit(ctx context.Context, fn func(context.Context)) error
 		w.ch <- job{ctx: ctx, fn: fn}
 		return nil
 	}
-	if d.queue.len >= d.limits.QueueCapacity {
+	if d.queue.Len() >= d.limits.QueueCapacity {
 		d.mu.Unlock()
 		return d.reject(QueueFull)
 	}
-	t := d.queue.get()
-	t.ctx, t.fn, t.enqueued = ctx, fn, d.now()
+	t := d.queue.New()
+	t.Value.ctx, t.Value.fn, t.Value.enqueued = ctx, fn, d.now()
 	if ctx.Done() != nil {
-		gen := t.gen
-		t.stop = context.AfterFunc(ctx, func() { d.expire(t, gen) })
+		gen := t.Value.gen
+		t.Value.stop = context.AfterFunc(ctx, func() { d.expire(t, gen) })
 	}
-	d.queue.pushBack(t)
+	d.queue.PushBack(t)
 	d.mu.Unlock()
 	return nil
 }
@@ -115,15 +116,15 @@ func (d *Dispatcher) reject(r Reason) error {
 func (d *Dispatcher) now() int64 { return int64(time.Since(d.epoch)) }
 
 // expire takes t out of the queue when its context ends, unless a worker
-// took it first (then t.gen has moved on).
+// took it first (then t.Value.gen has moved on).
 func (d *Dispatcher) expire(t *task, gen uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if t.gen != gen {
+	if t.Value.gen != gen {
 		return
 	}
-	d.queue.remove(t)
-	d.queue.put(t)
+	d.queue.Remove(t)
+	d.recycleLocked(t)
 	d.rejected[ContextDone].Add(1)
 	d.checkDoneLocked()
 }
@@ -157,18 +158,18 @@ func (d *Dispatcher) work(w *worker) {
 // handed to w once it has parked. It reports false when w must exit.
 func (d *Dispatcher) next(w *worker) (job, bool) {
 	d.mu.Lock()
-	if d.running > d.limits.Workers || (d.closing && d.queue.head == nil) {
+	if d.running > d.limits.Workers || (d.closing && d.queue.Len() == 0) {
 		// Shrinking by attrition, or drained after Shutdown.
 		d.running--
 		d.checkDoneLocked()
 		d.mu.Unlock()
 		return job{}, false
 	}
-	if t := d.queue.head; t != nil {
-		d.queue.remove(t)
-		j := job{ctx: t.ctx, fn: t.fn}
-		enqueued, stop := t.enqueued, t.stop
-		d.queue.put(t)
+	if t := d.queue.Front(); t != nil {
+		d.queue.Remove(t)
+		j := job{ctx: t.Value.ctx, fn: t.Value.fn}
+		enqueued, stop := t.Value.enqueued, t.Value.stop
+		d.recycleLocked(t)
 		d.mu.Unlock()
 		if stop != nil {
 			stop()
@@ -199,7 +200,7 @@ func (d *Dispatcher) stopIdleLocked(want int) {
 }
 
 func (d *Dispatcher) checkDoneLocked() {
-	if d.closing && d.running == 0 && d.queue.head == nil && !d.isDone {
+	if d.closing && d.running == 0 && d.queue.Len() == 0 && !d.isDone {
 		d.isDone = true
 		close(d.done)
 	}
@@ -247,12 +248,12 @@ func (d *Dispatcher) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	d.mu.Lock()
-	for t := d.queue.head; t != nil; t = d.queue.head {
-		d.queue.remove(t)
-		if t.stop != nil {
-			t.stop()
+	for t := d.queue.Front(); t != nil; t = d.queue.Front() {
+		d.queue.Remove(t)
+		if t.Value.stop != nil {
+			t.Value.stop()
 		}
-		d.queue.put(t)
+		d.recycleLocked(t)
 		d.rejected[Shutdown].Add(1)
 	}
 	d.checkDoneLocked()
@@ -289,7 +290,7 @@ func (d *Dispatcher) Stats() Stats {
 		Limits:  d.limits,
 		Running: d.running,
 		Active:  d.running - len(d.idle),
-		Queued:  d.queue.len,
+		Queued:  d.queue.Len(),
 	}
 	d.mu.Unlock()
 	st.Completed = d.completed.Load()

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/fifo"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 )
 
@@ -37,10 +38,10 @@ type Gate struct {
 	phantoms atomic.Uint64
 
 	mu             sync.Mutex
-	limits         Limits      // guarded by mu
-	room           waitingRoom // guarded by mu
-	admittedLocked uint64      // guarded by mu; admissions not in the state word, see state.go
-	admittedShown  uint64      // guarded by mu; the largest Admitted that Stats returned
+	limits         Limits               // guarded by mu
+	room           fifo.List[waitState] // guarded by mu
+	admittedLocked uint64               // guarded by mu; admissions not in the state word, see state.go
+	admittedShown  uint64               // guarded by mu; the largest Admitted that Stats returned
 }
 
 // New returns a gate named name (the gate label of its metrics and the Gate
@@ -177,7 +178,7 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		g.mu.Unlock()
 		return g.reject(Closed, 0)
 	}
-	if !wait || g.room.len >= g.limits.QueueCapacity {
+	if !wait || g.room.Len() >= g.limits.QueueCapacity {
 		g.mu.Unlock()
 		return g.reject(QueueFull, 0)
 	}
@@ -195,15 +196,15 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		g.mu.Unlock()
 		return g.reject(reason, 0)
 	}
-	w := g.room.newWaiter()
-	g.room.pushBack(w)
+	w := g.newWaiterLocked()
+	g.room.PushBack(w)
 	g.setQueuedLocked()
 	// A release may have freed a permit after admitLocked failed but before
 	// the queued bit was set; such a release did not dispatch, so do it here.
 	g.dispatchLocked()
-	if w.granted {
-		<-w.ready
-		g.room.recycle(w)
+	if w.Value.granted {
+		<-w.Value.ready
+		g.recycleLocked(w)
 		g.admittedLocked++
 		g.mu.Unlock()
 		return Permit{g: g}, nil
@@ -225,10 +226,10 @@ func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time
 	var granted, closed bool
 	var err error
 	select {
-	case <-w.ready:
+	case <-w.Value.ready:
 		g.mu.Lock()
-		granted, closed = w.granted, w.closed
-		g.room.recycle(w)
+		granted, closed = w.Value.granted, w.Value.closed
+		g.recycleLocked(w)
 		if granted {
 			g.admittedLocked++
 		}
@@ -268,16 +269,16 @@ func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time
 // signalled, consumes the signal; either way it recycles w and reports what
 // the signal said.
 func (g *Gate) leaveLocked(w *waiter) (granted, closed bool) {
-	granted, closed = w.granted, w.closed
+	granted, closed = w.Value.granted, w.Value.closed
 	if granted || closed {
-		<-w.ready
+		<-w.Value.ready
 	} else {
-		g.room.remove(w)
-		if g.room.head == nil {
+		g.room.Remove(w)
+		if g.room.Len() == 0 {
 			g.clearQueuedLocked()
 		}
 	}
-	g.room.recycle(w)
+	g.recycleLocked(w)
 	return granted, closed
 }
 
@@ -344,12 +345,12 @@ func (g *Gate) admitLocked(forWaiter bool) bool {
 // dispatchLocked admits waiters from the front while permits are free, the
 // APF way: called whenever a permit may have been freed or the limit raised.
 func (g *Gate) dispatchLocked() {
-	for g.room.head != nil && g.admitLocked(true) {
-		w := g.room.popFront()
-		w.granted = true
-		w.ready <- struct{}{}
+	for g.room.Len() != 0 && g.admitLocked(true) {
+		w := g.room.PopFront()
+		w.Value.granted = true
+		w.Value.ready <- struct{}{}
 	}
-	if g.room.head == nil {
+	if g.room.Len() == 0 {
 		g.clearQueuedLocked()
 	}
 }
@@ -456,10 +457,10 @@ func (g *Gate) Close() {
 			break
 		}
 	}
-	for g.room.head != nil {
-		w := g.room.popFront()
-		w.closed = true
-		w.ready <- struct{}{}
+	for g.room.Len() != 0 {
+		w := g.room.PopFront()
+		w.Value.closed = true
+		w.Value.ready <- struct{}{}
 	}
 	g.clearQueuedLocked()
 }

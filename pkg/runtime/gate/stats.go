@@ -30,7 +30,7 @@ func (g *Gate) Stats() Stats {
 	st := Stats{
 		Limits:   g.limits,
 		InFlight: inflight(s),
-		Queued:   g.room.len,
+		Queued:   g.room.Len(),
 		Admitted: g.admittedLocked + count(s),
 	}
 	// A phantom (see state.go) may be in the word for a moment; never let
