@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/gatetest"
 )
 
 // gatedClient returns a client whose calls g gates, of a server that does
@@ -41,7 +42,7 @@ func TestClientRejectsLocally(t *testing.T) {
 	}
 	for kind, call := range calls {
 		t.Run(kind, func(t *testing.T) {
-			g := newGate(t, gate.Limits{Permits: 10, RatePerSecond: 1.0 / 60, Burst: 1})
+			g := gatetest.New(t, "ledger", gate.Limits{Permits: 10, RatePerSecond: 1.0 / 60, Burst: 1})
 			svc, client := gatedClient(t, g)
 			if err := bidi(context.Background(), client, behaveOK); err != nil {
 				t.Fatalf("first call: %v", err)
@@ -66,7 +67,7 @@ func TestClientRejectsLocally(t *testing.T) {
 			if got := svc.calls.Load(); got != 1 {
 				t.Errorf("the server saw %d calls, want 1: a rejected call must not be sent", got)
 			}
-			waitInFlight(t, g, 0)
+			gatetest.WaitInFlight(t, g, 0)
 		})
 	}
 }
@@ -74,11 +75,11 @@ func TestClientRejectsLocally(t *testing.T) {
 func TestClientDownstreamResourceExhaustedIsNotLocal(t *testing.T) {
 	// The downstream's own rejection passes through the client unchanged:
 	// it does not unwrap to a *gate.Rejection, so it is not taken for local.
-	serverGate := newGate(t, gate.Limits{Permits: 1})
+	serverGate := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	serverGate.Close()
 	svc := newService()
 	addr := serve(t, svc, grpc.UnaryInterceptor(UnaryServerInterceptor(Fixed(serverGate))))
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	client := dial(t, addr, grpc.WithUnaryInterceptor(UnaryClientInterceptor(Fixed(g))))
 
 	err := unary(context.Background(), client, behaveOK)
@@ -88,7 +89,7 @@ func TestClientDownstreamResourceExhaustedIsNotLocal(t *testing.T) {
 	if errors.Is(err, gate.ErrRejected) {
 		t.Errorf("the downstream's rejection %v is taken for a local one", err)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 func TestClientStreamHoldsThePermitUntilItEnds(t *testing.T) {
@@ -217,7 +218,7 @@ func TestClientStreamHoldsThePermitUntilItEnds(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGate(t, gate.Limits{Permits: 1})
+			g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 			_, client := gatedClient(t, g)
 			midway := func() {
 				if got := g.Stats().InFlight; got != 1 {
@@ -232,7 +233,7 @@ func TestClientStreamHoldsThePermitUntilItEnds(t *testing.T) {
 					t.Errorf("in flight once the stream has ended: got %d, want 0", got)
 				}
 			}
-			assertNoLeak(t, g)
+			gatetest.AssertNoLeak(t, g)
 		})
 	}
 }
@@ -244,7 +245,7 @@ func TestClientStreamThatFailsToStartReleases(t *testing.T) {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close() // nothing listens there any more
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	client := dial(t, addr, grpc.WithStreamInterceptor(StreamClientInterceptor(Fixed(g))))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -256,7 +257,7 @@ func TestClientStreamThatFailsToStartReleases(t *testing.T) {
 			t.Fatalf("in flight after the stream failed to start: got %d, want 0", got)
 		}
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestClientLimitsConcurrency runs unary calls and streams, each to its end,
@@ -264,7 +265,7 @@ func TestClientStreamThatFailsToStartReleases(t *testing.T) {
 // gate has permits, and sees that many.
 func TestClientLimitsConcurrency(t *testing.T) {
 	const permits = 3
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 64})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: permits, QueueCapacity: 64})
 	svc, client := gatedClient(t, g)
 	var wg sync.WaitGroup
 	for i := range 32 {
@@ -283,10 +284,10 @@ func TestClientLimitsConcurrency(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := svc.running.max.Load(); got != permits {
+	if got := svc.running.Max(); got != permits {
 		t.Errorf("most calls running at once on the server: got %d, want %d (the permits)", got, permits)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestClientLeaksNoPermit runs unary calls and streams through gated
@@ -294,7 +295,7 @@ func TestClientLimitsConcurrency(t *testing.T) {
 // unread or read them to the end: every permit comes back exactly once.
 func TestClientLeaksNoPermit(t *testing.T) {
 	const permits = 3
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 64})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: permits, QueueCapacity: 64})
 	_, client := gatedClient(t, g)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -328,5 +329,5 @@ func TestClientLeaksNoPermit(t *testing.T) {
 	if ends[codes.OK] == 0 || ends[codes.DeadlineExceeded] == 0 {
 		t.Errorf("calls by result %v: the test needs both successes and calls that gave up", ends)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }

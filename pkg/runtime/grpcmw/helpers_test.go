@@ -16,73 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/gatetest"
 )
-
-func newGate(t *testing.T, l gate.Limits) *gate.Gate {
-	t.Helper()
-	g, err := gate.New("ledger", l)
-	if err != nil {
-		t.Fatalf("gate.New: %v", err)
-	}
-	t.Cleanup(g.Close)
-	return g
-}
-
-// waitFor polls cond until it holds, failing the test after a few seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func waitInFlight(t *testing.T, g *gate.Gate, n int) {
-	t.Helper()
-	waitFor(t, "in-flight to settle", func() bool { return g.Stats().InFlight == n })
-}
-
-// assertNoLeak checks that g ends with nobody in flight or queued and that
-// exactly its permits can be taken: a leaked permit leaves fewer, a double
-// release more. It must run once the calls are done and only on a gate
-// without a rate, whose tokens it would spend.
-func assertNoLeak(t *testing.T, g *gate.Gate) {
-	t.Helper()
-	waitFor(t, "in-flight and queue to drain", func() bool {
-		st := g.Stats()
-		return st.InFlight == 0 && st.Queued == 0
-	})
-	n := g.Limits().Permits
-	permits := make([]gate.Permit, n+1)
-	var err error
-	for i := range n {
-		if permits[i], err = g.TryAcquire(context.Background()); err != nil {
-			t.Fatalf("permit %d of %d not available after the calls ended: %v", i+1, n, err)
-		}
-	}
-	if permits[n], err = g.TryAcquire(context.Background()); err == nil {
-		t.Fatalf("gate admitted %d calls, more than its %d permits", n+1, n)
-	}
-	for i := range permits {
-		permits[i].Release()
-	}
-}
-
-// concurrency tracks how many calls run at once and the most ever seen.
-type concurrency struct {
-	now, max atomic.Int64
-}
-
-func (c *concurrency) enter() {
-	n := c.now.Add(1)
-	for m := c.max.Load(); n > m && !c.max.CompareAndSwap(m, n); m = c.max.Load() {
-	}
-}
-
-func (c *concurrency) exit() { c.now.Add(-1) }
 
 // Behaviours of the test service, named by the body of a request's payload.
 const (
@@ -99,7 +34,7 @@ const (
 type service struct {
 	testpb.UnimplementedTestServiceServer
 	calls   atomic.Int64
-	running concurrency
+	running gatetest.Concurrency
 	release chan struct{}
 }
 
@@ -125,8 +60,8 @@ func (s *service) behave(ctx context.Context, p *testpb.Payload) error {
 
 func (s *service) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
 	s.calls.Add(1)
-	s.running.enter()
-	defer s.running.exit()
+	s.running.Enter()
+	defer s.running.Exit()
 	if err := s.behave(ctx, req.GetPayload()); err != nil {
 		return nil, err
 	}
@@ -137,8 +72,8 @@ func (s *service) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*te
 // the message says, until the client closes its side or sends "end".
 func (s *service) FullDuplexCall(stream testpb.TestService_FullDuplexCallServer) error {
 	s.calls.Add(1)
-	s.running.enter()
-	defer s.running.exit()
+	s.running.Enter()
+	defer s.running.Exit()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -162,8 +97,8 @@ func (s *service) FullDuplexCall(stream testpb.TestService_FullDuplexCallServer)
 // StreamingOutputCall sends one response per response parameter.
 func (s *service) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, stream testpb.TestService_StreamingOutputCallServer) error {
 	s.calls.Add(1)
-	s.running.enter()
-	defer s.running.exit()
+	s.running.Enter()
+	defer s.running.Exit()
 	if err := s.behave(stream.Context(), req.GetPayload()); err != nil {
 		return err
 	}
@@ -178,8 +113,8 @@ func (s *service) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, st
 // StreamingInputCall counts the bytes of the payloads it receives.
 func (s *service) StreamingInputCall(stream testpb.TestService_StreamingInputCallServer) error {
 	s.calls.Add(1)
-	s.running.enter()
-	defer s.running.exit()
+	s.running.Enter()
+	defer s.running.Exit()
 	var size int32
 	for {
 		req, err := stream.Recv()

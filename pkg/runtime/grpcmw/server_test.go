@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/gatetest"
 )
 
 // rejection is what a client sees of a rejected call.
@@ -96,7 +97,7 @@ func TestServerRejects(t *testing.T) {
 	for _, tc := range tests {
 		for kind, probe := range probes {
 			t.Run(kind+": "+tc.name, func(t *testing.T) {
-				g := newGate(t, tc.limits)
+				g := gatetest.New(t, "ledger", tc.limits)
 				c := newGatedServer(t, g)
 				for range tc.served {
 					if err := unary(context.Background(), c.client, behaveOK); err != nil {
@@ -111,7 +112,7 @@ func TestServerRejects(t *testing.T) {
 						}
 					})
 				}
-				waitInFlight(t, g, tc.held)
+				gatetest.WaitInFlight(t, g, tc.held)
 				if tc.closeGate {
 					g.Close()
 				}
@@ -132,7 +133,7 @@ func TestServerRejects(t *testing.T) {
 				if got := c.svc.calls.Load(); got != calls {
 					t.Errorf("the service saw %d rejected calls: a rejected call must not reach it", got-calls)
 				}
-				waitInFlight(t, g, 0)
+				gatetest.WaitInFlight(t, g, 0)
 			})
 		}
 	}
@@ -185,7 +186,7 @@ func TestServerReleasesHoweverTheCallEnds(t *testing.T) {
 	}
 	// One permit and no waiting room: a call that kept its permit would
 	// turn every later call into RESOURCE_EXHAUSTED.
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	c := newGatedServer(t, g)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,10 +204,10 @@ func TestServerReleasesHoweverTheCallEnds(t *testing.T) {
 					t.Errorf("panic seen outside the gate (-want +got):\n%s", diff)
 				}
 			}
-			waitInFlight(t, g, 0)
+			gatetest.WaitInFlight(t, g, 0)
 		})
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 func unaryDoing(behaviour string) func(context.Context, testServiceClient) error {
@@ -244,7 +245,7 @@ func abandonedBidi(ctx context.Context, c testServiceClient) error {
 // its client's cancellation, and no permit is left behind.
 func TestServerLimitsConcurrency(t *testing.T) {
 	const permits = 4
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 16, MaxQueueWait: 50 * time.Millisecond})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: permits, QueueCapacity: 16, MaxQueueWait: 50 * time.Millisecond})
 	c := newGatedServer(t, g)
 
 	var mu sync.Mutex
@@ -273,7 +274,7 @@ func TestServerLimitsConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 
-	if got := c.svc.running.max.Load(); got != permits {
+	if got := c.svc.running.Max(); got != permits {
 		t.Errorf("most handlers running at once: got %d, want %d (the permits)", got, permits)
 	}
 	for code, n := range ends {
@@ -287,11 +288,11 @@ func TestServerLimitsConcurrency(t *testing.T) {
 		t.Errorf("calls by result %v: the test needs both successes and rejections", ends)
 	}
 	t.Logf("calls by result: %v", ends)
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 func TestSelectorLeavesCallsUngated(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	g.Close() // every gated call is rejected
 	gateUnary := func(_ context.Context, method string) *gate.Gate {
 		if method == "/grpc.testing.TestService/UnaryCall" {
@@ -317,7 +318,7 @@ func TestSelectorLeavesCallsUngated(t *testing.T) {
 }
 
 func TestRejectionErrorText(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 3})
+	g := gatetest.New(t, "ledger", gate.Limits{Permits: 3})
 	err := admissionError(g, &gate.Rejection{Reason: gate.QueueFull, Gate: "ledger"})
 	want := `rpc error: code = ResourceExhausted desc = gate "ledger": queue full`
 	if got := err.Error(); got != want {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/gatetest"
 )
 
 type reply struct {
@@ -108,7 +109,7 @@ func TestMiddlewareRejects(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGate(t, tc.limits)
+			g := gatetest.New(t, "orders", tc.limits)
 			var calls int
 			var mu sync.Mutex
 			unblock := make(chan struct{})
@@ -141,7 +142,7 @@ func TestMiddlewareRejects(t *testing.T) {
 					}
 				})
 			}
-			waitInFlight(t, g, tc.held)
+			gatetest.WaitInFlight(t, g, tc.held)
 			if tc.closeGate {
 				g.Close()
 			}
@@ -155,13 +156,13 @@ func TestMiddlewareRejects(t *testing.T) {
 			if want := tc.served + tc.held; calls != want {
 				t.Errorf("handler ran %d times, want %d: a rejected request must not reach it", calls, want)
 			}
-			waitInFlight(t, g, 0)
+			gatetest.WaitInFlight(t, g, 0)
 		})
 	}
 }
 
 func TestMiddlewareReleasesOnPanicAndRepanics(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 	type result struct {
 		recovered any
 		inFlight  int
@@ -194,7 +195,7 @@ func TestMiddlewareReleasesOnPanicAndRepanics(t *testing.T) {
 }
 
 func TestMiddlewareReleasesOnAbortedHandler(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 	ts := httptest.NewUnstartedServer(Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		panic(http.ErrAbortHandler) // net/http's own way to abort a response
 	})))
@@ -207,7 +208,7 @@ func TestMiddlewareReleasesOnAbortedHandler(t *testing.T) {
 			t.Fatal("an aborted handler's response arrived")
 		}
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestMiddlewareLimitsConcurrency checks under load what the gate promises:
@@ -216,11 +217,11 @@ func TestMiddlewareReleasesOnAbortedHandler(t *testing.T) {
 // while waiting or while served leave no permit behind.
 func TestMiddlewareLimitsConcurrency(t *testing.T) {
 	const permits = 4
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 16, MaxQueueWait: 50 * time.Millisecond})
-	var running concurrency
+	g := gatetest.New(t, "orders", gate.Limits{Permits: permits, QueueCapacity: 16, MaxQueueWait: 50 * time.Millisecond})
+	var running gatetest.Concurrency
 	ts := httptest.NewServer(Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		running.enter()
-		defer running.exit()
+		running.Enter()
+		defer running.Exit()
 		time.Sleep(time.Millisecond)
 		_, _ = io.WriteString(w, "ok")
 	})))
@@ -256,7 +257,7 @@ func TestMiddlewareLimitsConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 
-	if got := running.max.Load(); got != permits {
+	if got := running.Max(); got != permits {
 		t.Errorf("most handlers running at once: got %d, want %d (the permits)", got, permits)
 	}
 	for code := range codes {
@@ -268,7 +269,7 @@ func TestMiddlewareLimitsConcurrency(t *testing.T) {
 		t.Errorf("no request was served: %v", codes)
 	}
 	t.Logf("responses by status (-1: client gave up): %v", codes)
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 func TestMiddlewareWithoutGatePanics(t *testing.T) {

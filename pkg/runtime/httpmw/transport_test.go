@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/gatetest"
 )
 
 // downstream is a test server that counts its calls and how many run at
@@ -26,7 +27,7 @@ import (
 type downstream struct {
 	*httptest.Server
 	calls   atomic.Int64
-	running concurrency
+	running gatetest.Concurrency
 	finish  chan struct{}
 }
 
@@ -34,8 +35,8 @@ func newDownstream(t *testing.T) *downstream {
 	d := &downstream{finish: make(chan struct{})}
 	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.calls.Add(1)
-		d.running.enter()
-		defer d.running.exit()
+		d.running.Enter()
+		defer d.running.Exit()
 		switch r.URL.Path {
 		case "/stream":
 			_, _ = io.WriteString(w, "head ")
@@ -113,7 +114,7 @@ func TestTransportHoldsThePermitUntilTheBodyIsDone(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGate(t, gate.Limits{Permits: 1})
+			g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 			d := newDownstream(t)
 			c := d.client(&Transport{Gate: g})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -137,13 +138,13 @@ func TestTransportHoldsThePermitUntilTheBodyIsDone(t *testing.T) {
 					t.Fatalf("in flight once the body is done: got %d, want 0", got)
 				}
 			}
-			assertNoLeak(t, g)
+			gatetest.AssertNoLeak(t, g)
 		})
 	}
 }
 
 func TestTransportReleasesWhenNoBodyFollows(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 	d := newDownstream(t)
 	c := d.client(&Transport{Gate: g})
 	// Neither body is closed: a 204 and a HEAD response have none to wait for.
@@ -160,7 +161,7 @@ func TestTransportReleasesWhenNoBodyFollows(t *testing.T) {
 	if got := g.Stats().InFlight; got != 0 {
 		t.Fatalf("in flight after a HEAD: got %d, want 0", got)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // closeRecorder is a request body that records whether it was closed.
@@ -172,7 +173,7 @@ type closeRecorder struct {
 func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
 
 func TestTransportLocalRejection(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 10, RatePerSecond: 1.0 / 60, Burst: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 10, RatePerSecond: 1.0 / 60, Burst: 1})
 	d := newDownstream(t)
 	tr := &Transport{Gate: g}
 	c := d.client(tr)
@@ -210,7 +211,7 @@ func TestTransportLocalRejection(t *testing.T) {
 }
 
 func TestTransportReleasesWhenTheCallFails(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 	d := newDownstream(t)
 	c := d.client(&Transport{Gate: g})
 	url := d.URL
@@ -221,7 +222,7 @@ func TestTransportReleasesWhenTheCallFails(t *testing.T) {
 			t.Fatalf("call to a closed server: got %v, want a connection error", err)
 		}
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 func TestTransportWithoutGate(t *testing.T) {
@@ -237,7 +238,7 @@ func TestTransportWithoutGate(t *testing.T) {
 }
 
 func TestTransportReportsThrottling(t *testing.T) {
-	g := newGate(t, gate.Limits{Permits: 4})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 4})
 	d := newDownstream(t)
 	reg := prometheus.NewPedanticRegistry()
 	m, err := NewMetrics(reg)
@@ -257,7 +258,7 @@ func TestTransportReportsThrottling(t *testing.T) {
 		mu.Unlock()
 	}}
 	c := d.client(tr)
-	c2 := d.client(&Transport{Gate: newNamedGate(t, "billing", gate.Limits{Permits: 1}), Metrics: m2})
+	c2 := d.client(&Transport{Gate: gatetest.New(t, "billing", gate.Limits{Permits: 1}), Metrics: m2})
 
 	for _, path := range []string{"/429", "/", "/429", "/429", "/empty"} {
 		resp, err := c.Get(d.URL + path)
@@ -288,7 +289,7 @@ backpressure_downstream_http_responses_total{code="429",gate="orders"} 3
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestTransportLimitsConcurrency runs many callers through one Transport,
@@ -296,7 +297,7 @@ backpressure_downstream_http_responses_total{code="429",gate="orders"} 3
 // calls at once than the gate has permits, and must see that many.
 func TestTransportLimitsConcurrency(t *testing.T) {
 	const permits = 3
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 64})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: permits, QueueCapacity: 64})
 	d := newDownstream(t)
 	close(d.finish) // /stream answers in full at once
 	c := d.client(&Transport{Gate: g})
@@ -322,13 +323,13 @@ func TestTransportLimitsConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 
-	if got := d.running.max.Load(); got != permits {
+	if got := d.running.Max(); got != permits {
 		t.Errorf("most calls running at once downstream: got %d, want %d (the permits)", got, permits)
 	}
 	if got := d.calls.Load(); got != 320 {
 		t.Errorf("downstream calls: got %d, want 320", got)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestTransportLeaksNoPermit runs many callers through one Transport that
@@ -341,7 +342,7 @@ func TestTransportLimitsConcurrency(t *testing.T) {
 // when it next touches the connection.
 func TestTransportLeaksNoPermit(t *testing.T) {
 	const permits = 3
-	g := newGate(t, gate.Limits{Permits: permits, QueueCapacity: 64})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: permits, QueueCapacity: 64})
 	d := newDownstream(t)
 	c := d.client(&Transport{Gate: g})
 
@@ -377,7 +378,7 @@ func TestTransportLeaksNoPermit(t *testing.T) {
 	if served.Load() == 0 || gaveUp.Load() == 0 {
 		t.Errorf("served %d, gave up %d: the test needs both", served.Load(), gaveUp.Load())
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // TestTransportHoldsUpgradedConnections checks a 101 Switching Protocols
@@ -396,7 +397,7 @@ func TestTransportHoldsUpgradedConnections(t *testing.T) {
 		_, _ = io.Copy(conn, rw) // echo until the client closes
 	}))
 	defer ts.Close()
-	g := newGate(t, gate.Limits{Permits: 1})
+	g := gatetest.New(t, "orders", gate.Limits{Permits: 1})
 	c := &http.Client{Transport: &Transport{Gate: g, Base: ts.Client().Transport}}
 	req, _ := http.NewRequest(http.MethodGet, ts.URL, nil)
 	req.Header.Set("Connection", "Upgrade")
@@ -423,7 +424,7 @@ func TestTransportHoldsUpgradedConnections(t *testing.T) {
 	if n := g.Stats().InFlight; n != 0 {
 		t.Errorf("in flight once the upgraded connection is closed: got %d, want 0", n)
 	}
-	assertNoLeak(t, g)
+	gatetest.AssertNoLeak(t, g)
 }
 
 // idleCloser is a base transport that records CloseIdleConnections.
@@ -436,7 +437,7 @@ func (c *idleCloser) CloseIdleConnections() { c.closed = true }
 
 func TestTransportClosesIdleConnectionsOfItsBase(t *testing.T) {
 	base := &idleCloser{}
-	(&http.Client{Transport: &Transport{Gate: newGate(t, gate.Limits{Permits: 1}), Base: base}}).CloseIdleConnections()
+	(&http.Client{Transport: &Transport{Gate: gatetest.New(t, "orders", gate.Limits{Permits: 1}), Base: base}}).CloseIdleConnections()
 	if !base.closed {
 		t.Error("http.Client.CloseIdleConnections did not reach the base transport")
 	}
