@@ -20,8 +20,10 @@ const (
 	// ReasonOvercommitted: the AtLeastOne policy raised pods to one permit,
 	// so the pods together may exceed the contract.
 	ReasonOvercommitted = "Overcommitted"
-	// ReasonDeadlineBelowLatency: the deadline leaves no time to queue, or
-	// the worst latency does not fit in it.
+	// ReasonDeadlineBelowLatency: the deadline is not above the typical
+	// latency, so no time is left to queue. (A worst latency that does not
+	// fit in the deadline is the diagnostic WorstLatencyExceedsDeadline,
+	// which leaves the quota Ready.)
 	ReasonDeadlineBelowLatency = "DeadlineBelowLatency"
 	// ReasonDemandExceedsQuota: the expected demand needs more in-flight
 	// calls than the contract hands out, so part of it will be shed.
