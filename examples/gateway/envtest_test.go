@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,8 +56,8 @@ func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+	kubeconfig, err := testenv.WriteKubeconfig(env, t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
 

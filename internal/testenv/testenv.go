@@ -97,6 +97,17 @@ type Kubectl struct {
 	Kubeconfig string
 }
 
+// WriteKubeconfig writes the started environment's kubeconfig, its admin
+// user's, into dir and returns the file's path, for programs the test runs
+// as a user would.
+func WriteKubeconfig(env *envtest.Environment, dir string) (string, error) {
+	if len(env.KubeConfig) == 0 {
+		return "", errors.New("testenv: the environment is not started")
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, env.KubeConfig, 0o600)
+}
+
 // NewKubectl writes the environment's kubeconfig into dir and returns a
 // Kubectl that uses it.
 func NewKubectl(env *envtest.Environment, dir string) (*Kubectl, error) {
@@ -104,11 +115,8 @@ func NewKubectl(env *envtest.Environment, dir string) (*Kubectl, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(env.KubeConfig) == 0 {
-		return nil, errors.New("testenv: the environment is not started")
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, env.KubeConfig, 0o600); err != nil {
+	path, err := WriteKubeconfig(env, dir)
+	if err != nil {
 		return nil, err
 	}
 	return &Kubectl{Path: filepath.Join(assets, "kubectl"), Kubeconfig: path}, nil
