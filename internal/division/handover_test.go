@@ -1,0 +1,221 @@
+package division
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestStepScaleUp walks one new pod in: the pods it takes from are told
+// their smaller shares first, and the new pod is granted only what their
+// acknowledgements free.
+func TestStepScaleUp(t *testing.T) {
+	rec := func(told int64) Record { return Record{Told: told, Holds: told} }
+	// Two pods hold all of 10; c just turned Ready.
+	in := Input{Total: 10, Revision: 4, Now: t0, Pods: []Pod{
+		{Key: "a", Target: 4, Acked: 4, Record: rec(5)},
+		{Key: "b", Target: 3, Acked: 4, Record: rec(5)},
+		{Key: "c", Target: 3, Acked: 4},
+	}}
+	got := Step(in)
+	want := Result{Revision: 5, Changed: true, Free: 0, Records: []Record{
+		{Told: 4, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
+		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
+		{},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("step 1 (-want +got):\n%s", diff)
+	}
+
+	// a acknowledges revision 5; b has not yet: c gets a's permit only.
+	in.Revision, in.Pods[0].Record, in.Pods[1].Record = got.Revision, got.Records[0], got.Records[1]
+	in.Pods[0].Acked = 5
+	got = Step(in)
+	want = Result{Revision: 6, Changed: true, Free: 0, Records: []Record{
+		{Told: 4, Holds: 4},
+		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
+		{Told: 1, Holds: 1},
+	}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("step 2 (-want +got):\n%s", diff)
+	}
+
+	// b acknowledges: c gets the rest of its share.
+	in.Revision = got.Revision
+	for i := range in.Pods {
+		in.Pods[i].Record = got.Records[i]
+	}
+	in.Pods[1].Acked = 6
+	got = Step(in)
+	want = Result{Revision: 7, Changed: true, Free: 0, Records: []Record{rec(4), rec(3), rec(3)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("step 3 (-want +got):\n%s", diff)
+	}
+
+	// Nothing new: nothing changes, the revision stays.
+	in.Revision = got.Revision
+	for i := range in.Pods {
+		in.Pods[i].Record = got.Records[i]
+	}
+	if again := Step(in); again.Changed || again.Revision != got.Revision {
+		t.Fatalf("a still world changed: %+v", again)
+	}
+}
+
+// TestStepNeverAcknowledged keeps counting a pod that acknowledges but
+// never acknowledges its smaller share at its old share, however long.
+func TestStepNeverAcknowledged(t *testing.T) {
+	in := Input{Total: 10, Revision: 9, Now: t0.Add(24 * time.Hour), UnacknowledgedDelay: time.Minute, Pods: []Pod{
+		{Key: "stuck", Target: 5, Acked: 3, Record: Record{Told: 5, Holds: 10, ShrunkAt: 4, ShrunkTime: t0}},
+		{Key: "new", Target: 5, Acked: 9},
+	}}
+	got := Step(in)
+	if got.Records[1].Told != 0 || got.Changed || got.Free != 0 {
+		t.Fatalf("capacity of an unacknowledged share was reassigned: %+v", got)
+	}
+}
+
+// TestStepUnacknowledgedDelay frees the old share of a pod that does not
+// acknowledge once the delay has passed, and says when to look again.
+func TestStepUnacknowledgedDelay(t *testing.T) {
+	in := Input{Total: 10, Revision: 5, Now: t0.Add(40 * time.Second), UnacknowledgedDelay: time.Minute, Pods: []Pod{
+		{Key: "quiet", Target: 5, Record: Record{Told: 5, Holds: 10, ShrunkAt: 5, ShrunkTime: t0}},
+		{Key: "new", Target: 5},
+	}}
+	got := Step(in)
+	if got.Records[1].Told != 0 || got.RecheckAfter != 20*time.Second {
+		t.Fatalf("before the delay: %+v", got)
+	}
+	in.Now = t0.Add(time.Minute)
+	got = Step(in)
+	if got.Records[1].Told != 5 || got.Records[0] != (Record{Told: 5, Holds: 5}) || got.RecheckAfter != 0 {
+		t.Fatalf("after the delay: %+v", got)
+	}
+}
+
+// TestStepLeaving keeps a leaving pod's share until it releases it, then
+// hands it to the pods that stay.
+func TestStepLeaving(t *testing.T) {
+	in := Input{Total: 10, Revision: 3, Now: t0, Pods: []Pod{
+		{Key: "gone", Leaving: true, Acked: 3, Record: Record{Told: 5, Holds: 5}},
+		{Key: "stays", Target: 10, Acked: 3, Record: Record{Told: 5, Holds: 5}},
+	}}
+	if got := Step(in); got.Changed || got.Records[0].Told != 5 {
+		t.Fatalf("a leaving pod lost its share before releasing it: %+v", got)
+	}
+	in.Pods[0].Released = true
+	got := Step(in)
+	if got.Records[0] != (Record{}) || got.Records[1].Told != 10 || !got.Changed {
+		t.Fatalf("a released share was not handed over: %+v", got)
+	}
+	// A pod that is not leaving cannot release: a restarted process would
+	// read its share again.
+	in.Pods[0].Leaving = false
+	in.Pods[0].Target = 5
+	in.Pods[1].Target = 5
+	if got := Step(in); got.Records[0].Told != 5 || got.Records[1].Told != 5 {
+		t.Fatalf("a release by a pod that stays counted: %+v", got)
+	}
+}
+
+// TestStepTotalShrinks only shrinks while the pods may hold more than the
+// new total.
+func TestStepTotalShrinks(t *testing.T) {
+	in := Input{Total: 6, Revision: 2, Now: t0, Pods: []Pod{
+		{Key: "a", Target: 3, Acked: 2, Record: Record{Told: 5, Holds: 5}},
+		{Key: "b", Target: 3, Acked: 2, Record: Record{Told: 1, Holds: 5}},
+	}}
+	in.Pods[1].Record.ShrunkAt = 2
+	got := Step(in)
+	if got.Records[1].Told != 1 || got.Records[0].Told != 3 || got.Free != 6-5-1 {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestStepFirst publishes revision 1 even when nobody holds anything.
+func TestStepFirst(t *testing.T) {
+	if got := Step(Input{Total: 5}); got.Revision != 1 || got.Changed {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestHandoverInvariants plays 10,000 random worlds from a fixed seed:
+// pods come, turn Ready and not, leave, apply plans late, acknowledge or
+// not. At every tick the calls really in flight and the controller's Σ
+// max(Told, Holds) stay within the total; once the world is still, every
+// permit is held by Ready pods.
+func TestHandoverInvariants(t *testing.T) {
+	cases := 10000
+	if testing.Short() {
+		cases = 1000
+	}
+	for c := range cases {
+		runWorld(t, uint64(c), int64(c%41), 40, 6+c%5, 7)
+	}
+}
+
+// runWorld plays one world of ticks random ticks with an event every tick
+// of probability events/10, acksShare in 10 pods acknowledging, then stills
+// it and checks that the division converges.
+func runWorld(t testing.TB, seed uint64, total int64, ticks, events, acksShare int) {
+	s := newSim(seed, total)
+	check := func(phase string, tick int) {
+		if f := s.inFlight(); f > total {
+			t.Fatalf("seed %d, %s tick %d: %d calls in flight against a total of %d", seed, phase, tick, f, total)
+		}
+		if b := s.bound(); b > total {
+			t.Fatalf("seed %d, %s tick %d: Σ max(told, holds) = %d against a total of %d", seed, phase, tick, b, total)
+		}
+	}
+	for tick := range ticks {
+		s.now = s.now.Add(simTick)
+		if s.rng.IntN(10) < events {
+			s.event(acksShare)
+		}
+		s.processes(true)
+		if s.rng.IntN(5) > 0 { // the controller lags now and then
+			s.controller()
+		}
+		check("moving", tick)
+	}
+	// Still: leaving pods finish and go; the rest keep serving.
+	for _, p := range s.pods {
+		if p.leaving {
+			p.closed = true
+		}
+	}
+	for tick := range 40 {
+		s.now = s.now.Add(simTick)
+		s.processes(true)
+		for i := 0; i < len(s.pods); i++ {
+			if p := s.pods[i]; p.leaving && (p.released || (!p.acks && p.inflight == 0)) {
+				s.pods = append(s.pods[:i], s.pods[i+1:]...)
+				i--
+			}
+		}
+		s.controller()
+		check("still", tick)
+	}
+	var serving, held int64
+	for _, p := range s.pods {
+		if p.ready {
+			serving++
+			held += s.records[p.key].Told
+		}
+	}
+	if serving > 0 && held != total {
+		t.Fatalf("seed %d: still world: Ready pods hold %d of %d: %+v", seed, held, total, s.records)
+	}
+}
+
+// FuzzHandover plays a world chosen by the fuzzer.
+func FuzzHandover(f *testing.F) {
+	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(7))
+	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(0))
+	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, acks uint8) {
+		runWorld(t, seed, int64(total%100), int(ticks%120), int(events%11), int(acks%11))
+	})
+}
