@@ -586,3 +586,50 @@ func TestAcquireReleaseDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+func TestInFlightFollowsAdmissionsAndReleases(t *testing.T) {
+	ctx := context.Background()
+	g := mustNew(t, gate.Limits{Permits: 3, QueueCapacity: 1, MaxQueueWait: time.Minute})
+	var held []gate.Permit
+	for i := range 3 {
+		if got := g.InFlight(); got != i {
+			t.Fatalf("InFlight = %d, want %d", got, i)
+		}
+		p, err := g.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	// A waiter is not in flight.
+	waited := make(chan error, 1)
+	go func() {
+		p, err := g.Acquire(ctx)
+		if err == nil {
+			p.Release()
+		}
+		waited <- err
+	}()
+	eventually(t, "the caller waits", func() bool { return g.Stats().Queued == 1 })
+	if got := g.InFlight(); got != 3 {
+		t.Fatalf("InFlight with a waiter = %d, want 3", got)
+	}
+	// After a shrink, InFlight stays above the limit until releases bring
+	// it down: what a caller acknowledging the smaller share waits for.
+	if err := g.Update(gate.Limits{Permits: 1, QueueCapacity: 1, MaxQueueWait: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	held[0].Release()
+	held[1].Release()
+	if got := g.InFlight(); got != 1 {
+		t.Fatalf("InFlight = %d, want 1", got)
+	}
+	held[2].Release() // the waiter is admitted, then releases
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "every permit is back", func() bool { return g.InFlight() == 0 })
+	if got := g.Stats().InFlight; got != 0 {
+		t.Errorf("Stats().InFlight = %d after InFlight() = 0", got)
+	}
+}

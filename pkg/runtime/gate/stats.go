@@ -47,3 +47,11 @@ func (g *Gate) Stats() Stats {
 	st.QueueWait = g.waits.Snapshot()
 	return st
 }
+
+// InFlight returns the number of admitted calls not yet released, as
+// Stats.InFlight does, but reads only the admission word: no mutex, no
+// allocation, so that a caller may watch a shrinking gate drain (say, to
+// acknowledge a smaller share once the calls in flight fit it) without
+// slowing Acquire or Release. A call racing another for the last permit may
+// be counted for a moment, which only delays such a caller.
+func (g *Gate) InFlight() int { return inflight(g.load()) }

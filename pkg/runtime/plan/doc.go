@@ -1,6 +1,28 @@
-// Package plan defines the per-pod plan document that the operator publishes
-// in a workload's ConfigMap and that the runtime library enforces: its Go
-// type, its wire format, its validation and its content hash.
+// Package plan defines the plan document that the operator publishes in a
+// workload's ConfigMap and that the runtime library enforces: its Go type,
+// its wire format, its validation, its content hash, and the acknowledgement
+// (Ack) a pod writes back once it enforces a document.
+//
+// # Shares
+//
+// A document divides one gate's capacity among a workload's pods. Its
+// per-pod fields (permits, ratePerSecond, burst, queueCapacity, workers,
+// retryBudgetPerSecond) at the top level are the base share; pods maps a
+// pod's name to a share of its own. A pod enforces Document.For(its name):
+// its entry when present, else the base share, which is also what a pod that
+// does not know its name enforces. The other fields (the queue wait and
+// acquire bounds, latency, deadline) are shared by every pod.
+//
+// # Epoch, revision and acknowledgement
+//
+// epoch identifies the incarnation of the division, revision counts its
+// published changes. The operator moves capacity to a pod only after the
+// pods giving it up have acknowledged their smaller share: a pod annotates
+// itself with applied.backpressure.dev/<gate>: Ack.String(), that is
+// "<epoch>/<revision>" once it has applied that revision and its calls in
+// flight are within the permits the revision gives it, and
+// "<epoch>/released" when it shuts down and has handed its share back. See
+// Ack.
 //
 // # Where documents live
 //
@@ -15,23 +37,30 @@
 // A document is one JSON object, written by Marshal with every field present
 // and in a fixed order:
 //
-//	{"version":1,"gate":"logistics-api","downstream":"logistics.example.com",
-//	 "hash":"…","generation":3,
+//	{"version":2,"gate":"logistics-api","downstream":"logistics.example.com",
+//	 "hash":"…","generation":3,"epoch":"0f1e-uid","revision":17,
 //	 "permits":5,"ratePerSecond":0,"burst":0,
 //	 "queueCapacity":9,"maxQueueWaitSeconds":0.1,"acquireTimeoutSeconds":0.1,
 //	 "latencySeconds":0.22,"deadlineSeconds":2,"workers":5,
-//	 "retryBudgetPerSecond":1.25}
+//	 "retryBudgetPerSecond":1.25,
+//	 "pods":{"search-gateway-7d9f-abcde":{"permits":6,"ratePerSecond":0,"burst":0,
+//	         "queueCapacity":10,"workers":6,"retryBudgetPerSecond":1.5}}}
+//
+// pods is left out when it has no entry; its keys are written sorted, so
+// the encoding is deterministic.
 //
 // Parse is strict where a mistake would silently change a limit: names are
-// matched case-sensitively, a field given twice is an error, and every field
-// of version 1 except downstream, hash and generation is required, because a
-// missing permits read as zero would stop every call. Integer fields must be
-// written as JSON integers.
+// matched case-sensitively, a field (or a pod) given twice is an error, and
+// every field except downstream, hash, generation and pods is required, as
+// is every field of every pods entry, because a missing permits read as
+// zero would stop every call. Integer fields must be written as JSON
+// integers. Errors name the field, a pod's as pods["<pod>"].<field>.
 //
 // # Compatibility
 //
 // version is a major version. A reader rejects every version other than
-// CurrentVersion. Within a major version a writer may only add optional
+// CurrentVersion (2) with an error matching ErrUnsupportedVersion; a pod
+// that reads a version 1 document keeps its last good plan. Within a major version a writer may only add optional
 // fields whose absence keeps today's meaning; readers ignore fields they do
 // not know, so an older runtime keeps working with a newer operator. Any
 // change that an older reader would misread (a new required field, a changed
@@ -40,10 +69,10 @@
 // # Hash
 //
 // Hash identifies a document's content: a SHA-256 over the canonical
-// encoding of every field except hash and generation, so rewriting the same
-// plan for a newer quota generation keeps its hash, and the operator writes
-// the ConfigMap only when a hash changes. The writer fills the hash field
-// with Hash; pods acknowledge a plan by echoing that value. Readers treat the
+// encoding of every field except hash and generation (epoch, revision and
+// pods included), so rewriting the same plan for a newer quota generation
+// keeps its hash, and the operator writes the ConfigMap only when a hash
+// changes. The writer fills the hash field with Hash. Readers treat the
 // field as an opaque identifier and do not recompute it to check it, because
 // a newer writer's hash covers fields an older reader does not know. When the
 // field is empty, Parse fills it with Hash of what it read.

@@ -10,8 +10,9 @@ import (
 )
 
 // CurrentVersion is the major version of the document this package reads and
-// writes.
-const CurrentVersion = 1
+// writes. Version 2 gives every pod its own share (Document.Pods) and
+// identifies each published division by epoch and revision.
+const CurrentVersion = 2
 
 // KeySuffix ends every plan key in the ConfigMap and every plan file in a
 // mounted volume.
@@ -34,12 +35,19 @@ const (
 	MaxDownstreamLength = 253
 	// MaxHashLength bounds the hash field.
 	MaxHashLength = 128
+	// MaxEpochLength bounds the epoch field.
+	MaxEpochLength = 64
+	// MaxPods bounds the number of entries of the pods field.
+	MaxPods = 100000
 )
 
-// Document is one gate's per-pod plan as published in the ConfigMap.
+// Document is one gate's plan as published in the ConfigMap: a base share,
+// and optionally a share of its own for each pod named in Pods.
 //
-// The zero value is not a valid plan (its version is 0). Documents are plain
-// values: comparable with ==, safe to copy and to share between goroutines.
+// The zero value is not a valid plan (its version is 0). Documents are safe
+// to copy and to share between goroutines as long as nobody writes to Pods
+// after sharing; Parse returns documents whose Pods map is never written
+// again. Because of the map, Documents are not comparable with ==: use Equal.
 type Document struct {
 	// Version is the document's major version; readers accept only
 	// CurrentVersion.
@@ -54,7 +62,52 @@ type Document struct {
 	// Generation is the DownstreamQuota generation the plan was computed
 	// from; informational, not part of the hash.
 	Generation int64 `json:"generation"`
+	// Epoch identifies the incarnation of the division (the operator uses
+	// the UID of the object that owns it): 1 to MaxEpochLength characters of
+	// [A-Za-z0-9-]. Opaque to pods, which echo it in their Ack.
+	Epoch string `json:"epoch"`
+	// Revision grows with every published change of content within one
+	// epoch; at least 1. Pods acknowledge the revision they enforce.
+	Revision int64 `json:"revision"`
 
+	// Permits is the base share's in-flight limit. Zero admits nobody.
+	Permits int `json:"permits"`
+	// RatePerSecond is the base share's admission rate; zero means no rate
+	// limit.
+	RatePerSecond float64 `json:"ratePerSecond"`
+	// Burst is the token bucket's size: at least 1 when RatePerSecond is
+	// set, 0 otherwise.
+	Burst int `json:"burst"`
+	// QueueCapacity is the size of the waiting room in front of the permits.
+	QueueCapacity int `json:"queueCapacity"`
+	// MaxQueueWaitSeconds is the longest a call may wait in the waiting
+	// room; shared by every pod.
+	MaxQueueWaitSeconds float64 `json:"maxQueueWaitSeconds"`
+	// AcquireTimeoutSeconds is the longest a caller waits for a permit;
+	// shared by every pod.
+	AcquireTimeoutSeconds float64 `json:"acquireTimeoutSeconds"`
+	// LatencySeconds is the downstream's typical latency; a call whose
+	// deadline leaves less is shed at once. Zero turns that check off.
+	// Shared by every pod.
+	LatencySeconds float64 `json:"latencySeconds"`
+	// DeadlineSeconds is the per-hop deadline the plan was sized for;
+	// shared by every pod.
+	DeadlineSeconds float64 `json:"deadlineSeconds"`
+	// Workers is the base share's dispatcher worker count.
+	Workers int `json:"workers"`
+	// RetryBudgetPerSecond is the base share of the workload's retry budget.
+	RetryBudgetPerSecond float64 `json:"retryBudgetPerSecond"`
+
+	// Pods maps a pod's name (a DNS-1123 subdomain) to that pod's share; a
+	// pod not named here enforces the base share above. Nil or empty: every
+	// pod enforces the base share. At most MaxPods entries.
+	Pods map[string]PodShare `json:"pods,omitempty"`
+}
+
+// PodShare is one pod's share of a gate: the per-pod fields of Document.
+// Every field is required on the wire and obeys the bounds of the
+// Document field of the same name.
+type PodShare struct {
 	// Permits is the pod's in-flight limit. Zero admits nobody.
 	Permits int `json:"permits"`
 	// RatePerSecond is the pod's admission rate; zero means no rate limit.
@@ -62,21 +115,48 @@ type Document struct {
 	// Burst is the token bucket's size: at least 1 when RatePerSecond is
 	// set, 0 otherwise.
 	Burst int `json:"burst"`
-	// QueueCapacity is the size of the waiting room in front of the permits.
+	// QueueCapacity is the size of the pod's waiting room.
 	QueueCapacity int `json:"queueCapacity"`
-	// MaxQueueWaitSeconds is the longest a call may wait in the waiting room.
-	MaxQueueWaitSeconds float64 `json:"maxQueueWaitSeconds"`
-	// AcquireTimeoutSeconds is the longest a caller waits for a permit.
-	AcquireTimeoutSeconds float64 `json:"acquireTimeoutSeconds"`
-	// LatencySeconds is the downstream's typical latency; a call whose
-	// deadline leaves less is shed at once. Zero turns that check off.
-	LatencySeconds float64 `json:"latencySeconds"`
-	// DeadlineSeconds is the per-hop deadline the plan was sized for.
-	DeadlineSeconds float64 `json:"deadlineSeconds"`
-	// Workers is the dispatcher's worker count.
+	// Workers is the pod's dispatcher worker count.
 	Workers int `json:"workers"`
 	// RetryBudgetPerSecond is the pod's share of the workload's retry budget.
 	RetryBudgetPerSecond float64 `json:"retryBudgetPerSecond"`
+}
+
+// Share returns the base share: the per-pod fields at the top level of d.
+func (d Document) Share() PodShare {
+	return PodShare{
+		Permits: d.Permits, RatePerSecond: d.RatePerSecond, Burst: d.Burst,
+		QueueCapacity: d.QueueCapacity, Workers: d.Workers, RetryBudgetPerSecond: d.RetryBudgetPerSecond,
+	}
+}
+
+// For returns the plan the pod named pod enforces: a copy of d whose
+// per-pod fields are pod's entry in Pods, or the base share when pod is ""
+// or not named, and whose Pods is nil. Every other field, the hash, epoch
+// and revision included, is d's: they identify the published document.
+func (d Document) For(pod string) Document {
+	if s, ok := d.Pods[pod]; ok && pod != "" {
+		d.Permits, d.RatePerSecond, d.Burst = s.Permits, s.RatePerSecond, s.Burst
+		d.QueueCapacity, d.Workers, d.RetryBudgetPerSecond = s.QueueCapacity, s.Workers, s.RetryBudgetPerSecond
+	}
+	d.Pods = nil
+	return d
+}
+
+// Equal reports whether a and b hold the same values in every field, Pods
+// included (a nil and an empty Pods are equal). It is == for Documents,
+// which the map field makes incomparable.
+func Equal(a, b Document) bool {
+	if a.header() != b.header() || a.Share() != b.Share() || len(a.Pods) != len(b.Pods) {
+		return false
+	}
+	for name, s := range a.Pods {
+		if t, ok := b.Pods[name]; !ok || s != t {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxQueueWait returns MaxQueueWaitSeconds as a duration.
@@ -118,6 +198,75 @@ func GateFromKey(key string) (string, bool) {
 		return "", false
 	}
 	return gate, true
+}
+
+// header is what Document holds besides the shares.
+type header struct {
+	version                       int
+	gate, downstream, hash, epoch string
+	generation, revision          int64
+	maxQueueWait, acquireTimeout  float64
+	latency, deadline             float64
+}
+
+func (d Document) header() header {
+	return header{
+		version: d.Version, gate: d.Gate, downstream: d.Downstream, hash: d.Hash, epoch: d.Epoch,
+		generation: d.Generation, revision: d.Revision,
+		maxQueueWait: d.MaxQueueWaitSeconds, acquireTimeout: d.AcquireTimeoutSeconds,
+		latency: d.LatencySeconds, deadline: d.DeadlineSeconds,
+	}
+}
+
+// validPodName returns why name is not a pod name (a DNS-1123 subdomain),
+// or "" when it is one. The common case is checked by hand: a document may
+// name a hundred thousand pods, and the regular expression behind
+// validation.IsDNS1123Subdomain would dominate Parse; the library's message
+// is used for names that fail.
+func validPodName(name string) string {
+	if isDNS1123Subdomain(name) {
+		return ""
+	}
+	if name == "" {
+		return "must not be empty"
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return errs[0]
+	}
+	return "must be a lowercase RFC 1123 subdomain" // not reached: both checks agree
+}
+
+// isDNS1123Subdomain is validation.IsDNS1123Subdomain without allocation:
+// at most 253 characters, dot-separated labels of [a-z0-9-] that start and
+// end with [a-z0-9].
+func isDNS1123Subdomain(s string) bool {
+	if len(s) == 0 || len(s) > validation.DNS1123SubdomainMaxLength {
+		return false
+	}
+	labelStart := true
+	prev := byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z' || c >= '0' && c <= '9':
+		case c == '-':
+			if labelStart {
+				return false
+			}
+		case c == '.':
+			if labelStart || prev == '-' {
+				return false
+			}
+			labelStart = true
+			prev = c
+			continue
+		default:
+			return false
+		}
+		labelStart = false
+		prev = c
+	}
+	return !labelStart && prev != '-'
 }
 
 // validGateName returns why name is not a gate name, or "" when it is one.

@@ -11,22 +11,26 @@ import (
 // whatever it rejects comes with an error and no document.
 func FuzzParsePlan(f *testing.F) {
 	f.Add([]byte(sample))
-	f.Add([]byte(`{"version":1,"gate":"g","permits":0,"ratePerSecond":1e-300,"burst":1,"queueCapacity":0,` +
+	f.Add([]byte(`{"version":2,"gate":"g","epoch":"e","revision":1,"permits":0,"ratePerSecond":1e-300,"burst":1,"queueCapacity":0,` +
 		`"maxQueueWaitSeconds":0,"acquireTimeoutSeconds":0,"latencySeconds":0,"deadlineSeconds":0,"workers":0,` +
-		`"retryBudgetPerSecond":0}`))
-	f.Add([]byte(`{"version":1,"gate":"a.b","downstream":"\u00e9\ud83d\ude00<&>","permits":2147483647,` +
+		`"retryBudgetPerSecond":0,"pods":{}}`))
+	f.Add([]byte(`{"version":2,"gate":"a.b","downstream":"\u00e9\ud83d\ude00<&>","epoch":"A-z","revision":9223372036854775807,"permits":2147483647,` +
 		`"ratePerSecond":2147483647,"burst":2147483647,"queueCapacity":1,"maxQueueWaitSeconds":31622400,` +
 		`"acquireTimeoutSeconds":-0,"latencySeconds":5e-324,"deadlineSeconds":1.7976931348623157e-300,"workers":3,` +
-		`"retryBudgetPerSecond":0.1,"unknown":[{"x":null}]}`))
-	f.Add([]byte(`{"version":2}`))
-	f.Add([]byte(`{"version":1,"permits":1,"permits":2}`))
+		`"retryBudgetPerSecond":0.1,"unknown":[{"x":null}],` +
+		`"pods":{"p.q":{"permits":1,"ratePerSecond":-0,"burst":0,"queueCapacity":2,"workers":3,"retryBudgetPerSecond":-0,"x":1},` +
+		`"a":{"permits":0,"ratePerSecond":5e-324,"burst":1,"queueCapacity":0,"workers":0,"retryBudgetPerSecond":2147483647}}}`))
+	f.Add([]byte(`{"version":1}`))
+	f.Add([]byte(`{"version":3}`))
+	f.Add([]byte(`{"version":2,"permits":1,"permits":2}`))
+	f.Add([]byte(`{"version":2,"pods":{"a":null,"a":{}}}`))
 	f.Add([]byte(`null`))
-	f.Add([]byte(`{"version":1.0}`))
+	f.Add([]byte(`{"version":2.0}`))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Parse(data)
 		if err != nil {
-			if d != (Document{}) {
+			if !Equal(d, Document{}) {
 				t.Fatalf("Parse returned %+v with error %v", d, err)
 			}
 			return
@@ -45,7 +49,7 @@ func FuzzParsePlan(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Parse(Marshal(d)): %v\nencoded: %s", err, enc)
 		}
-		if back != d {
+		if !Equal(back, d) {
 			t.Fatalf("round trip changed the document:\n got %+v\nwant %+v", back, d)
 		}
 		again, err := Marshal(back)
@@ -57,6 +61,17 @@ func FuzzParsePlan(f *testing.F) {
 		}
 		if errors.Is(Validate(back), ErrUnsupportedVersion) {
 			t.Fatalf("round trip changed the version")
+		}
+		// Every pod's view is a valid document, and names no pods.
+		for name := range d.Pods {
+			view := d.For(name)
+			if err := Validate(view); err != nil || view.Pods != nil {
+				t.Fatalf("For(%q) = %+v, %v", name, view, err)
+			}
+		}
+		// The acknowledgement reads back.
+		if a, err := ParseAck(AckFor(d).String()); err != nil || a != AckFor(d) {
+			t.Fatalf("ParseAck(%q) = %+v, %v", AckFor(d), a, err)
 		}
 	})
 }

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 
 	sigsjson "sigs.k8s.io/json"
 )
@@ -19,6 +22,8 @@ type wireDocument struct {
 	Downstream            *string  `json:"downstream"`
 	Hash                  *string  `json:"hash"`
 	Generation            *int64   `json:"generation"`
+	Epoch                 *string  `json:"epoch"`
+	Revision              *int64   `json:"revision"`
 	Permits               *int     `json:"permits"`
 	RatePerSecond         *float64 `json:"ratePerSecond"`
 	Burst                 *int     `json:"burst"`
@@ -29,6 +34,19 @@ type wireDocument struct {
 	DeadlineSeconds       *float64 `json:"deadlineSeconds"`
 	Workers               *int     `json:"workers"`
 	RetryBudgetPerSecond  *float64 `json:"retryBudgetPerSecond"`
+	// Pods is optional; null reads as absent. A null entry stays a nil
+	// pointer and is reported as missing its fields.
+	Pods map[string]*wirePodShare `json:"pods"`
+}
+
+// wirePodShare is the decoding form of PodShare.
+type wirePodShare struct {
+	Permits              *int     `json:"permits"`
+	RatePerSecond        *float64 `json:"ratePerSecond"`
+	Burst                *int     `json:"burst"`
+	QueueCapacity        *int     `json:"queueCapacity"`
+	Workers              *int     `json:"workers"`
+	RetryBudgetPerSecond *float64 `json:"retryBudgetPerSecond"`
 }
 
 // Parse decodes and validates one document. It rejects malformed JSON, a
@@ -48,7 +66,7 @@ func Parse(data []byte) (Document, error) {
 	}
 	// The version decides how to read everything else, so it is checked
 	// alone first: a document of another major version may well lack
-	// fields that version 1 requires.
+	// fields that this version requires, or mean something else by them.
 	if w.Version == nil {
 		return Document{}, &FieldError{Field: "version", Detail: "required"}
 	}
@@ -63,6 +81,8 @@ func Parse(data []byte) (Document, error) {
 		}
 	}
 	need("gate", w.Gate != nil)
+	need("epoch", w.Epoch != nil)
+	need("revision", w.Revision != nil)
 	need("permits", w.Permits != nil)
 	need("ratePerSecond", w.RatePerSecond != nil)
 	need("burst", w.Burst != nil)
@@ -73,6 +93,29 @@ func Parse(data []byte) (Document, error) {
 	need("deadlineSeconds", w.DeadlineSeconds != nil)
 	need("workers", w.Workers != nil)
 	need("retryBudgetPerSecond", w.RetryBudgetPerSecond != nil)
+	if len(w.Pods) > MaxPods {
+		// Too many to be worth reading further.
+		return Document{}, podCountError(len(w.Pods))
+	}
+	var pods map[string]PodShare
+	if len(w.Pods) > 0 {
+		pods = make(map[string]PodShare, len(w.Pods))
+		var incomplete []string
+		for name, e := range w.Pods {
+			s, ok := e.share()
+			if !ok {
+				incomplete = append(incomplete, name)
+				continue
+			}
+			pods[name] = s
+		}
+		// In name order, so that the error is the same whatever order the
+		// writer used.
+		slices.Sort(incomplete)
+		for _, name := range incomplete {
+			missing = append(missing, w.Pods[name].missing(podField(name, ""))...)
+		}
+	}
 	if len(missing) > 0 {
 		return Document{}, errors.Join(missing...)
 	}
@@ -83,6 +126,8 @@ func Parse(data []byte) (Document, error) {
 		Downstream:            deref(w.Downstream),
 		Hash:                  deref(w.Hash),
 		Generation:            deref(w.Generation),
+		Epoch:                 *w.Epoch,
+		Revision:              *w.Revision,
 		Permits:               *w.Permits,
 		RatePerSecond:         *w.RatePerSecond,
 		Burst:                 *w.Burst,
@@ -93,6 +138,7 @@ func Parse(data []byte) (Document, error) {
 		DeadlineSeconds:       *w.DeadlineSeconds,
 		Workers:               *w.Workers,
 		RetryBudgetPerSecond:  *w.RetryBudgetPerSecond,
+		Pods:                  pods,
 	}
 	if err := Validate(d); err != nil {
 		return Document{}, err
@@ -132,7 +178,9 @@ func Hash(d Document) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// canonical maps values that compare equal to one encoding: -0 becomes 0.
+// canonical maps values that compare equal to one encoding: -0 becomes 0,
+// and an empty Pods becomes nil (both encode as absent). The caller's Pods
+// map is never written: it is copied when an entry needs changing.
 func canonical(d Document) Document {
 	for _, f := range []*float64{
 		&d.RatePerSecond, &d.MaxQueueWaitSeconds, &d.AcquireTimeoutSeconds,
@@ -142,7 +190,63 @@ func canonical(d Document) Document {
 			*f = 0
 		}
 	}
+	if len(d.Pods) == 0 {
+		d.Pods = nil
+		return d
+	}
+	copied := false
+	for name, s := range d.Pods {
+		if !hasNegativeZero(s) {
+			continue
+		}
+		if !copied {
+			d.Pods = maps.Clone(d.Pods)
+			copied = true
+		}
+		s.RatePerSecond += 0 // -0 + 0 is +0
+		s.RetryBudgetPerSecond += 0
+		d.Pods[name] = s
+	}
 	return d
+}
+
+func hasNegativeZero(s PodShare) bool {
+	return s.RatePerSecond == 0 && math.Signbit(s.RatePerSecond) ||
+		s.RetryBudgetPerSecond == 0 && math.Signbit(s.RetryBudgetPerSecond)
+}
+
+// share returns the entry as a PodShare, and false when a field is missing
+// (or the entry itself is null).
+func (w *wirePodShare) share() (PodShare, bool) {
+	if w == nil || w.Permits == nil || w.RatePerSecond == nil || w.Burst == nil ||
+		w.QueueCapacity == nil || w.Workers == nil || w.RetryBudgetPerSecond == nil {
+		return PodShare{}, false
+	}
+	return PodShare{
+		Permits: *w.Permits, RatePerSecond: *w.RatePerSecond, Burst: *w.Burst,
+		QueueCapacity: *w.QueueCapacity, Workers: *w.Workers, RetryBudgetPerSecond: *w.RetryBudgetPerSecond,
+	}, true
+}
+
+// missing names each field the entry lacks; prefix is the entry's path.
+func (w *wirePodShare) missing(prefix string) []error {
+	if w == nil {
+		return []error{&FieldError{Field: prefix, Detail: "must be an object with the per-pod fields, got null"}}
+	}
+	var errs []error
+	for _, f := range []struct {
+		name    string
+		present bool
+	}{
+		{"permits", w.Permits != nil}, {"ratePerSecond", w.RatePerSecond != nil}, {"burst", w.Burst != nil},
+		{"queueCapacity", w.QueueCapacity != nil}, {"workers", w.Workers != nil},
+		{"retryBudgetPerSecond", w.RetryBudgetPerSecond != nil},
+	} {
+		if !f.present {
+			errs = append(errs, &FieldError{Field: prefix + "." + f.name, Detail: "required"})
+		}
+	}
+	return errs
 }
 
 func encode(d Document) ([]byte, error) {

@@ -2,6 +2,8 @@ package plan
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -10,21 +12,47 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// sample is the document of the design's ConfigMap contract, with a hash.
-const sample = `{"version": 1, "gate": "logistics-api", "downstream": "logistics.example.com",
+// sample is the document of the version 2 contract, with a hash.
+const sample = `{"version": 2, "gate": "logistics-api", "downstream": "logistics.example.com",
  "hash": "abc123", "generation": 3,
+ "epoch": "0f1e-uid", "revision": 17,
  "permits": 5, "ratePerSecond": 0, "burst": 0,
  "queueCapacity": 9, "maxQueueWaitSeconds": 0.1, "acquireTimeoutSeconds": 0.1,
  "latencySeconds": 0.22, "deadlineSeconds": 2, "workers": 5,
- "retryBudgetPerSecond": 1.25}`
+ "retryBudgetPerSecond": 1.25,
+ "pods": {"search-gateway-7d9f-abcde": {"permits": 6, "ratePerSecond": 0, "burst": 0,
+                                        "queueCapacity": 10, "workers": 6, "retryBudgetPerSecond": 1.5},
+          "search-gateway-7d9f-zzzzz": {"permits": 0, "ratePerSecond": 0, "burst": 0,
+                                        "queueCapacity": 0, "workers": 0, "retryBudgetPerSecond": 0}}}`
+
+// The pods the sample names.
+const (
+	podA = "search-gateway-7d9f-abcde"
+	podZ = "search-gateway-7d9f-zzzzz"
+)
 
 func sampleDoc() Document {
 	return Document{
-		Version: 1, Gate: "logistics-api", Downstream: "logistics.example.com",
-		Hash: "abc123", Generation: 3,
+		Version: 2, Gate: "logistics-api", Downstream: "logistics.example.com",
+		Hash: "abc123", Generation: 3, Epoch: "0f1e-uid", Revision: 17,
 		Permits: 5, QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1,
 		LatencySeconds: 0.22, DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25,
+		Pods: map[string]PodShare{
+			podA: {Permits: 6, QueueCapacity: 10, Workers: 6, RetryBudgetPerSecond: 1.5},
+			podZ: {},
+		},
 	}
+}
+
+// withoutPods is sample without its pods field.
+func withoutPods(t *testing.T) string {
+	t.Helper()
+	i := strings.Index(sample, `,
+ "pods":`)
+	if i < 0 {
+		t.Fatal("sample has no pods")
+	}
+	return sample[:i] + "}"
 }
 
 // edit returns sample with old replaced by new, failing if old is absent.
@@ -43,6 +71,10 @@ func TestParse(t *testing.T) {
 	unhashed.Hash = Hash(unhashed)
 	negZero := sampleDoc()
 	negZero.LatencySeconds = 0
+	noPods := sampleDoc()
+	noPods.Pods = nil
+	podRate := sampleDoc()
+	podRate.Pods = map[string]PodShare{podA: {Permits: 6, RatePerSecond: 3, Burst: 2, QueueCapacity: 10, Workers: 6, RetryBudgetPerSecond: 1.5}, podZ: {}}
 
 	tests := []struct {
 		name string
@@ -55,6 +87,12 @@ func TestParse(t *testing.T) {
 		{"empty hash is filled", edit(t, `"hash": "abc123",`, `"hash": "",`), unhashed},
 		{"missing hash is filled", edit(t, `"hash": "abc123",`, ``), unhashed},
 		{"negative zero reads as zero", edit(t, `"latencySeconds": 0.22`, `"latencySeconds": -0`), negZero},
+		{"negative zero in a pod's share reads as zero", edit(t, `"retryBudgetPerSecond": 0}}}`, `"retryBudgetPerSecond": -0}}}`), sampleDoc()},
+		{"no pods", withoutPods(t), noPods},
+		{"empty pods", strings.Replace(withoutPods(t), `}`, `, "pods": {}}`, 1), noPods},
+		{"null pods", strings.TrimSuffix(withoutPods(t), "}") + `, "pods": null}`, noPods},
+		{"a pod's rate with burst", edit(t, `{"permits": 6, "ratePerSecond": 0, "burst": 0`, `{"permits": 6, "ratePerSecond": 3, "burst": 2`), podRate},
+		{"unknown fields of a pod's entry are ignored", edit(t, `"workers": 6,`, `"workers": 6, "zone": "b",`), sampleDoc()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,8 +103,8 @@ func TestParse(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Parse (-want +got):\n%s", diff)
 			}
-			if math.Signbit(got.LatencySeconds) {
-				t.Errorf("latencySeconds kept its negative sign")
+			if math.Signbit(got.LatencySeconds) || math.Signbit(got.Pods[podZ].RetryBudgetPerSecond) {
+				t.Errorf("a field kept its negative sign")
 			}
 		})
 	}
@@ -79,15 +117,41 @@ func TestParseRejects(t *testing.T) {
 		wantField string // "" when the error is not a *FieldError
 		wantIn    string // a fragment of the message
 	}{
-		{"not JSON", `{"version": 1,`, "", "malformed"},
+		{"not JSON", `{"version": 2,`, "", "malformed"},
 		{"not an object", `[1, 2]`, "", "malformed"},
 		{"trailing data", sample + ` {}`, "", "malformed"},
 		{"null document", `null`, "version", "required"},
 		{"duplicate field", edit(t, `"permits": 5,`, `"permits": 5, "permits": 500,`), "", "duplicate"},
-		{"missing version", edit(t, `"version": 1,`, ``), "version", "required"},
-		{"unknown major version", edit(t, `"version": 1`, `"version": 2`), "version", "unsupported version 2"},
-		{"version zero", edit(t, `"version": 1`, `"version": 0`), "version", "unsupported version 0"},
-		{"fractional version", edit(t, `"version": 1`, `"version": 1.5`), "", "malformed"},
+		{"missing version", edit(t, `"version": 2,`, ``), "version", "required"},
+		{"version 1", edit(t, `"version": 2`, `"version": 1`), "version", "unsupported version 1; this reader understands version 2"},
+		{"version 3", edit(t, `"version": 2`, `"version": 3`), "version", "unsupported version 3"},
+		{"version zero", edit(t, `"version": 2`, `"version": 0`), "version", "unsupported version 0"},
+		{"fractional version", edit(t, `"version": 2`, `"version": 1.5`), "", "malformed"},
+		{"missing epoch", edit(t, `"epoch": "0f1e-uid",`, ``), "epoch", "required"},
+		{"missing revision", edit(t, `"revision": 17,`, ``), "revision", "required"},
+		{"empty epoch", edit(t, `"epoch": "0f1e-uid"`, `"epoch": ""`), "epoch", "1 to 64 characters"},
+		{"epoch with a slash", edit(t, `"epoch": "0f1e-uid"`, `"epoch": "a/b"`), "epoch", "[A-Za-z0-9-]"},
+		{"long epoch", edit(t, `"epoch": "0f1e-uid"`, `"epoch": "`+strings.Repeat("e", 65)+`"`), "epoch", "got 65 characters"},
+		{"revision zero", edit(t, `"revision": 17`, `"revision": 0`), "revision", "at least 1, got 0"},
+		{"negative revision", edit(t, `"revision": 17`, `"revision": -17`), "revision", "at least 1, got -17"},
+		{"fractional revision", edit(t, `"revision": 17`, `"revision": 17.5`), "", "malformed"},
+		{"pods not an object", strings.TrimSuffix(withoutPods(t), "}") + `, "pods": [1]}`, "", "malformed"},
+		{"a pod's missing workers", edit(t, `"workers": 6,`, ``), `pods["search-gateway-7d9f-abcde"].workers`, "required"},
+		{"a pod's null permits", edit(t, `{"permits": 6`, `{"permits": null`), `pods["search-gateway-7d9f-abcde"].permits`, "required"},
+		{"a null pod entry", edit(t, `"search-gateway-7d9f-zzzzz": {"permits": 0, "ratePerSecond": 0, "burst": 0,
+                                        "queueCapacity": 0, "workers": 0, "retryBudgetPerSecond": 0}`, `"search-gateway-7d9f-zzzzz": null`),
+			`pods["search-gateway-7d9f-zzzzz"]`, "got null"},
+		{"a pod's burst without rate", edit(t, `{"permits": 6, "ratePerSecond": 0, "burst": 0`, `{"permits": 6, "ratePerSecond": 0, "burst": 1`),
+			`pods["search-gateway-7d9f-abcde"].burst`, "must be 0 when ratePerSecond is 0"},
+		{"a pod's rate without burst", edit(t, `{"permits": 6, "ratePerSecond": 0`, `{"permits": 6, "ratePerSecond": 4`),
+			`pods["search-gateway-7d9f-abcde"].burst`, "at least 1 when ratePerSecond is set"},
+		{"a pod's negative permits", edit(t, `{"permits": 6`, `{"permits": -6`), `pods["search-gateway-7d9f-abcde"].permits`, "got -6"},
+		{"a pod's budget over its bound", edit(t, `"retryBudgetPerSecond": 1.5`, `"retryBudgetPerSecond": 1e20`),
+			`pods["search-gateway-7d9f-abcde"].retryBudgetPerSecond`, "[0, 2147483647]"},
+		{"a pod's fractional workers", edit(t, `"workers": 6`, `"workers": 6.5`), "", "malformed"},
+		{"a key that is not a pod name", edit(t, `"search-gateway-7d9f-abcde"`, `"Search_Gateway"`), `pods["Search_Gateway"]`, "key must be a pod name"},
+		{"an empty pod name", edit(t, `"search-gateway-7d9f-abcde"`, `""`), `pods[""]`, "must not be empty"},
+		{"a pod named twice", edit(t, `"search-gateway-7d9f-zzzzz"`, `"search-gateway-7d9f-abcde"`), "", "duplicate"},
 		{"missing permits", edit(t, `"permits": 5,`, ``), "permits", "required"},
 		{"null permits", edit(t, `"permits": 5`, `"permits": null`), "permits", "required"},
 		{"names are case-sensitive", edit(t, `"permits": 5`, `"Permits": 5`), "permits", "required"},
@@ -114,7 +178,7 @@ func TestParseRejects(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Parse accepted it: %+v", got)
 			}
-			if got != (Document{}) {
+			if !Equal(got, Document{}) {
 				t.Errorf("Parse returned a document with its error: %+v", got)
 			}
 			if !strings.Contains(err.Error(), tt.wantIn) {
@@ -134,9 +198,9 @@ func TestParseRejects(t *testing.T) {
 }
 
 func TestParseUnsupportedVersionIgnoresOtherFields(t *testing.T) {
-	// A version-2 document may be shaped differently; the reader must say
-	// "unsupported version", not complain about v1 fields.
-	_, err := Parse([]byte(`{"version": 2, "gate": "x", "limits": {"inFlight": 3}}`))
+	// A document of another version may be shaped differently; the reader
+	// must say "unsupported version", not complain about missing fields.
+	_, err := Parse([]byte(`{"version": 3, "gate": "x", "limits": {"inFlight": 3}}`))
 	if !errors.Is(err, ErrUnsupportedVersion) {
 		t.Fatalf("got %v, want ErrUnsupportedVersion", err)
 	}
@@ -146,12 +210,13 @@ func TestParseUnsupportedVersionIgnoresOtherFields(t *testing.T) {
 }
 
 func TestParseMissingFieldsAreAllNamed(t *testing.T) {
-	_, err := Parse([]byte(`{"version": 1, "gate": "g", "permits": 1}`))
+	_, err := Parse([]byte(`{"version": 2, "gate": "g", "permits": 1, "pods": {"b": {"permits": 1}, "a": {}}}`))
 	if err == nil {
 		t.Fatal("Parse accepted a document with missing fields")
 	}
-	for _, f := range []string{"ratePerSecond", "burst", "queueCapacity", "maxQueueWaitSeconds",
-		"acquireTimeoutSeconds", "latencySeconds", "deadlineSeconds", "workers", "retryBudgetPerSecond"} {
+	for _, f := range []string{"epoch", "revision", "ratePerSecond", "burst", "queueCapacity", "maxQueueWaitSeconds",
+		"acquireTimeoutSeconds", "latencySeconds", "deadlineSeconds", "workers", "retryBudgetPerSecond",
+		`pods["a"].permits`, `pods["a"].retryBudgetPerSecond`, `pods["b"].burst`, `pods["b"].workers`} {
 		if !strings.Contains(err.Error(), "plan: "+f+": required") {
 			t.Errorf("error does not name missing %s: %v", f, err)
 		}
@@ -182,10 +247,28 @@ func TestValidate(t *testing.T) {
 		{"every bad field is reported", func(d *Document) {
 			d.Permits, d.QueueCapacity, d.MaxQueueWaitSeconds, d.Burst = -1, -2, -3, 7
 		}, []string{"permits", "queueCapacity", "burst", "maxQueueWaitSeconds"}},
+		{"no epoch", func(d *Document) { d.Epoch = "" }, []string{"epoch"}},
+		{"epoch of 64 characters", func(d *Document) { d.Epoch = strings.Repeat("A-9", 21) + "z" }, nil},
+		{"epoch with a dot", func(d *Document) { d.Epoch = "a.b" }, []string{"epoch"}},
+		{"no revision", func(d *Document) { d.Revision = 0 }, []string{"revision"}},
+		{"nil pods", func(d *Document) { d.Pods = nil }, nil},
+		{"a pod with the largest share", func(d *Document) {
+			d.Pods["p"] = PodShare{Permits: MaxCount, RatePerSecond: MaxPerSecond, Burst: MaxCount, QueueCapacity: MaxCount, Workers: MaxCount, RetryBudgetPerSecond: MaxPerSecond}
+		}, nil},
+		{"bad pods in name order, each field named", func(d *Document) {
+			d.Pods["b"] = PodShare{Permits: -1, RatePerSecond: math.NaN()}
+			d.Pods["a"] = PodShare{Burst: 1, Workers: -1}
+			d.Pods["A"] = PodShare{}
+		}, []string{`pods["A"]`, `pods["a"].workers`, `pods["a"].burst`, `pods["b"].permits`, `pods["b"].ratePerSecond`}},
+		{"a pod name too long", func(d *Document) { d.Pods[strings.Repeat("p", 254)] = PodShare{} }, []string{`pods["` + strings.Repeat("p", 254) + `"]`}},
+		{"a pod name with a trailing dash", func(d *Document) { d.Pods["p-"] = PodShare{} }, []string{`pods["p-"]`}},
+		{"a pod name with an empty label", func(d *Document) { d.Pods["p..q"] = PodShare{} }, []string{`pods["p..q"]`}},
+		{"a dotted pod name", func(d *Document) { d.Pods["p-1.q2"] = PodShare{} }, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := valid
+			d.Pods = maps.Clone(valid.Pods)
 			tt.mutate(&d)
 			err := Validate(d)
 			var got []string
@@ -207,12 +290,14 @@ func TestValidate(t *testing.T) {
 
 func TestValidateVersion(t *testing.T) {
 	d := sampleDoc()
-	d.Version = 3
 	d.Permits = -1 // not reported: fields of an unknown version mean nothing
-	err := Validate(d)
-	var fe *FieldError
-	if !errors.Is(err, ErrUnsupportedVersion) || !errors.As(err, &fe) || fe.Field != "version" {
-		t.Fatalf("got %v, want a version FieldError matching ErrUnsupportedVersion", err)
+	for _, v := range []int{1, 3} {
+		d.Version = v
+		err := Validate(d)
+		var fe *FieldError
+		if !errors.Is(err, ErrUnsupportedVersion) || !errors.As(err, &fe) || fe.Field != "version" {
+			t.Fatalf("version %d: got %v, want a version FieldError matching ErrUnsupportedVersion", v, err)
+		}
 	}
 }
 
@@ -223,10 +308,13 @@ func TestMarshal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"version":1,"gate":"logistics-api","downstream":"a&b<c>","hash":"abc123","generation":3,` +
+	want := `{"version":2,"gate":"logistics-api","downstream":"a&b<c>","hash":"abc123","generation":3,` +
+		`"epoch":"0f1e-uid","revision":17,` +
 		`"permits":5,"ratePerSecond":0,"burst":0,"queueCapacity":9,"maxQueueWaitSeconds":0.1,` +
 		`"acquireTimeoutSeconds":0.1,"latencySeconds":0.22,"deadlineSeconds":2,"workers":5,` +
-		`"retryBudgetPerSecond":1.25}`
+		`"retryBudgetPerSecond":1.25,` +
+		`"pods":{"search-gateway-7d9f-abcde":{"permits":6,"ratePerSecond":0,"burst":0,"queueCapacity":10,"workers":6,"retryBudgetPerSecond":1.5},` +
+		`"search-gateway-7d9f-zzzzz":{"permits":0,"ratePerSecond":0,"burst":0,"queueCapacity":0,"workers":0,"retryBudgetPerSecond":0}}}`
 	if diff := cmp.Diff(want, string(got)); diff != "" {
 		t.Errorf("Marshal (-want +got):\n%s", diff)
 	}
@@ -234,9 +322,24 @@ func TestMarshal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back != d {
-		t.Errorf("round trip changed the document: %+v", back)
+	if diff := cmp.Diff(d, back); diff != "" {
+		t.Errorf("round trip changed the document (-want +got):\n%s", diff)
 	}
+
+	// An empty pods field is left out, like a nil one.
+	d.Pods = map[string]PodShare{}
+	if got, err := Marshal(d); err != nil || strings.Contains(string(got), "pods") {
+		t.Errorf("Marshal with empty pods: %s, %v", got, err)
+	}
+	// -0 in a pod's share is written as 0, and the caller's map is left alone.
+	d.Pods = map[string]PodShare{"p": {RatePerSecond: math.Copysign(0, -1)}}
+	if got, err := Marshal(d); err != nil || strings.Contains(string(got), "-0") {
+		t.Errorf("Marshal with -0: %s, %v", got, err)
+	}
+	if !math.Signbit(d.Pods["p"].RatePerSecond) {
+		t.Error("Marshal wrote to the caller's pods map")
+	}
+	d = sampleDoc()
 
 	d.Permits = -1
 	if _, err := Marshal(d); err == nil {
@@ -252,7 +355,7 @@ func TestHash(t *testing.T) {
 	}
 	// A fixed value: changing it changes every published hash and makes
 	// every pod re-acknowledge, so it must be a deliberate change.
-	if want := "6bf7c0e76b4b373f444c17da734b5613"; h != want {
+	if want := "b569516f7b4dab338ac6ec608e7bdec7"; h != want {
 		t.Errorf("Hash(sample) = %q, want %q", h, want)
 	}
 
@@ -263,8 +366,14 @@ func TestHash(t *testing.T) {
 	}
 	negZero := base
 	negZero.RatePerSecond = math.Copysign(0, -1)
+	negZero.Pods = map[string]PodShare{podA: base.Pods[podA], podZ: {RetryBudgetPerSecond: math.Copysign(0, -1)}}
 	if Hash(negZero) != h {
 		t.Error("-0 and 0 hash differently")
+	}
+	empty, null := base, base
+	empty.Pods, null.Pods = map[string]PodShare{}, nil
+	if Hash(empty) != Hash(null) {
+		t.Error("empty and nil pods hash differently")
 	}
 	for name, mutate := range map[string]func(*Document){
 		"permits":    func(d *Document) { d.Permits++ },
@@ -273,8 +382,14 @@ func TestHash(t *testing.T) {
 		"gate":       func(d *Document) { d.Gate = "payments" },
 		"downstream": func(d *Document) { d.Downstream = "x" },
 		"budget":     func(d *Document) { d.RetryBudgetPerSecond = 0 },
+		"epoch":      func(d *Document) { d.Epoch = "other" },
+		"revision":   func(d *Document) { d.Revision++ },
+		"pod share":  func(d *Document) { d.Pods[podA] = PodShare{Permits: 7} },
+		"pod name":   func(d *Document) { d.Pods["other"] = d.Pods[podZ]; delete(d.Pods, podZ) },
+		"no pods":    func(d *Document) { d.Pods = nil },
 	} {
 		d := base
+		d.Pods = maps.Clone(base.Pods)
 		mutate(&d)
 		if Hash(d) == h {
 			t.Errorf("changing %s kept the hash", name)
@@ -331,5 +446,138 @@ func TestKeys(t *testing.T) {
 		if ok && KeyFor(gate) != tt.key {
 			t.Errorf("KeyFor(GateFromKey(%q)) = %q", tt.key, KeyFor(gate))
 		}
+	}
+}
+
+func TestFor(t *testing.T) {
+	d := sampleDoc()
+	base := d
+	base.Pods = nil
+
+	named := base
+	named.Permits, named.QueueCapacity, named.Workers, named.RetryBudgetPerSecond = 6, 10, 6, 1.5
+	zero := base
+	zero.Permits, zero.QueueCapacity, zero.Workers, zero.RetryBudgetPerSecond = 0, 0, 0, 0
+
+	for _, tt := range []struct {
+		pod  string
+		want Document
+	}{
+		{podA, named},
+		{podZ, zero},
+		{"search-gateway-7d9f-other", base},
+		{"", base},
+	} {
+		got := d.For(tt.pod)
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("For(%q) (-want +got):\n%s", tt.pod, diff)
+		}
+		if err := Validate(got); err != nil {
+			t.Errorf("For(%q) is not valid: %v", tt.pod, err)
+		}
+	}
+	// "" names nobody, even if a (invalid) document had an entry for it.
+	d.Pods[""] = PodShare{Permits: 99}
+	if got := d.For("").Permits; got != 5 {
+		t.Errorf(`For("") took the "" entry: permits %d`, got)
+	}
+	if len(d.Pods) != 3 {
+		t.Error("For changed the document's pods")
+	}
+}
+
+func TestEqual(t *testing.T) {
+	a, b := sampleDoc(), sampleDoc()
+	if !Equal(a, b) {
+		t.Fatal("equal documents are not Equal")
+	}
+	b.Pods = map[string]PodShare{podA: a.Pods[podA], podZ: a.Pods[podZ]}
+	if !Equal(a, b) {
+		t.Error("equal pods in another map are not Equal")
+	}
+	a.Pods, b.Pods = nil, map[string]PodShare{}
+	if !Equal(a, b) {
+		t.Error("nil and empty pods are not Equal")
+	}
+	for name, mutate := range map[string]func(*Document){
+		"generation":  func(d *Document) { d.Generation++ },
+		"hash":        func(d *Document) { d.Hash = "x" },
+		"epoch":       func(d *Document) { d.Epoch = "x" },
+		"revision":    func(d *Document) { d.Revision++ },
+		"base share":  func(d *Document) { d.Workers++ },
+		"latency":     func(d *Document) { d.LatencySeconds++ },
+		"a pod share": func(d *Document) { d.Pods[podZ] = PodShare{Permits: 1} },
+		"a pod name":  func(d *Document) { d.Pods["x"] = d.Pods[podZ]; delete(d.Pods, podZ) },
+		"a pod more":  func(d *Document) { d.Pods["x"] = PodShare{} },
+	} {
+		a, b := sampleDoc(), sampleDoc()
+		mutate(&b)
+		if Equal(a, b) || Equal(b, a) {
+			t.Errorf("documents differing in %s are Equal", name)
+		}
+	}
+}
+
+func TestParseManyPods(t *testing.T) {
+	d := sampleDoc()
+	d.Pods = manyPods(MaxPods)
+	data, err := Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Equal(got, d) {
+		t.Error("a document naming MaxPods pods did not read back")
+	}
+
+	d.Pods["one-too-many"] = PodShare{}
+	if _, err := Marshal(d); err == nil || !strings.Contains(err.Error(), "pods: must have at most 100000 entries, got 100001") {
+		t.Errorf("Marshal of MaxPods+1 pods: %v", err)
+	}
+	d.Hash = ""
+	data, err = encode(d) // what a writer that skipped Validate would publish
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fe *FieldError
+	if _, err := Parse(data); !errors.As(err, &fe) || fe.Field != "pods" {
+		t.Errorf("Parse of MaxPods+1 pods: %v", err)
+	}
+}
+
+// manyPods returns n pods with distinct, valid shares.
+func manyPods(n int) map[string]PodShare {
+	pods := make(map[string]PodShare, n)
+	for i := range n {
+		pods[fmt.Sprintf("search-gateway-7d9f5c6b8-%05d", i)] = PodShare{
+			Permits: i % 7, RatePerSecond: float64(i%3) * 1.5, Burst: min(i%3, 1) * 2,
+			QueueCapacity: i % 11, Workers: i % 7, RetryBudgetPerSecond: 0.25,
+		}
+	}
+	return pods
+}
+
+// BenchmarkParse reads a document naming none, a hundred, and the most
+// pods a document may name.
+func BenchmarkParse(b *testing.B) {
+	for _, n := range []int{0, 100, MaxPods} {
+		d := sampleDoc()
+		d.Pods = manyPods(n)
+		data, err := Marshal(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Parse(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

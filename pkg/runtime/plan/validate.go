@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"strconv"
 )
 
 // ErrUnsupportedVersion is matched (errors.Is) by the error for a document
@@ -60,32 +62,14 @@ func Validate(d Document) error {
 		bad("generation", "must be at least 0, got %d", d.Generation)
 	}
 
-	count := func(field string, v int) {
-		if v < 0 || v > MaxCount {
-			bad(field, "must be in [0, %d], got %d", MaxCount, v)
-		}
+	if why := validEpoch(d.Epoch); why != "" {
+		bad("epoch", "%s", why)
 	}
-	count("permits", d.Permits)
-	count("burst", d.Burst)
-	count("queueCapacity", d.QueueCapacity)
-	count("workers", d.Workers)
+	if d.Revision < 1 {
+		bad("revision", "must be at least 1, got %d", d.Revision)
+	}
 
-	rate := func(field string, v float64) bool {
-		if !inRange(v, MaxPerSecond) {
-			bad(field, "must be a number in [0, %d], got %v", int64(MaxPerSecond), v)
-			return false
-		}
-		return true
-	}
-	if rate("ratePerSecond", d.RatePerSecond) && d.Burst >= 0 && d.Burst <= MaxCount {
-		switch {
-		case d.RatePerSecond > 0 && d.Burst < 1:
-			bad("burst", "must be at least 1 when ratePerSecond is set, got %d", d.Burst)
-		case d.RatePerSecond == 0 && d.Burst != 0:
-			bad("burst", "must be 0 when ratePerSecond is 0 (no rate limit), got %d", d.Burst)
-		}
-	}
-	rate("retryBudgetPerSecond", d.RetryBudgetPerSecond)
+	validateShare("", d.Share(), bad)
 
 	duration := func(field string, v float64) {
 		if !inRange(v, MaxSeconds) {
@@ -97,7 +81,90 @@ func Validate(d Document) error {
 	duration("latencySeconds", d.LatencySeconds)
 	duration("deadlineSeconds", d.DeadlineSeconds)
 
+	if len(d.Pods) > MaxPods {
+		errs = append(errs, podCountError(len(d.Pods)))
+	} else if len(d.Pods) > 0 {
+		// Sorted only when some entry is bad, so that the error does not
+		// depend on map order; a valid document pays one pass.
+		var badNames []string
+		for name, share := range d.Pods {
+			if validPodName(name) != "" || !shareValid(share) {
+				badNames = append(badNames, name)
+			}
+		}
+		slices.Sort(badNames)
+		for _, name := range badNames {
+			if why := validPodName(name); why != "" {
+				bad(podField(name, ""), "key must be a pod name: %s", why)
+			}
+			validateShare(podField(name, "."), d.Pods[name], bad)
+		}
+	}
+
 	return errors.Join(errs...)
+}
+
+// validateShare reports, through bad, every per-pod field of s that is out
+// of range, each named with prefix (such as `pods["a"].`) before it.
+func validateShare(prefix string, s PodShare, bad func(field, format string, args ...any)) {
+	count := func(field string, v int) {
+		if v < 0 || v > MaxCount {
+			bad(prefix+field, "must be in [0, %d], got %d", MaxCount, v)
+		}
+	}
+	count("permits", s.Permits)
+	count("burst", s.Burst)
+	count("queueCapacity", s.QueueCapacity)
+	count("workers", s.Workers)
+
+	rate := func(field string, v float64) bool {
+		if !inRange(v, MaxPerSecond) {
+			bad(prefix+field, "must be a number in [0, %d], got %v", int64(MaxPerSecond), v)
+			return false
+		}
+		return true
+	}
+	if rate("ratePerSecond", s.RatePerSecond) && s.Burst >= 0 && s.Burst <= MaxCount {
+		switch {
+		case s.RatePerSecond > 0 && s.Burst < 1:
+			bad(prefix+"burst", "must be at least 1 when ratePerSecond is set, got %d", s.Burst)
+		case s.RatePerSecond == 0 && s.Burst != 0:
+			bad(prefix+"burst", "must be 0 when ratePerSecond is 0 (no rate limit), got %d", s.Burst)
+		}
+	}
+	rate("retryBudgetPerSecond", s.RetryBudgetPerSecond)
+}
+
+// shareValid reports whether validateShare would find nothing wrong with s,
+// without formatting anything.
+func shareValid(s PodShare) bool {
+	ok := true
+	validateShare("", s, func(string, string, ...any) { ok = false })
+	return ok
+}
+
+// podField names a field of the pods entry name, as pods["name"].field;
+// sep is "." before a field and "" for the entry itself.
+func podField(name, sep string) string {
+	return "pods[" + strconv.Quote(name) + "]" + sep
+}
+
+func podCountError(n int) error {
+	return &FieldError{Field: "pods", Detail: fmt.Sprintf("must have at most %d entries, got %d", MaxPods, n)}
+}
+
+// validEpoch returns why s is not an epoch, or "" when it is one.
+func validEpoch(s string) string {
+	if len(s) == 0 || len(s) > MaxEpochLength {
+		return fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9-], got %d characters", MaxEpochLength, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9-], got %q", MaxEpochLength, s)
+		}
+	}
+	return ""
 }
 
 // inRange reports whether v is a finite number in [0, upper]; NaN fails
