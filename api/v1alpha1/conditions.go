@@ -4,6 +4,10 @@ package v1alpha1
 // computed, published and safe to enforce.
 const ConditionReady = "Ready"
 
+// ConditionHandedOver is the condition type that says whether every Ready
+// pod holds its whole share and no pod may still hold more than it is told.
+const ConditionHandedOver = "HandedOver"
+
 // Reasons of the Ready condition and of diagnostics. They are CamelCase, as
 // the Kubernetes API conventions ask, and stable: alerts and scripts match
 // them.
@@ -34,6 +38,24 @@ const (
 	// ReasonInvalidSpec: the spec passed the schema but gives no plan; the
 	// message names the field.
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonContractNotFound: contractRef names a DownstreamContract that
+	// does not exist, or whose namespaceSelector does not admit the quota's
+	// namespace.
+	ReasonContractNotFound = "ContractNotFound"
+	// ReasonContractOversubscribed: quotas that name the same downstream
+	// without sharing one contract hand out more than its concurrency
+	// together.
+	ReasonContractOversubscribed = "ContractOversubscribed"
+
+	// ReasonHandedOver: every Ready pod holds its share; nothing is pending.
+	ReasonHandedOver = "HandedOver"
+	// ReasonHandoverInProgress: some pods wait for capacity that other pods
+	// are still giving up.
+	ReasonHandoverInProgress = "HandoverInProgress"
+	// ReasonHandoverStalled: a pod has not acknowledged a smaller share for
+	// longer than spec.handover.stalledAfter; its old share stays counted,
+	// so the pods waiting for it stay below their share.
+	ReasonHandoverStalled = "HandoverStalled"
 )
 
 // Names shared by the operator, which publishes, and the runtime library,
@@ -42,7 +64,10 @@ const (
 	// WorkloadLabel labels a published ConfigMap with its workload's name.
 	WorkloadLabel = "backpressure.dev/workload"
 	// AppliedAnnotationPrefix prefixes the pod annotation by which the runtime
-	// acknowledges a plan: applied.backpressure.dev/<quota-name>: <hash>.
+	// acknowledges a plan: applied.backpressure.dev/<quota-name>:
+	// <epoch>/<revision> once its calls in flight are within its share of
+	// that revision, or <epoch>/released once it has closed its gate and
+	// drained on shutdown.
 	AppliedAnnotationPrefix = "applied.backpressure.dev/"
 	// ConfigMapSuffix makes the default ConfigMap name <workload>-backpressure.
 	ConfigMapSuffix = "-backpressure"

@@ -27,7 +27,7 @@ const (
 )
 
 // DivisorSource names the replica fact that set the divisor.
-// +kubebuilder:validation:Enum=WorkloadSpec;HPADesired;ExistingPods
+// +kubebuilder:validation:Enum=WorkloadSpec;HPADesired;ExistingPods;ReadyPods
 type DivisorSource string
 
 const (
@@ -38,6 +38,10 @@ const (
 	// DivisorExistingPods means the pods that still exist (terminating ones
 	// included) outnumbered both, as during a scale-down.
 	DivisorExistingPods DivisorSource = "ExistingPods"
+	// DivisorReadyPods means the usable permits are divided over the pods
+	// that are Ready and not terminating, as the exact division does; the
+	// other replica facts are reported for information.
+	DivisorReadyPods DivisorSource = "ReadyPods"
 )
 
 // WorkloadReference names the Deployment or StatefulSet, in the quota's own
@@ -64,6 +68,7 @@ type WorkloadReference struct {
 // Contract is the downstream's global limit, shared by every pod of the
 // workload.
 // +kubebuilder:validation:XValidation:rule="!has(self.burst) || self.burst == 0 || (has(self.ratePerSecond) && self.ratePerSecond > 0)",message="burst requires a ratePerSecond greater than zero",fieldPath=".burst"
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterShare) || !has(self.clusterShare.concurrency) || self.clusterShare.concurrency <= self.concurrency",message="must not exceed the contract's concurrency",fieldPath=".clusterShare.concurrency"
 type Contract struct {
 	// Concurrency is the number of calls the downstream accepts in flight at
 	// once, globally.
@@ -82,6 +87,27 @@ type Contract struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Burst int32 `json:"burst,omitempty"`
+	// ClusterShare is the part of the contract this cluster may use, when
+	// callers in other clusters share it too. The rate and burst scale by
+	// the same fraction. When absent, this cluster uses all of it.
+	// +optional
+	ClusterShare *ClusterShare `json:"clusterShare,omitempty"`
+}
+
+// ClusterShare is the part of a contract that callers in this cluster may
+// use: a count of calls in flight, or a percentage. Exactly one is given.
+// +kubebuilder:validation:XValidation:rule="has(self.concurrency) != has(self.percent)",message="exactly one of concurrency and percent must be given"
+type ClusterShare struct {
+	// Concurrency is the calls in flight this cluster may use; at most the
+	// contract's concurrency.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Concurrency *int32 `json:"concurrency,omitempty"`
+	// Percent is the percentage of the contract this cluster may use.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Percent *int32 `json:"percent,omitempty"`
 }
 
 // Latency is the downstream's response time.
@@ -105,12 +131,57 @@ type Latency struct {
 	Worst *metav1.Duration `json:"worst,omitempty"`
 }
 
-// Demand is what the whole workload is expected to ask of the downstream.
+// Demand is what the whole workload is expected to ask of the downstream:
+// a rate, calls in flight, or both.
+// +kubebuilder:validation:XValidation:rule="has(self.ratePerSecond) || has(self.inFlight)",message="at least one of ratePerSecond and inFlight must be given"
 type Demand struct {
 	// RatePerSecond is the expected total request rate over all pods.
 	// +kubebuilder:validation:Minimum=1
+	// +optional
+	RatePerSecond int32 `json:"ratePerSecond,omitempty"`
+	// InFlight is the most calls in flight the whole workload can use. When
+	// absent it is ratePerSecond × typical latency (Little's law). A caller
+	// of a shared contract is never given more than it can use while
+	// another caller wants more.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	InFlight *int32 `json:"inFlight,omitempty"`
+}
+
+// ContractReference names the cluster-scoped DownstreamContract a quota's
+// workload shares with other callers.
+type ContractReference struct {
+	// Name of the DownstreamContract.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	// +required
-	RatePerSecond int32 `json:"ratePerSecond"`
+	Name string `json:"name"`
+}
+
+// Handover bounds how capacity moves between pods.
+type Handover struct {
+	// UnacknowledgedDelay is how long after a pod that does not acknowledge
+	// plans (acknowledgement off, or a plan read from a mounted volume) was
+	// told a smaller share it is taken to have applied it and finished the
+	// calls above it; only then is its capacity handed to another pod. The
+	// default, 150s, covers the kubelet's refresh of a mounted ConfigMap
+	// (its sync period plus its cache's time to live, a minute each by
+	// default) and a call's deadline.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +optional
+	UnacknowledgedDelay *metav1.Duration `json:"unacknowledgedDelay,omitempty"`
+	// StalledAfter is how long a pod that acknowledges plans may take to
+	// acknowledge a smaller share before the quota reports the handover
+	// stalled (condition HandedOver False, reason HandoverStalled, and a
+	// Warning event). Its capacity is never reassigned meanwhile. Default
+	// 30s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +optional
+	StalledAfter *metav1.Duration `json:"stalledAfter,omitempty"`
 }
 
 // RetryPolicy bounds the retries of calls to the downstream.
@@ -132,6 +203,7 @@ type RetryPolicy struct {
 
 // DownstreamQuotaSpec is a downstream's global contract and the workload it
 // is divided over.
+// +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
@@ -151,9 +223,24 @@ type DownstreamQuotaSpec struct {
 	// +required
 	Downstream string `json:"downstream"`
 
-	// Contract is the downstream's global limit.
-	// +required
-	Contract Contract `json:"contract"`
+	// Contract is the downstream's global limit, when this workload is its
+	// only caller. Exactly one of contract and contractRef is given.
+	// +optional
+	Contract *Contract `json:"contract,omitempty"`
+	// ContractRef names the cluster-scoped DownstreamContract when several
+	// workloads, in this namespace or others, share the downstream's
+	// contract. The contract's own concurrency, rate, burst, cluster share,
+	// safety percentage and retry budget then apply, and this quota's
+	// workload gets its part of them (see weight and demand).
+	// +optional
+	ContractRef *ContractReference `json:"contractRef,omitempty"`
+	// Weight is this workload's weight when it shares a contract: parts are
+	// split by weighted max-min fairness, capped at each caller's demand.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=1
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
 
 	// Latency is the downstream's response time.
 	// +required
@@ -205,6 +292,10 @@ type DownstreamQuotaSpec struct {
 	// Retry bounds retries of calls to the downstream.
 	// +optional
 	Retry RetryPolicy `json:"retry,omitempty"`
+	// Handover bounds how capacity moves between pods as they come, turn
+	// Ready and leave.
+	// +optional
+	Handover Handover `json:"handover,omitempty"`
 
 	// ConfigMapName is the ConfigMap the plan is published to. Every quota of
 	// a workload must name the same one; when empty it is
@@ -237,8 +328,12 @@ type ReplicaStatus struct {
 	// ExistingPods counts the workload's pods that still exist, terminating
 	// ones included.
 	ExistingPods int32 `json:"existingPods"`
-	// Divisor is the replica count the contract is divided by: the largest
-	// of Spec, HPADesired and ExistingPods.
+	// ReadyPods counts the workload's pods that are Ready and not
+	// terminating: the pods the usable permits are divided over.
+	// +optional
+	ReadyPods int32 `json:"readyPods"`
+	// Divisor is the number of pods the usable permits are divided over:
+	// ReadyPods.
 	Divisor int32 `json:"divisor"`
 	// DivisorSource names the fact that set the divisor.
 	DivisorSource DivisorSource `json:"divisorSource"`
@@ -314,6 +409,71 @@ type RolloutStatus struct {
 	Pending []string `json:"pending,omitempty"`
 }
 
+// DivisionStatus is how a caller's usable permits are divided over its pods
+// and where the handover between them stands. It is also the operator's
+// record of what each pod may still hold: it is written before any pod is
+// told a new share.
+type DivisionStatus struct {
+	// Epoch identifies this division in the pods' acknowledgements: the UID
+	// of the object that owns it.
+	Epoch string `json:"epoch"`
+	// Revision is the revision of the published plan; it grows with every
+	// change of any pod's share.
+	Revision int64 `json:"revision"`
+	// Usable is the permits this caller hands out: floor(concurrency ×
+	// cluster share × safety), or its part of a shared contract.
+	Usable int32 `json:"usable"`
+	// Base is floor(usable / divisor); Extra pods hold one more, so the
+	// Ready pods hold all of Usable once the handover is done.
+	Base int32 `json:"base"`
+	// Extra is usable mod divisor: the number of pods holding Base+1.
+	Extra int32 `json:"extra"`
+	// HandedOut is the permits the published plan gives the pods.
+	HandedOut int32 `json:"handedOut"`
+	// Held is Σ over pods of the larger of what each is told and what it
+	// may still hold; never more than Usable (except as Overcommitted says).
+	Held int32 `json:"held"`
+	// Shares counts the pods at each share, largest first.
+	// +optional
+	Shares []ShareCount `json:"shares,omitempty"`
+	// Pods lists every pod that is told or may still hold permits.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Pods []PodShareStatus `json:"pods,omitempty"`
+}
+
+// ShareCount is a number of pods told the same share.
+type ShareCount struct {
+	// Permits is the share.
+	Permits int32 `json:"permits"`
+	// Pods is the number of pods told it.
+	Pods int32 `json:"pods"`
+}
+
+// PodShareStatus is one pod's share and handover state.
+type PodShareStatus struct {
+	// Name of the pod.
+	Name string `json:"name"`
+	// Permits is the pod's share in the published plan.
+	Permits int32 `json:"permits"`
+	// Target is the share the pod will hold once the handover is done, when
+	// it differs from Permits.
+	// +optional
+	Target *int32 `json:"target,omitempty"`
+	// Holds is the most the pod may still hold, when that is more than
+	// Permits: it has not yet acknowledged a smaller share.
+	// +optional
+	Holds *int32 `json:"holds,omitempty"`
+	// ShrunkAtRevision is the revision that told the pod its smaller share,
+	// while Holds is set.
+	// +optional
+	ShrunkAtRevision int64 `json:"shrunkAtRevision,omitempty"`
+	// ShrunkAt is when that revision was decided.
+	// +optional
+	ShrunkAt *metav1.MicroTime `json:"shrunkAt,omitempty"`
+}
+
 // DownstreamQuotaStatus is what the operator computed and published.
 type DownstreamQuotaStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -337,6 +497,10 @@ type DownstreamQuotaStatus struct {
 	// Rollout counts the pods that applied the plan.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+	// Division is how the usable permits are divided over the pods, and
+	// where the handover stands.
+	// +optional
+	Division *DivisionStatus `json:"division,omitempty"`
 	// Conditions hold Ready and the reasons it is not.
 	// +listType=map
 	// +listMapKey=type
@@ -356,6 +520,8 @@ type DownstreamQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.contract.concurrency`
 // +kubebuilder:printcolumn:name="Divisor",type=integer,JSONPath=`.status.replicas.divisor`
 // +kubebuilder:printcolumn:name="Permits/Pod",type=integer,JSONPath=`.status.perPod.permits`
+// +kubebuilder:printcolumn:name="Handed Out",type=integer,JSONPath=`.status.division.handedOut`
+// +kubebuilder:printcolumn:name="Usable",type=integer,JSONPath=`.status.division.usable`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DownstreamQuota struct {

@@ -27,7 +27,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &DownstreamQuota{}, &DownstreamQuotaList{})
+	scheme.AddKnownTypes(GroupVersion, &DownstreamQuota{}, &DownstreamQuotaList{}, &DownstreamContract{}, &DownstreamContractList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -46,6 +46,7 @@ var fieldPaths = map[string]string{
 	"DemandPerSecond":      "spec.demand.ratePerSecond",
 	"MaxRetries":           "spec.retry.maxRetries",
 	"RetryBudgetPerSecond": "spec.retry.budgetPerSecond",
+	"ClusterConcurrency":   "spec.contract.clusterShare",
 	"BelowOne":             "spec.belowOne",
 	"MinReplicas":          MinReplicasField,
 	"MaxReplicas":          MaxReplicasField,
@@ -100,12 +101,49 @@ func Default(spec v1alpha1.DownstreamQuotaSpec) v1alpha1.DownstreamQuotaSpec {
 // *FieldError.
 func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, error) {
 	spec = Default(spec)
+	if spec.Contract == nil {
+		return sizing.Input{}, &FieldError{Field: "spec.contract", Detail: "required: a quota names its contract, or its workload's part of a shared one comes from spec.contractRef"}
+	}
+	return input(spec, *spec.Contract, spec.SafetyPercent, nil, divisor)
+}
+
+// PartInput is Input for a quota whose workload shares the contract of a
+// DownstreamContract: the contract, its safety percentage and the caller's
+// part come from there; the latency, deadline, queue and retry settings
+// from the quota.
+func PartInput(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (sizing.Input, error) {
+	spec = Default(spec)
+	safety := contract.SafetyPercent
+	if safety == 0 {
+		safety = DefaultSafetyPercent
+	}
+	return input(spec, contract.Contract, safety, &part, divisor)
+}
+
+// ClusterConcurrency returns the concurrency this cluster may use of c:
+// clusterShare's count, or its percentage of the concurrency rounded down
+// (at least 1), or all of it.
+func ClusterConcurrency(c v1alpha1.Contract) int32 {
+	switch cs := c.ClusterShare; {
+	case cs == nil:
+		return c.Concurrency
+	case cs.Concurrency != nil:
+		return min(*cs.Concurrency, c.Concurrency)
+	case cs.Percent != nil:
+		return max(1, int32(int64(c.Concurrency)*int64(*cs.Percent)/100))
+	}
+	return c.Concurrency
+}
+
+func input(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.Contract, safety int32, part *sizing.Part, divisor int32) (sizing.Input, error) {
 	in := sizing.Input{
-		Concurrency:   int(spec.Contract.Concurrency),
-		RatePerSecond: float64(spec.Contract.RatePerSecond),
-		Burst:         int(spec.Contract.Burst),
-		SafetyPercent: int(spec.SafetyPercent),
-		Divisor:       int(divisor),
+		Concurrency:        int(contract.Concurrency),
+		RatePerSecond:      float64(contract.RatePerSecond),
+		Burst:              int(contract.Burst),
+		ClusterConcurrency: int(ClusterConcurrency(contract)),
+		Part:               part,
+		SafetyPercent:      int(safety),
+		Divisor:            int(divisor),
 		Latency:       spec.Latency.Typical.Duration,
 		Deadline:      spec.Deadline.Duration,
 		MaxRetries:    int(spec.Retry.MaxRetries),
@@ -123,8 +161,12 @@ func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, erro
 		timeout := spec.AcquireTimeout.Duration
 		in.AcquireTimeout = &timeout
 	}
-	if spec.Demand != nil {
-		in.DemandPerSecond = float64(spec.Demand.RatePerSecond)
+	if d := spec.Demand; d != nil {
+		in.DemandPerSecond = float64(d.RatePerSecond)
+		if d.RatePerSecond == 0 && d.InFlight != nil && in.Latency > 0 {
+			// Little's law backwards: λ = L / W.
+			in.DemandPerSecond = float64(*d.InFlight) / in.Latency.Seconds()
+		}
 	}
 	switch spec.BelowOne {
 	case v1alpha1.BelowOneStrict:
@@ -152,8 +194,26 @@ func validateSchemaRules(spec v1alpha1.DownstreamQuotaSpec) error {
 	if w := spec.MaxQueueWait; w != nil && w.Duration >= spec.Deadline.Duration {
 		return &FieldError{Field: "spec.maxQueueWait", Detail: fmt.Sprintf("must be less than deadline %s, got %s", spec.Deadline.Duration, w.Duration)}
 	}
-	if d := spec.Demand; d != nil && d.RatePerSecond < 1 {
-		return &FieldError{Field: "spec.demand.ratePerSecond", Detail: fmt.Sprintf("must be at least 1, got %d", d.RatePerSecond)}
+	if d := spec.Demand; d != nil {
+		switch {
+		case d.RatePerSecond == 0 && d.InFlight == nil:
+			return &FieldError{Field: "spec.demand", Detail: "at least one of ratePerSecond and inFlight must be given"}
+		case d.RatePerSecond < 0:
+			return &FieldError{Field: "spec.demand.ratePerSecond", Detail: fmt.Sprintf("must be at least 1, got %d", d.RatePerSecond)}
+		case d.InFlight != nil && *d.InFlight < 1:
+			return &FieldError{Field: "spec.demand.inFlight", Detail: fmt.Sprintf("must be at least 1, got %d", *d.InFlight)}
+		}
+	}
+	if c := spec.Contract; c != nil && c.ClusterShare != nil {
+		cs := c.ClusterShare
+		switch {
+		case (cs.Concurrency == nil) == (cs.Percent == nil):
+			return &FieldError{Field: "spec.contract.clusterShare", Detail: "exactly one of concurrency and percent must be given"}
+		case cs.Concurrency != nil && (*cs.Concurrency < 1 || *cs.Concurrency > c.Concurrency):
+			return &FieldError{Field: "spec.contract.clusterShare.concurrency", Detail: fmt.Sprintf("must be between 1 and the contract's concurrency %d, got %d", c.Concurrency, *cs.Concurrency)}
+		case cs.Percent != nil && (*cs.Percent < 1 || *cs.Percent > 100):
+			return &FieldError{Field: "spec.contract.clusterShare.percent", Detail: fmt.Sprintf("must be between 1 and 100, got %d", *cs.Percent)}
+		}
 	}
 	if r := spec.Retry.MaxRetries; r > MaxRetries {
 		return &FieldError{Field: "spec.retry.maxRetries", Detail: fmt.Sprintf("must be at most %d, got %d", MaxRetries, r)}

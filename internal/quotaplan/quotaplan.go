@@ -46,6 +46,21 @@ func Compute(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	return compute(in)
+}
+
+// ComputePart is Compute for a quota whose workload shares contract: its
+// part of the usable permits, rate, burst and retry budget is divided over
+// divisor pods (see PartInput).
+func ComputePart(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (Plan, error) {
+	in, err := PartInput(spec, contract, part, divisor)
+	if err != nil {
+		return Plan{}, err
+	}
+	return compute(in)
+}
+
+func compute(in sizing.Input) (Plan, error) {
 	res, err := sizing.Plan(in)
 	if err != nil {
 		return Plan{}, fieldError(err)

@@ -79,6 +79,34 @@ type Input struct {
 	RetryBudgetPerSecond float64
 	// BelowOne is the policy for shares below one permit.
 	BelowOne BelowOnePolicy
+	// ClusterConcurrency is the part C' of Concurrency this cluster may use
+	// when callers in other clusters share the contract (0 = all of it, at
+	// most Concurrency). The rate and burst scale by C'/C.
+	ClusterConcurrency int
+	// Part, when set, is this caller's part of a shared contract, already
+	// after safety and cluster share: Plan divides it over Divisor instead
+	// of the contract (which then serves only the diagnostics).
+	Part *Part
+}
+
+// Part is a caller's part of a shared contract.
+type Part struct {
+	// Permits is the caller's usable permits (0..MaxCount).
+	Permits int
+	// RatePerSecond is the caller's usable rate (0 = none, at most MaxRate).
+	RatePerSecond float64
+	// Burst is the caller's usable burst (0..MaxCount).
+	Burst int
+	// RetryBudgetPerSecond is the caller's retry budget (0..MaxRate).
+	RetryBudgetPerSecond float64
+}
+
+// clusterConcurrency returns C', the concurrency this cluster may use.
+func (in Input) clusterConcurrency() int {
+	if in.ClusterConcurrency > 0 {
+		return in.ClusterConcurrency
+	}
+	return in.Concurrency
 }
 
 // InputError reports an input that no plan can be computed from. Input is
@@ -146,6 +174,23 @@ func (in Input) Validate() error {
 	}
 	if in.BelowOne != Strict && in.BelowOne != AtLeastOne {
 		return inputErr("BelowOne", "must be Strict or AtLeastOne, got %s", in.BelowOne)
+	}
+	if in.ClusterConcurrency < 0 || in.ClusterConcurrency > in.Concurrency {
+		return inputErr("ClusterConcurrency", "must be between 0 and the concurrency %d, got %d", in.Concurrency, in.ClusterConcurrency)
+	}
+	if pt := in.Part; pt != nil {
+		if err := countIn("Part.Permits", pt.Permits, 0); err != nil {
+			return err
+		}
+		if err := rateIn("Part.RatePerSecond", pt.RatePerSecond); err != nil {
+			return err
+		}
+		if err := countIn("Part.Burst", pt.Burst, 0); err != nil {
+			return err
+		}
+		if err := rateIn("Part.RetryBudgetPerSecond", pt.RetryBudgetPerSecond); err != nil {
+			return err
+		}
 	}
 	return nil
 }

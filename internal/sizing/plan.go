@@ -67,12 +67,25 @@ type Demand struct {
 
 // PlanResult is a per-pod plan with the figures behind it.
 type PlanResult struct {
-	// PerPod is each pod's share.
+	// PerPod is the share of a pod holding Base permits.
 	PerPod PerPod
-	// Share is C·s/N, the permits per pod before rounding down.
+	// PerPodExtra is the share of a pod holding Base+1 permits; nil when
+	// Extra is 0.
+	PerPodExtra *PerPod
+	// Usable is A, the permits handed out over the pods: floor(C'·s) for
+	// the part C' of the concurrency this cluster uses, or the caller's
+	// part of a shared contract.
+	Usable int64
+	// Base is floor(A/N), the permits of every pod; Extra pods hold one more.
+	Base int64
+	// Extra is A mod N: the number of pods holding Base+1.
+	Extra int64
+	// Share is A/N, the permits per pod before the division into whole
+	// permits.
 	Share float64
-	// TotalPermits is Permits·N, the calls all pods may hold in flight
-	// together.
+	// TotalPermits is the calls all pods may hold in flight together once
+	// the shares are handed over: A, or N when AtLeastOne raised every pod
+	// to one permit.
 	TotalPermits int64
 	// QueueWaitRule says how PerPod.MaxQueueWait was chosen.
 	QueueWaitRule QueueWaitRule
@@ -83,6 +96,17 @@ type PlanResult struct {
 	Demand *Demand
 	// Diagnostics are the plan's findings, in a fixed order.
 	Diagnostics []Diagnostic
+
+	// UsableRatePerSecond is the rate handed out over the pods, in
+	// proportion to their permits; 0 when there is no rate limit.
+	UsableRatePerSecond float64
+	// UsableBurst is the burst handed out over the pods the same way.
+	UsableBurst int64
+	// UsableRetryBudgetPerSecond is the retry budget handed out the same
+	// way.
+	UsableRetryBudgetPerSecond float64
+	// Latency is the typical latency W the shares are sized for.
+	Latency time.Duration
 }
 
 // Plan computes the per-pod plan for in. It returns an *InputError, and no
@@ -92,14 +116,46 @@ func Plan(in Input) (PlanResult, error) {
 		return PlanResult{}, err
 	}
 	p := planner{in: in}
+	p.usable()
 	p.permits()
 	p.rate()
 	p.queue()
 	p.workers()
+	p.out.PerPod = p.out.ShareFor(int(p.out.Base))
+	if p.out.Extra > 0 {
+		extra := p.out.ShareFor(int(p.out.Base + 1))
+		p.out.PerPodExtra = &extra
+	}
 	p.demand()
 	p.rateAgainstConcurrency()
 	p.retries()
 	return p.out, nil
+}
+
+// ShareFor returns the share of a pod holding permits: the waiting room and
+// the dispatcher sized for them, and the pod's part of the usable rate,
+// burst and retry budget in proportion to its permits, so that the pods
+// together never get more than the usable totals. A pod with permits but a
+// burst below one is raised to one, as Plan's BurstRaisedToOne says.
+func (r PlanResult) ShareFor(permits int) PerPod {
+	pp := r.PerPod
+	p := int64(max(permits, 0))
+	pp.Permits = int(p)
+	pp.CapacityPerSecond = perSecond(p, r.Latency)
+	pp.QueueCapacity = capCount(mulDivFloor(p, int64(pp.MaxQueueWait), int64(r.Latency)))
+	pp.Workers = int(p)
+	if r.DemandWorkers > 0 {
+		pp.Workers = min(pp.Workers, r.DemandWorkers)
+	}
+	pp.RatePerSecond, pp.Burst, pp.RetryBudgetPerSecond = 0, 0, 0
+	if total := r.TotalPermits; total > 0 && p > 0 {
+		if r.UsableRatePerSecond > 0 {
+			pp.RatePerSecond = ratio(r.UsableRatePerSecond, p, total)
+			pp.Burst = int(max(1, mulDivFloor(r.UsableBurst, p, total)))
+		}
+		pp.RetryBudgetPerSecond = ratio(r.UsableRetryBudgetPerSecond, p, total)
+	}
+	return pp
 }
 
 // planner accumulates one plan; each step reads the input and what the
@@ -113,35 +169,65 @@ func (p *planner) diagnose(reason, format string, args ...any) {
 	p.out.Diagnostics = append(p.out.Diagnostics, Diagnostic{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
-// permits applies floor(C·s/N) in integers and the below-one policy.
-func (p *planner) permits() {
-	c, n, pct := int64(p.in.Concurrency), int64(p.in.Divisor), int64(p.in.SafetyPercent)
-	handedOut := c * pct // C·s, in hundredths of a permit
-	permits := handedOut / (100 * n)
-	p.out.Share = float64(handedOut) / float64(100*n)
-	if permits == 0 {
-		split := fmt.Sprintf("%d × %d%% = %s permits over %s is %s per pod",
-			c, pct, num(float64(handedOut)/100), replicas(n), num(p.out.Share))
-		switch p.in.BelowOne {
-		case Strict:
-			p.diagnose(ReasonQuotaTooSmall, "%s; Strict leaves every pod at 0 permits, so no call reaches the downstream; %s",
-				split, wholePermitsUpTo(handedOut/100))
-		case AtLeastOne:
-			permits = 1
-			p.diagnose(ReasonOvercommitted, "%s; AtLeastOne raised every pod to 1 permit, so the pods together hold up to %d in flight against a contract of %d: %s",
-				split, n, c, overcommit(n, c, float64(handedOut)/100, pct))
-		}
+// usable computes A and the usable rate, burst and retry budget: a shared
+// contract's part as given, else the cluster's part of the contract times
+// the safety percentage, in integers.
+func (p *planner) usable() {
+	in := p.in
+	p.out.Latency = in.Latency
+	if in.Part != nil {
+		p.out.Usable = int64(in.Part.Permits)
+		p.out.UsableRatePerSecond = in.Part.RatePerSecond
+		p.out.UsableBurst = int64(in.Part.Burst)
+		p.out.UsableRetryBudgetPerSecond = in.Part.RetryBudgetPerSecond
+		return
 	}
-	p.out.PerPod.Permits = int(permits)
-	p.out.TotalPermits = permits * n
-	p.out.PerPod.CapacityPerSecond = perSecond(permits, p.in.Latency)
+	c, cc, pct := int64(in.Concurrency), int64(in.clusterConcurrency()), int64(in.SafetyPercent)
+	p.out.Usable = cc * pct / 100
+	if in.RatePerSecond > 0 {
+		p.out.UsableRatePerSecond = ratio(in.RatePerSecond, cc*pct, 100*c)
+		p.out.UsableBurst = mulDivFloor(int64(in.Burst), cc*pct, 100*c)
+	}
+	p.out.UsableRetryBudgetPerSecond = in.RetryBudgetPerSecond
 }
 
-func wholePermitsUpTo(n int64) string {
-	if n == 0 {
-		return "no replica count gives a pod a whole permit at this safety percentage"
+// permits divides A exactly: Base = floor(A/N) for every pod and one more
+// for A mod N of them, and applies the below-one policy.
+func (p *planner) permits() {
+	a, n := p.out.Usable, int64(p.in.Divisor)
+	p.out.Base, p.out.Extra = a/n, a%n
+	p.out.Share = float64(a) / float64(n)
+	p.out.TotalPermits = a
+	if p.out.Base > 0 {
+		return
 	}
-	return "each pod gets a whole permit only up to " + replicas(n)
+	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), num(p.out.Share))
+	switch p.in.BelowOne {
+	case Strict:
+		if a == 0 {
+			p.diagnose(ReasonQuotaTooSmall, "%s; Strict leaves every pod at 0 permits, so no call reaches the downstream", split)
+			return
+		}
+		p.diagnose(ReasonQuotaTooSmall, "%s; Strict gives %d of the pods 1 permit each and leaves the other %d at 0, so they shed every call; each pod gets a whole permit only up to %s",
+			split, a, n-a, replicas(a))
+	case AtLeastOne:
+		p.out.Base, p.out.Extra, p.out.TotalPermits = 1, 0, n
+		c := int64(p.in.Concurrency)
+		p.diagnose(ReasonOvercommitted, "%s; AtLeastOne raised every pod to 1 permit, so the pods together hold up to %d in flight against a contract of %d: %s",
+			split, n, c, overcommit(n, c, float64(a), int64(p.in.SafetyPercent)))
+	}
+}
+
+// usableText states how A was computed.
+func (p *planner) usableText() string {
+	in := p.in
+	switch {
+	case in.Part != nil:
+		return fmt.Sprintf("this caller's part of %d permits", p.out.Usable)
+	case in.ClusterConcurrency > 0 && in.ClusterConcurrency < in.Concurrency:
+		return fmt.Sprintf("%d of %d for this cluster × %d%% = %d permits", in.ClusterConcurrency, in.Concurrency, in.SafetyPercent, p.out.Usable)
+	}
+	return fmt.Sprintf("%d × %d%% = %d permits", in.Concurrency, in.SafetyPercent, p.out.Usable)
 }
 
 func overcommit(total, contract int64, handedOut float64, pct int64) string {
@@ -152,20 +238,15 @@ func overcommit(total, contract int64, handedOut float64, pct int64) string {
 		num(float64(total)-handedOut), num(handedOut), pct)
 }
 
-// rate divides the contract's rate and burst.
+// rate notes a burst too small for every pod holding permits to get one.
 func (p *planner) rate() {
-	if p.in.RatePerSecond == 0 {
+	if p.out.UsableRatePerSecond == 0 || p.out.Base == 0 {
 		return
 	}
-	n, pct := int64(p.in.Divisor), int64(p.in.SafetyPercent)
-	p.out.PerPod.RatePerSecond = ratio(p.in.RatePerSecond, pct, 100*n)
-	burst := int64(p.in.Burst) * pct / (100 * n)
-	if burst < 1 {
-		burst = 1
-		p.diagnose(ReasonBurstRaisedToOne, "burst %d × %d%% over %s is %s per pod; raised to 1 so each pod's token bucket admits a call, so the pods together may burst %d against a contract burst of %d",
-			p.in.Burst, pct, replicas(n), num(float64(int64(p.in.Burst)*pct)/float64(100*n)), n, p.in.Burst)
+	if burst := mulDivFloor(p.out.UsableBurst, p.out.Base, p.out.TotalPermits); burst < 1 {
+		p.diagnose(ReasonBurstRaisedToOne, "usable burst %d × %d of %d permits is %s per pod; raised to 1 so each pod's token bucket admits a call, so the pods together may burst %d against a usable burst of %d",
+			p.out.UsableBurst, p.out.Base, p.out.TotalPermits, num(float64(p.out.UsableBurst*p.out.Base)/float64(p.out.TotalPermits)), p.in.Divisor, p.out.UsableBurst)
 	}
-	p.out.PerPod.Burst = int(burst)
 }
 
 // queue chooses the queue wait budget, the waiting room and the acquire
@@ -193,7 +274,6 @@ func (p *planner) queue() {
 	}
 	pp := &p.out.PerPod
 	pp.MaxQueueWait = wait
-	pp.QueueCapacity = capCount(mulDivFloor(int64(pp.Permits), int64(wait), int64(w)))
 	pp.AcquireTimeout = wait
 	if p.in.AcquireTimeout != nil && *p.in.AcquireTimeout < wait {
 		pp.AcquireTimeout = *p.in.AcquireTimeout
@@ -214,14 +294,12 @@ func (p *planner) queue() {
 	}
 }
 
-// workers sizes the dispatcher by Little's law, capped by the permits.
+// workers sizes the dispatcher by Little's law; ShareFor caps it by each
+// pod's permits.
 func (p *planner) workers() {
-	pp := &p.out.PerPod
-	pp.Workers = pp.Permits
 	if p.in.DemandPerSecond > 0 {
 		need := ceilRatio(p.in.DemandPerSecond, int64(p.in.Latency), nanosPerSecond*int64(p.in.Divisor), MaxCount)
 		p.out.DemandWorkers = int(need)
-		pp.Workers = min(pp.Permits, int(need))
 	}
 }
 
@@ -245,7 +323,7 @@ func (p *planner) demand() {
 	}
 	p.out.Demand = dem
 
-	holds := fmt.Sprintf("%d permits × %s", p.out.PerPod.Permits, replicas(int64(p.in.Divisor)))
+	holds := p.holdsText()
 	if p.out.TotalPermits > available {
 		holds += fmt.Sprintf(", of which the contract accepts %d", available)
 	}
@@ -291,9 +369,25 @@ func (p *planner) rateAgainstConcurrency() {
 	}
 }
 
-// retries divides the retry budget and notes retries that cannot happen.
+// holdsText states what the pods hold together: "2 permits × 19 pods + 1
+// permit × 2 pods".
+func (p *planner) holdsText() string {
+	n := int64(p.in.Divisor)
+	if p.out.Extra == 0 {
+		return fmt.Sprintf("%s × %s", permitsText(p.out.Base), replicas(n))
+	}
+	return fmt.Sprintf("%s × %s + %s × %s", permitsText(p.out.Base+1), replicas(p.out.Extra), permitsText(p.out.Base), replicas(n-p.out.Extra))
+}
+
+func permitsText(n int64) string {
+	if n == 1 {
+		return "1 permit"
+	}
+	return fmt.Sprintf("%d permits", n)
+}
+
+// retries notes retries that cannot happen; ShareFor divides the budget.
 func (p *planner) retries() {
-	p.out.PerPod.RetryBudgetPerSecond = p.in.RetryBudgetPerSecond / float64(p.in.Divisor)
 	if p.in.MaxRetries > 0 && p.in.RetryBudgetPerSecond == 0 {
 		p.diagnose(ReasonRetriesWithoutBudget, "max retries %d with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
 			p.in.MaxRetries)

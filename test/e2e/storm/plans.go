@@ -21,7 +21,9 @@ func StaticPlan(replicas int32) (plan.Document, error) {
 	if err != nil {
 		return plan.Document{}, fmt.Errorf("storm: static plan: %w", err)
 	}
-	d := p.Document(q.Name, q.Spec.Downstream, 0)
+	// A file gives every pod the same share: the base share of the exact
+	// division at that replica count.
+	d := p.Document(q.Name, q.Spec.Downstream, 0, quotaplan.Division{Epoch: "static", Revision: 1, Base: int(p.Result.Base)})
 	return d, plan.Validate(d)
 }
 
@@ -38,6 +40,8 @@ func NaivePlan() (plan.Document, error) {
 		Version:              plan.CurrentVersion,
 		Gate:                 q.Name,
 		Downstream:           q.Spec.Downstream,
+		Epoch:                "naive",
+		Revision:             1,
 		Permits:              int(q.Spec.Contract.Concurrency),
 		DeadlineSeconds:      q.Spec.Deadline.Seconds(),
 		Workers:              int(q.Spec.Contract.Concurrency),
