@@ -144,9 +144,9 @@ func input(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.Contract, safety
 		Part:               part,
 		SafetyPercent:      int(safety),
 		Divisor:            int(divisor),
-		Latency:       spec.Latency.Typical.Duration,
-		Deadline:      spec.Deadline.Duration,
-		MaxRetries:    int(spec.Retry.MaxRetries),
+		Latency:            spec.Latency.Typical.Duration,
+		Deadline:           spec.Deadline.Duration,
+		MaxRetries:         int(spec.Retry.MaxRetries),
 		// The budget is validated by sizing, negative included.
 		RetryBudgetPerSecond: float64(spec.Retry.BudgetPerSecond),
 	}
