@@ -305,6 +305,9 @@ func checkPlan(t *testing.T, in Input, got PlanResult) {
 		}
 	}
 
+	if _, ok := hasReason(got.Diagnostics, ReasonRetriesWithoutBudget); ok != (in.MaxRetries > 0 && got.UsableRetryBudgetPerSecond == 0) {
+		t.Errorf("RetriesWithoutBudget reported %v with %d retries and a usable budget of %v", ok, in.MaxRetries, got.UsableRetryBudgetPerSecond)
+	}
 	for _, d := range got.Diagnostics {
 		if !knownReasons[d.Reason] || d.Message == "" || strings.Contains(d.Message, "%!") ||
 			strings.Contains(d.Message, "NaN") || strings.Contains(d.Message, "Inf") {

@@ -409,7 +409,7 @@ func permitsText(n int64) string {
 
 // retries notes retries that cannot happen; ShareFor divides the budget.
 func (p *planner) retries() {
-	if p.in.MaxRetries > 0 && p.in.RetryBudgetPerSecond == 0 {
+	if p.in.MaxRetries > 0 && p.out.UsableRetryBudgetPerSecond == 0 {
 		p.diagnose(ReasonRetriesWithoutBudget, "max retries %d with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
 			p.in.MaxRetries)
 	}

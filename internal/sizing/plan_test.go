@@ -642,6 +642,32 @@ func TestPlan(t *testing.T) {
 				Message: "this caller's part of 0 permits over 8 replicas is 0 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream",
 			}},
 		},
+	}, {
+		// The retry budget of a caller's part is what its pods spend: the
+		// contract's own budget (here 0) does not matter.
+		name: "caller's part with a retry budget",
+		in: with(sampleQuota(), func(in *Input) {
+			in.WorstLatency = 0
+			in.MaxRetries = 2
+			in.Part = &Part{Permits: 8, RetryBudgetPerSecond: 4}
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:              1,
+				CapacityPerSecond:    1 / 0.22,
+				MaxQueueWait:         40 * time.Millisecond,
+				AcquireTimeout:       40 * time.Millisecond,
+				Workers:              1,
+				RetryBudgetPerSecond: 0.5,
+			},
+			Usable:                     8,
+			Base:                       1,
+			Share:                      1,
+			TotalPermits:               8,
+			QueueWaitRule:              QueueWaitDerived,
+			UsableRetryBudgetPerSecond: 4,
+			Latency:                    220 * time.Millisecond,
+		},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
