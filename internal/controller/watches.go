@@ -46,7 +46,7 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.quotasForHPA), builder.WithPredicates(hpaChanged)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.quotasForPod), builder.OnlyMetadata, builder.WithPredicates(podChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.quotasForPod), builder.WithPredicates(podChanged)).
 		Watches(&corev1.ConfigMap{}, r.configMapHandler()).
 		Complete(r)
 	if err != nil {
@@ -237,13 +237,18 @@ var hpaChanged = predicate.Funcs{
 }
 
 // podChanged passes pod updates that change what a quota sees of a pod:
-// its labels (which workload it counts for), its deletion timestamp, or an
-// acknowledgement annotation.
+// its labels (which workload it counts for), its deletion timestamp, its
+// readiness or phase, or an acknowledgement annotation.
 var podChanged = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		if !maps.Equal(o.GetLabels(), n.GetLabels()) || o.GetDeletionTimestamp().IsZero() != n.GetDeletionTimestamp().IsZero() {
 			return true
+		}
+		if op, ok := o.(*corev1.Pod); ok {
+			if np, ok := n.(*corev1.Pod); ok && (podReady(op) != podReady(np) || op.Status.Phase != np.Status.Phase) {
+				return true
+			}
 		}
 		return !maps.EqualFunc(appliedAnnotations(o), appliedAnnotations(n), func(a, b string) bool { return a == b })
 	},
