@@ -179,15 +179,16 @@ func fill(out []int64, claims []Claim, total uint64) {
 
 	// λ = t/w for the rest, each strictly below its demand.
 	h := make(claimHeap, 0, len(rest))
+	left := t
 	for _, i := range rest {
 		c := claims[i]
 		hi, lo := bits.Mul64(t, uint64(c.Weight))
 		q, _ := bits.Div64(hi, lo, w) // q ≤ t: wᵢ ≤ w
-		t -= q
+		left -= q
 		out[i] = int64(q)
 		h = append(h, unit{i: i, got: int64(q), limit: c.Demand, weight: c.Weight, name: c.Name})
 	}
-	h.give(t)
+	h.give(left)
 	for _, u := range h {
 		out[u.i] = u.got
 	}
