@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestFairShare(t *testing.T) {
@@ -598,4 +599,194 @@ func BenchmarkFairShareFloat(b *testing.B) {
 			}
 		})
 	}
+}
+
+func TestFairShareFloat(t *testing.T) {
+	inf := math.Inf(1)
+	tests := []struct {
+		name   string
+		total  float64
+		claims []ClaimFloat
+		want   []float64
+	}{{
+		name:  "no claims",
+		total: 5,
+		want:  []float64{},
+	}, {
+		name:   "nothing to share",
+		total:  0,
+		claims: []ClaimFloat{{"a", 1, inf}, {"b", 2, 3}},
+		want:   []float64{0, 0},
+	}, {
+		name:   "equal weights",
+		total:  0.3,
+		claims: []ClaimFloat{{"a", 1, inf}, {"b", 1, inf}, {"c", 1, inf}},
+		want:   []float64{0.1, 0.1, 0.1},
+	}, {
+		// a is capped at 10; λ = 90/3 = 30 for b and c.
+		name:   "a small demand is met, the rest is water-filled",
+		total:  100,
+		claims: []ClaimFloat{{"a", 1, 10}, {"b", 1, inf}, {"c", 2, inf}},
+		want:   []float64{10, 30, 60},
+	}, {
+		// λ = 100/4 = 25 gives b 25 > 20, so b is capped; then λ = 80/3.
+		name:   "weighted with caps",
+		total:  100,
+		claims: []ClaimFloat{{"a", 3, inf}, {"b", 1, 20}},
+		want:   []float64{80, 20},
+	}, {
+		// Surplus 70 by weight 1:3.
+		name:   "surplus split by weight, uncapped",
+		total:  100,
+		claims: []ClaimFloat{{"a", 1, 10}, {"b", 3, 20}},
+		want:   []float64{27.5, 72.5},
+	}, {
+		name:   "demands exactly the total",
+		total:  7.5,
+		claims: []ClaimFloat{{"a", 1, 2.5}, {"b", 9, 5}},
+		want:   []float64{2.5, 5},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := FairShareFloat(tt.total, tt.claims)
+			if diff := cmp.Diff(tt.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+				t.Errorf("FairShareFloat(%v, %v) mismatch (-want +got):\n%s", tt.total, tt.claims, diff)
+			}
+		})
+	}
+}
+
+// TestFairShareFloatInvariants compares FairShareFloat with the exact level,
+// found in rounds with math/big, on random claims, and checks that it is
+// capped, monotone and independent of the claims' order.
+func TestFairShareFloatInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const cases = 10_000
+	for n := range cases {
+		claims := make([]ClaimFloat, rng.IntN(30))
+		var demands float64
+		for i := range claims {
+			c := ClaimFloat{Name: fmt.Sprintf("c%03d", i), Weight: randomWeight(rng)}
+			switch rng.IntN(4) {
+			case 0:
+				c.Demand = math.Inf(1)
+			case 1:
+				c.Demand = math.Ldexp(rng.Float64(), rng.IntN(60)-20)
+			default:
+				c.Demand = 1000 * rng.Float64()
+			}
+			demands += c.Demand
+			claims[i] = c
+		}
+		var total float64
+		switch {
+		case rng.IntN(3) == 0 && !math.IsInf(demands, 1):
+			total = demands * (0.9 + 0.2*rng.Float64())
+		case rng.IntN(2) == 0:
+			total = 1e4 * rng.Float64()
+		default:
+			total = math.Ldexp(rng.Float64(), rng.IntN(100))
+		}
+		got := FairShareFloat(total, claims)
+		for _, e := range checkFairShareFloat(total, claims, got) {
+			t.Fatalf("case %d: FairShareFloat(%v, %v) = %v: %s", n, total, claims, got, e)
+		}
+
+		more := total * (1 + rng.Float64())
+		next := FairShareFloat(more, claims)
+		for i := range got {
+			if next[i] < got[i]-1e-9*total {
+				t.Fatalf("case %d: FairShareFloat(%v, %v) = %v, then %v at %v: claim %d went down", n, total, claims, got, next, more, i)
+			}
+		}
+
+		perm := rng.Perm(len(claims))
+		shuffled := make([]ClaimFloat, len(claims))
+		want := make([]float64, len(claims))
+		for i, p := range perm {
+			shuffled[i], want[i] = claims[p], got[p]
+		}
+		if diff := cmp.Diff(want, FairShareFloat(total, shuffled)); diff != "" {
+			t.Fatalf("case %d: FairShareFloat(%v, %v) depends on the order of claims (-want +got):\n%s", n, total, shuffled, diff)
+		}
+	}
+}
+
+// checkFairShareFloat compares got with the exact result, computed with
+// math/big from the level found in rounds, within 1e-9 of total.
+func checkFairShareFloat(total float64, claims []ClaimFloat, got []float64) []string {
+	var errs []string
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if len(got) != len(claims) {
+		return []string{fmt.Sprintf("%d results for %d claims", len(got), len(claims))}
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	tol := 1e-9 * total
+	rat := func(f float64) *big.Rat { return new(big.Rat).SetFloat64(f) }
+	demands, weights := new(big.Rat), new(big.Rat)
+	finite := true
+	for _, c := range claims {
+		weights.Add(weights, new(big.Rat).SetInt64(c.Weight))
+		if math.IsInf(c.Demand, 1) {
+			finite = false
+		} else {
+			demands.Add(demands, rat(c.Demand))
+		}
+	}
+	want := make([]*big.Rat, len(claims))
+	phase1 := !finite || demands.Cmp(rat(total)) > 0
+	if !phase1 {
+		s := new(big.Rat).Sub(rat(total), demands)
+		for i, c := range claims {
+			want[i] = new(big.Rat).Mul(s, new(big.Rat).SetFrac64(c.Weight, 1))
+			want[i].Quo(want[i], weights).Add(want[i], rat(c.Demand))
+		}
+	} else {
+		satisfied := make([]bool, len(claims))
+		var lambda *big.Rat
+		for changed := true; changed; {
+			left, weight := rat(total), new(big.Rat)
+			for i, c := range claims {
+				if satisfied[i] {
+					left.Sub(left, rat(c.Demand))
+				} else {
+					weight.Add(weight, new(big.Rat).SetInt64(c.Weight))
+				}
+			}
+			lambda = left.Quo(left, weight)
+			changed = false
+			for i, c := range claims {
+				if !satisfied[i] && !math.IsInf(c.Demand, 1) && rat(c.Demand).Cmp(new(big.Rat).Mul(lambda, new(big.Rat).SetInt64(c.Weight))) <= 0 {
+					satisfied[i], changed = true, true
+				}
+			}
+		}
+		for i, c := range claims {
+			if satisfied[i] {
+				want[i] = rat(c.Demand)
+			} else {
+				want[i] = new(big.Rat).Mul(lambda, new(big.Rat).SetInt64(c.Weight))
+			}
+		}
+	}
+	var sum float64
+	for i, c := range claims {
+		sum += got[i]
+		if !(got[i] >= 0) {
+			fail("claim %d got %v", i, got[i])
+		}
+		if phase1 && got[i] > c.Demand {
+			fail("claim %d got %v, above its demand %v, while the demands do not fit", i, got[i], c.Demand)
+		}
+		w, _ := want[i].Float64()
+		if math.Abs(got[i]-w) > tol {
+			fail("claim %d got %v, want %v within %v", i, got[i], w, tol)
+		}
+	}
+	if math.Abs(sum-total) > tol {
+		fail("results add up to %v, want %v within %v", sum, total, tol)
+	}
+	return errs
 }
