@@ -229,7 +229,10 @@ type unit struct {
 // (got+1)/weight, lowest first, then by name and position.
 type claimHeap []unit
 
+// Len is part of heap.Interface.
 func (h claimHeap) Len() int { return len(h) }
+
+// Less is part of heap.Interface: the lower next level first.
 func (h claimHeap) Less(a, b int) bool {
 	ua, ub := h[a], h[b]
 	// got+1 ≤ 2^63 and weights ≤ 2^32: the products fit 128 bits.
@@ -238,8 +241,15 @@ func (h claimHeap) Less(a, b int) bool {
 	}
 	return byName(ua.name, ub.name, ua.i, ub.i) < 0
 }
+
+// Swap is part of heap.Interface.
 func (h claimHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *claimHeap) Push(x any)   { *h = append(*h, x.(unit)) }
+
+// Push is part of heap.Interface; give never grows the heap.
+func (h *claimHeap) Push(x any) { *h = append(*h, x.(unit)) }
+
+// Pop is part of heap.Interface. It shrinks the slice without clearing the
+// element, which give relies on to keep every claim in the backing array.
 func (h *claimHeap) Pop() any {
 	old := *h
 	u := old[len(old)-1]
