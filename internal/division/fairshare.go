@@ -90,9 +90,9 @@ const MaxClaims = 1 << 30
 //     claim whose demand is at most its fair level (dᵢ ≤ λ·wᵢ) gets exactly
 //     its demand; tᵢ ≥ floor(S·wᵢ/Σw) in phase 2. (A claim may get more than
 //     ceil(λ·wᵢ): the remainder favours heavier weights, the price of 5.)
-//  5. Monotone: FairShare(total+1, claims) is FairShare(total, claims) with
-//     exactly one claim one unit higher; raising total never lowers any
-//     claim's result.
+//  5. Monotone: for at least one claim, FairShare(total+1, claims) is
+//     FairShare(total, claims) with exactly one claim one unit higher; so
+//     raising total never lowers any claim's result.
 //  6. Deterministic: the result depends on claims only through their values;
 //     reordering claims with distinct Names reorders the result the same way.
 //     Claims with equal Names are ordered by position.
@@ -283,11 +283,11 @@ func (h *claimHeap) give(n uint64) {
 //
 // When the demands add up to more than total, claim i gets min(dᵢ, λ·wᵢ)
 // with Σ min(dᵢ, λ·wᵢ) = total. Otherwise it gets dᵢ + S·wᵢ/Σw, where
-// S = total − Σ dᵢ is the surplus. Guarantees 1 to 6 of FairShare hold to
-// within floating-point rounding (a relative error of about 1e-12 of total,
-// tested at 1e-9), except that in phase 1 no claim exceeds its demand at all:
-// the result is clamped to it. Balance is exact in the model: claims below
-// their demand have equal rᵢ/wᵢ = λ, and a claim with dᵢ ≤ λ·wᵢ gets dᵢ.
+// S = total − Σ dᵢ is the surplus. So claims below their demand have equal
+// rᵢ/wᵢ = λ, and a claim with dᵢ ≤ λ·wᵢ gets dᵢ. Each result, the sum and
+// monotonicity in total hold to within floating-point rounding (tested to
+// 1e-9 of total against the exact values in math/big); in phase 1 no claim
+// exceeds its demand at all, since the result is clamped to it.
 // The order in which claims are visited depends only on their values and
 // Names, so reordering claims with distinct Names reorders the result
 // bit-for-bit.
