@@ -172,7 +172,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	in.permits, in.diagnostics = p.PerPod.Permits, p.Diagnostics
 
 	epoch := string(q.UID)
-	h := divide(usableTotal(p), membersOf(f.pods, q.Name, epoch), q.Status.Division, epoch, q.Spec.Handover, r.clock.Now())
+	h := divide([]caller{{total: usableTotal(p), members: membersOf(f.pods, q.Name, epoch)}}, q.Status.Division, epoch, q.Spec.Handover, r.clock.Now())
 	status.Division, in.handover = h.status, &h
 	if h.changed {
 		// Write ahead: what every pod is told and may still hold is on
@@ -183,7 +183,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		}
 	}
 
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, h.document())
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, h.document(""))
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		in.invalid = err
