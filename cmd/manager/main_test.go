@@ -211,7 +211,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "api"},
 			Downstream:  "payments.example.com",
-			Contract:    v1alpha1.Contract{Concurrency: 10},
+			Contract:    &v1alpha1.Contract{Concurrency: 10},
 			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
 			Deadline:    metav1.Duration{Duration: time.Second},
 		},

@@ -16,9 +16,10 @@ import (
 //   - managed fields are dropped from every cached object;
 //   - Deployments and StatefulSets are cached without their pod templates
 //     and conditions, which the controller never reads (it never writes a
-//     workload either, so no partial object is ever sent back).
-//
-// Pods are watched as metadata only (SetupWithManager).
+//     workload either, so no partial object is ever sent back);
+//   - pods are cached as their metadata, phase and Ready condition only
+//     (stripPod): the division needs to know which pods are Ready, and
+//     nothing else of their spec or status.
 func CacheOptions() cache.Options {
 	strip := cache.TransformStripManagedFields()
 	return cache.Options{
@@ -27,6 +28,7 @@ func CacheOptions() cache.Options {
 			&corev1.ConfigMap{}:   {Label: labels.SelectorFromSet(labels.Set{ManagedByLabel: ManagedByValue})},
 			&appsv1.Deployment{}:  {Transform: stripWorkload(strip)},
 			&appsv1.StatefulSet{}: {Transform: stripWorkload(strip)},
+			&corev1.Pod{}:         {Transform: stripPod(strip)},
 		},
 	}
 }

@@ -16,6 +16,7 @@ import (
 // important first: the published plan cannot keep the contract or the
 // deadline.
 var blockingDiagnostics = []string{
+	v1alpha1.ReasonContractOversubscribed,
 	v1alpha1.ReasonQuotaTooSmall,
 	v1alpha1.ReasonOvercommitted,
 	v1alpha1.ReasonDeadlineBelowLatency,
@@ -46,6 +47,8 @@ type readiness struct {
 	permits   int32
 	// diagnostics are the plan's findings.
 	diagnostics []v1alpha1.Diagnostic
+	// handover is the division's step; nil when no plan was computed.
+	handover *handover
 }
 
 // readyCondition computes the Ready condition (without its transition time
@@ -71,6 +74,10 @@ func readyCondition(in readiness) metav1.Condition {
 
 	summary := fmt.Sprintf("permits %d per pod over divisor %d (%s), published to ConfigMap %s",
 		in.permits, in.replicas.Divisor, in.replicas.DivisorSource, in.published.Name)
+	if h := in.handover; h != nil {
+		summary = fmt.Sprintf("%d usable permits over %d Ready pods: %s, published to ConfigMap %s",
+			h.status.Usable, in.replicas.Divisor, shareText(h.status), in.published.Name)
+	}
 	reasons := diagnosticReasons(in.diagnostics)
 	others := func(except string) string {
 		rest := slices.DeleteFunc(slices.Clone(reasons), func(r string) bool { return r == except })
@@ -97,6 +104,15 @@ func readyCondition(in readiness) metav1.Condition {
 	}
 	ready.Message = strings.ToUpper(summary[:1]) + summary[1:] + others("")
 	return ready
+}
+
+// shareText states a division's targets: "4 permits × 4 pods + 3 × 5
+// pods".
+func shareText(st *v1alpha1.DivisionStatus) string {
+	if st.Extra == 0 {
+		return fmt.Sprintf("%d per pod", st.Base)
+	}
+	return fmt.Sprintf("%d per pod, %d for %d of them", st.Base, st.Base+1, st.Extra)
 }
 
 func findDiagnostic(diags []v1alpha1.Diagnostic, reason string) (v1alpha1.Diagnostic, bool) {

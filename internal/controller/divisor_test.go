@@ -2,77 +2,48 @@ package controller
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
-func TestChooseDivisor(t *testing.T) {
-	tests := []struct {
-		name        string
-		spec        int32
-		hpaDesired  *int32
-		existing    int32
-		wantDivisor int32
-		wantSource  v1alpha1.DivisorSource
-	}{
-		{name: "steady", spec: 8, hpaDesired: ptr.To[int32](8), existing: 8, wantDivisor: 8, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "no HPA", spec: 3, existing: 3, wantDivisor: 3, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "scale-up: spec written first", spec: 16, hpaDesired: ptr.To[int32](8), existing: 8, wantDivisor: 16, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "HPA desired above spec", spec: 8, hpaDesired: ptr.To[int32](12), existing: 8, wantDivisor: 12, wantSource: v1alpha1.DivisorHPADesired},
-		{name: "scale-down: pods still terminating", spec: 4, hpaDesired: ptr.To[int32](4), existing: 16, wantDivisor: 16, wantSource: v1alpha1.DivisorExistingPods},
-		{name: "surge pods above spec", spec: 4, existing: 5, wantDivisor: 5, wantSource: v1alpha1.DivisorExistingPods},
-		{name: "tie of HPA and pods goes to HPA", spec: 2, hpaDesired: ptr.To[int32](6), existing: 6, wantDivisor: 6, wantSource: v1alpha1.DivisorHPADesired},
-		{name: "HPA without status", spec: 5, hpaDesired: ptr.To[int32](0), existing: 0, wantDivisor: 5, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "scaled to zero, no pods", spec: 0, hpaDesired: ptr.To[int32](0), existing: 0, wantDivisor: 1, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "scaled to zero, one pod leaving", spec: 0, existing: 1, wantDivisor: 1, wantSource: v1alpha1.DivisorWorkloadSpec},
-		{name: "scaled to zero, pods leaving", spec: 0, existing: 3, wantDivisor: 3, wantSource: v1alpha1.DivisorExistingPods},
+// statePod returns a pod named name that is Ready or not, leaving or not,
+// and in phase.
+func statePod(name string, ready, leaving bool, phase corev1.PodPhase) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{Phase: phase}}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			divisor, source := chooseDivisor(tt.spec, tt.hpaDesired, tt.existing)
-			if divisor != tt.wantDivisor || source != tt.wantSource {
-				t.Errorf("chooseDivisor(%d, %v, %d) = %d, %s; want %d, %s",
-					tt.spec, ptr.Deref(tt.hpaDesired, -1), tt.existing, divisor, source, tt.wantDivisor, tt.wantSource)
-			}
-		})
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	if leaving {
+		p.DeletionTimestamp = ptr.To(metav1.Now())
 	}
-}
-
-// TestChooseDivisorBoundsEveryPod checks the property the divisor exists
-// for: it is at least every count of pods that may hold a share, so
-// dividing the contract by it never hands out more than the contract.
-func TestChooseDivisorBoundsEveryPod(t *testing.T) {
-	for spec := int32(0); spec <= 20; spec++ {
-		for desired := int32(-1); desired <= 20; desired++ {
-			for existing := int32(0); existing <= 20; existing++ {
-				var hpa *int32
-				if desired >= 0 {
-					hpa = ptr.To(desired)
-				}
-				divisor, _ := chooseDivisor(spec, hpa, existing)
-				if divisor < 1 || divisor < spec || divisor < existing || divisor < ptr.Deref(hpa, 0) {
-					t.Fatalf("chooseDivisor(%d, %d, %d) = %d, below a fact", spec, desired, existing, divisor)
-				}
-				if divisor != max(spec, ptr.Deref(hpa, 0), existing, 1) {
-					t.Fatalf("chooseDivisor(%d, %d, %d) = %d, not the largest fact", spec, desired, existing, divisor)
-				}
-			}
-		}
-	}
+	return p
 }
 
 func TestReplicaStatus(t *testing.T) {
 	w := &workloadFacts{specReplicas: 4, statusReplicas: 6, selector: labels.Everything()}
 	h := &hpaFacts{name: "api", min: ptr.To[int32](2), max: 10, current: 6, desired: 4}
-	got := replicaStatus(w, h, 7)
+	pods := []corev1.Pod{
+		statePod("serving-1", true, false, corev1.PodRunning),
+		statePod("serving-2", true, false, corev1.PodRunning),
+		statePod("starting", false, false, corev1.PodPending),
+		statePod("leaving", true, true, corev1.PodRunning),
+		statePod("evicted", false, false, corev1.PodFailed),
+		statePod("completed", true, false, corev1.PodSucceeded),
+	}
+	got := replicaStatus(w, h, pods)
 	want := v1alpha1.ReplicaStatus{
 		Spec: 4, Status: 6,
 		HPAMin: ptr.To[int32](2), HPAMax: ptr.To[int32](10), HPACurrent: ptr.To[int32](6), HPADesired: ptr.To[int32](4),
-		ExistingPods: 7, Divisor: 7, DivisorSource: v1alpha1.DivisorExistingPods,
+		ExistingPods: 6, ReadyPods: 2, Divisor: 2, DivisorSource: v1alpha1.DivisorReadyPods,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("replicaStatus (-want +got):\n%s", diff)
@@ -81,9 +52,91 @@ func TestReplicaStatus(t *testing.T) {
 		t.Error("replicaStatus shares the HPA's pointer")
 	}
 
-	got = replicaStatus(w, nil, 0)
-	want = v1alpha1.ReplicaStatus{Spec: 4, Status: 6, Divisor: 4, DivisorSource: v1alpha1.DivisorWorkloadSpec}
+	got = replicaStatus(w, nil, nil)
+	want = v1alpha1.ReplicaStatus{Spec: 4, Status: 6, Divisor: 0, DivisorSource: v1alpha1.DivisorReadyPods}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("replicaStatus without HPA (-want +got):\n%s", diff)
+		t.Errorf("replicaStatus without HPA or pods (-want +got):\n%s", diff)
 	}
+}
+
+// TestDivideRecordsAndResumes runs the controller's step over pods as the
+// cache has them, and again from the status it recorded: a new Ready pod
+// waits while the others are told their smaller shares, and is granted what
+// their acknowledgements free.
+func TestDivideRecordsAndResumes(t *testing.T) {
+	const epoch, gate = "uid-1", "payments"
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ack := func(p corev1.Pod, v string) corev1.Pod {
+		p.Annotations = map[string]string{appliedAnnotation(gate): v}
+		return p
+	}
+	pods := []corev1.Pod{
+		statePod("a", true, false, corev1.PodRunning),
+		statePod("b", true, false, corev1.PodRunning),
+	}
+	h := divide(one(10, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
+	if !h.changed || h.status.Revision != 1 || h.told["a"] != 5 || h.told["b"] != 5 || h.status.HandedOut != 10 {
+		t.Fatalf("first step: %+v %+v", h.status, h.told)
+	}
+	rec := h.status
+
+	// c turns Ready; a and b have applied revision 1.
+	pods = []corev1.Pod{
+		ack(statePod("a", true, false, corev1.PodRunning), epoch+"/1"),
+		ack(statePod("b", true, false, corev1.PodRunning), epoch+"/1"),
+		statePod("c", true, false, corev1.PodRunning),
+	}
+	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
+	if h.told["a"] != 4 || h.told["b"] != 3 || h.told["c"] != 0 || h.status.Held != 10 || len(h.waiting) != 1 || len(h.pending) != 2 {
+		t.Fatalf("shrink step: %+v told %v waiting %v pending %v", h.status, h.told, h.waiting, h.pending)
+	}
+	if c := handedOverCondition(h); c.Reason != v1alpha1.ReasonHandoverInProgress {
+		t.Errorf("condition %+v", c)
+	}
+	rec = h.status
+
+	// Both acknowledge revision 2: c gets its 3.
+	pods[0], pods[1] = ack(pods[0], epoch+"/2"), ack(pods[1], epoch+"/2")
+	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(time.Second))
+	if h.told["c"] != 3 || h.status.HandedOut != 10 || len(h.waiting) != 0 || len(h.pending) != 0 {
+		t.Fatalf("grant step: %+v told %v", h.status, h.told)
+	}
+	if c := handedOverCondition(h); c.Status != metav1.ConditionTrue {
+		t.Errorf("condition %+v", c)
+	}
+	want := []v1alpha1.ShareCount{{Permits: 4, Pods: 1}, {Permits: 3, Pods: 2}}
+	if diff := cmp.Diff(want, h.status.Shares); diff != "" {
+		t.Errorf("shares (-want +got):\n%s", diff)
+	}
+}
+
+// TestDivideStalled reports a pod that acknowledges plans but not its
+// smaller share as stalled once stalledAfter has passed, and keeps its old
+// share counted.
+func TestDivideStalled(t *testing.T) {
+	const epoch, gate = "uid-1", "payments"
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning)}
+	h := divide(one(10, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
+	rec := h.status
+	stuck := statePod("a", true, false, corev1.PodRunning)
+	stuck.Annotations = map[string]string{appliedAnnotation(gate): epoch + "/1"}
+	pods = []corev1.Pod{stuck, statePod("b", true, false, corev1.PodRunning)}
+	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
+	rec = h.status
+	if h.recheck != DefaultStalledAfter {
+		t.Errorf("recheck %v, want the stall deadline %v", h.recheck, DefaultStalledAfter)
+	}
+	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
+	if h.told["b"] != 0 || len(h.stalled) != 1 || h.stalled[0] != "a" {
+		t.Fatalf("stalled step: told %v stalled %v", h.told, h.stalled)
+	}
+	if c := handedOverCondition(h); c.Reason != v1alpha1.ReasonHandoverStalled {
+		t.Errorf("condition %+v", c)
+	}
+}
+
+// one is the callers of a quota's own division.
+func one(total int64, pods []corev1.Pod, gate, epoch string) []caller {
+	return []caller{{total: total, members: membersOf(pods, gate, epoch)}}
 }

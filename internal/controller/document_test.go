@@ -21,7 +21,7 @@ func designQuota() *v1alpha1.DownstreamQuota {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef:    v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "search-gateway"},
 			Downstream:     "logistics.example.com",
-			Contract:       v1alpha1.Contract{Concurrency: 50},
+			Contract:       &v1alpha1.Contract{Concurrency: 50},
 			Latency:        v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
 			Deadline:       metav1.Duration{Duration: 2 * time.Second},
 			MaxQueueWait:   &metav1.Duration{Duration: 100 * time.Millisecond},
@@ -40,7 +40,7 @@ func TestCurrentDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quotaplan.Division{Epoch: "uid-1", Revision: 3, Pods: map[string]int{"gw-a": 5, "gw-b": 5}})
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestCurrentDocument(t *testing.T) {
 	older.Generation = 1
 	olderData, _ := plan.Marshal(older)
 	other := doc
-	other.Permits = 4
+	other.Revision = 4
 	other.Hash = plan.Hash(other)
 	otherData, _ := plan.Marshal(other)
 
@@ -61,7 +61,7 @@ func TestCurrentDocument(t *testing.T) {
 		{name: "the same document", data: string(data), want: true},
 		{name: "the same plan from an older generation", data: string(olderData), want: true},
 		{name: "another plan", data: string(otherData), want: false},
-		{name: "edited by hand, hash kept", data: strings.Replace(string(data), `"permits":5`, `"permits":50`, 1), want: false},
+		{name: "edited by hand, hash kept", data: strings.Replace(string(data), `"permits":5`, `"permits":6`, 1), want: false},
 		{name: "not a document", data: "permits: 5", want: false},
 		{name: "absent", data: "", want: false},
 	}

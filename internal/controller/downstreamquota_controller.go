@@ -101,6 +101,16 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// Another finalizer keeps the quota for now; its pods' gate goes.
 		return ctrl.Result{}, r.withdraw(ctx, q.Namespace, q.Name, "")
 	}
+	if q.Spec.ContractRef != nil {
+		// The contract's reconciler divides, publishes and writes the
+		// status of the quotas that share it; this one only says when
+		// there is no contract to share.
+		why, err := r.contractMissing(ctx, q)
+		if err != nil || why == "" {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.reportContractMissing(ctx, q, why)
+	}
 
 	status := q.Status.DeepCopy()
 	status.ObservedGeneration = q.Generation
@@ -124,7 +134,11 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 
-	prev, written, err := r.writeStatus(ctx, q, status, readyCondition(in))
+	conds := []metav1.Condition{readyCondition(in)}
+	if in.handover != nil {
+		conds = append(conds, handedOverCondition(*in.handover))
+	}
+	prev, written, err := r.writeStatus(ctx, q, status, conds...)
 	if err != nil || !written {
 		return result, err
 	}
@@ -142,27 +156,51 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			r.recorder.Eventf(q, nil, corev1.EventTypeNormal, EventReasonPlanChanged, EventActionPublish, "%s", c.message())
 		}
 	}
+	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionHandedOver); c != nil &&
+		c.Reason == v1alpha1.ReasonHandoverStalled && !sameCondition(prev.Conditions, *c) {
+		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, v1alpha1.ReasonHandoverStalled, EventActionPublish, "%s", c.Message)
+	}
 	return result, nil
 }
 
-// publishPlan computes the plan from the facts, publishes it and fills the
-// status and the readiness in. It returns the change of the published plan,
-// if any, for an event.
+// publishPlan computes the plan from the facts, runs one handover step,
+// records it, publishes it and fills the status and the readiness in. It
+// returns the change of the published plan's arithmetic, if any, for an
+// event.
 func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1.DownstreamQuota, f facts, status *v1alpha1.DownstreamQuotaStatus, in *readiness) (ctrl.Result, *planChange, error) {
-	replicas := replicaStatus(f.workload, f.hpa, int32(len(f.pods)))
+	replicas := replicaStatus(f.workload, f.hpa, f.pods)
 	status.Replicas, in.replicas = &replicas, &replicas
 	if f.hpaMissing {
 		in.missingHPA = q.Spec.HPAName
 	}
-	p, err := quotaplan.Compute(q.Spec, replicas.Divisor)
+	p, err := quotaplan.Compute(q.Spec, max(replicas.Divisor, 1))
 	if err != nil {
 		in.invalid = err
 		return ctrl.Result{}, nil, nil
 	}
 	status.PerPod, status.Demand, status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
-	in.permits, in.diagnostics = p.PerPod.Permits, p.Diagnostics
+	over, err := r.oversubscription(ctx, q)
+	if err != nil {
+		return ctrl.Result{}, nil, err
+	}
+	if over != nil {
+		status.Diagnostics = append(slices.Clone(status.Diagnostics), *over)
+	}
+	in.permits, in.diagnostics = p.PerPod.Permits, status.Diagnostics
 
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
+	epoch := string(q.UID)
+	h := divide([]caller{{total: usableTotal(p), members: membersOf(f.pods, q.Name, epoch)}}, q.Status.Division, epoch, q.Spec.Handover, r.clock.Now())
+	status.Division, in.handover = h.status, &h
+	if h.changed {
+		// Write ahead: what every pod is told and may still hold is on
+		// record before any pod is told it, so that neither a restart nor
+		// a stale cache can forget capacity a pod may hold.
+		if ok, err := r.recordDivision(ctx, q, h.status); err != nil || !ok {
+			return ctrl.Result{RequeueAfter: staleRecheck}, nil, err
+		}
+	}
+
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, h.document(""))
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		in.invalid = err
@@ -189,19 +227,42 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 
 	status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(q.Name), Hash: doc.Hash}
 	in.published = status.ConfigMap
-	status.Rollout = rolloutStatus(f.pods, q.Name, doc.Hash)
+	status.Rollout = rolloutStatus(f.pods, q.Name, plan.AckFor(doc))
 	spec := quotaplan.Default(q.Spec)
-	return ctrl.Result{}, &planChange{
-		after:         planFigures{permits: p.PerPod.Permits, divisor: replicas.Divisor, source: replicas.DivisorSource},
-		concurrency:   spec.Contract.Concurrency,
-		safetyPercent: spec.SafetyPercent,
-		belowOne:      spec.BelowOne,
-		configMap:     name,
-		hash:          doc.Hash,
+	return ctrl.Result{RequeueAfter: h.recheck}, &planChange{
+		after: planFigures{
+			permits: int32(p.Result.Base), extra: int32(p.Result.Extra), usable: int32(p.Result.Usable),
+			divisor: replicas.Divisor, source: replicas.DivisorSource,
+		},
+		belowOne:  spec.BelowOne,
+		configMap: name,
 	}, nil
 }
 
-// writeStatus sets Ready to ready in status and writes status as q's
+// staleRecheck is how soon a quota whose division record could not be
+// written, because the cache held an older quota, tries again: the cache
+// is usually a few milliseconds behind.
+const staleRecheck = 50 * time.Millisecond
+
+// recordDivision writes division as q's status.division under q's
+// resourceVersion, and reports whether it did. When q is stale it writes
+// nothing and returns false: the step was computed from an old record and
+// must be computed again. q then holds the result.
+func (r *DownstreamQuotaReconciler) recordDivision(ctx context.Context, q *v1alpha1.DownstreamQuota, division *v1alpha1.DivisionStatus) (bool, error) {
+	updated := q.DeepCopy()
+	updated.Status.Division = division
+	err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(q, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		*q = *updated
+		return true, nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("controller: record division of quota %s/%s: %w", q.Namespace, q.Name, err)
+}
+
+// writeStatus sets the conditions conds in status and writes status as q's
 // status, in one merge patch under q's resourceVersion, when it differs from
 // what q has. The cache may lag behind this controller's own last write:
 // when the patch conflicts, it compares with the API server's copy instead,
@@ -209,12 +270,14 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 // It returns the status the write replaced, and whether it wrote; q then
 // holds the result. A quota whose spec changed since q was read is left
 // alone: the generation change brings another reconcile.
-func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, ready metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
+func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, conds ...metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
 	now := r.clock.Now()
 	desired := func(base *v1alpha1.DownstreamQuotaStatus) *v1alpha1.DownstreamQuotaStatus {
 		s := status.DeepCopy()
 		s.Conditions = slices.Clone(base.Conditions)
-		setCondition(&s.Conditions, ready, q.Generation, now)
+		for _, c := range conds {
+			setCondition(&s.Conditions, c, q.Generation, now)
+		}
 		return s
 	}
 	base := q

@@ -19,67 +19,69 @@ const (
 
 // planFigures are the numbers an event about a plan quotes.
 type planFigures struct {
+	// permits is the base share; extra pods hold one more.
 	permits int32
+	extra   int32
+	usable  int32
 	divisor int32
 	source  v1alpha1.DivisorSource
 }
 
-// planChange is a change of the published plan.
+// planChange is a change of the published plan's arithmetic.
 type planChange struct {
 	// before is nil on the first publication.
-	before        *planFigures
-	after         planFigures
-	concurrency   int32
-	safetyPercent int32
-	belowOne      v1alpha1.BelowOnePolicy
-	configMap     string
-	// hash is the published document's content hash.
-	hash string
+	before    *planFigures
+	after     planFigures
+	belowOne  v1alpha1.BelowOnePolicy
+	configMap string
 }
 
 // since returns the change from the status prev had, or nil when prev
-// already published this plan. The figures before are prev's when it
+// already published this division's arithmetic to the same ConfigMap. The
+// steps of a handover change the published document but not its
+// arithmetic, and raise no event. The figures before are prev's when it
 // published a plan.
 func (c planChange) since(prev *v1alpha1.DownstreamQuotaStatus) *planChange {
 	published := prev.ConfigMap
-	if published != nil && published.Hash == c.hash && published.Name == c.configMap {
-		return nil
-	}
 	c.before = nil
-	if published != nil && prev.PerPod != nil && prev.Replicas != nil {
-		c.before = &planFigures{permits: prev.PerPod.Permits, divisor: prev.Replicas.Divisor, source: prev.Replicas.DivisorSource}
+	if published != nil && prev.PerPod != nil && prev.Replicas != nil && prev.Division != nil {
+		c.before = &planFigures{
+			permits: prev.PerPod.Permits, extra: prev.Division.Extra, usable: prev.Division.Usable,
+			divisor: prev.Replicas.Divisor, source: prev.Replicas.DivisorSource,
+		}
+		if *c.before == c.after && published.Name == c.configMap {
+			return nil
+		}
 	}
 	return &c
 }
 
 // message states the change with its arithmetic, for example
-// "permits 5→2: divisor 8→16 (HPA desired replicas); 50 × 80% / 16 = 2.5 per pod".
+// "permits 5→4 per pod, 5 for 4 of them: Ready pods 8→9; 40 usable permits
+// = 4 × 9 + 4".
 func (c planChange) message() string {
 	a := c.after
-	source := divisorSourceText(a.source)
-	permits := fmt.Sprintf("permits %d", a.permits)
-	divisor := fmt.Sprintf("divisor %d (%s)", a.divisor, source)
+	permits := fmt.Sprintf("permits %d per pod", a.permits)
+	pods := fmt.Sprintf("%s %d", divisorSourceText(a.source), a.divisor)
 	if b := c.before; b != nil {
 		if b.permits != a.permits {
-			permits = fmt.Sprintf("permits %d→%d", b.permits, a.permits)
-		} else {
-			permits += " (unchanged)"
+			permits = fmt.Sprintf("permits %d→%d per pod", b.permits, a.permits)
 		}
 		if b.divisor != a.divisor {
-			divisor = fmt.Sprintf("divisor %d→%d (%s)", b.divisor, a.divisor, source)
-		} else {
-			divisor = fmt.Sprintf("divisor %d (%s, unchanged)", a.divisor, source)
+			pods = fmt.Sprintf("%s %d→%d", divisorSourceText(a.source), b.divisor, a.divisor)
 		}
 	}
-	share := float64(c.concurrency) * float64(c.safetyPercent) / 100 / float64(a.divisor)
-	msg := fmt.Sprintf("%s: %s; %d × %d%% / %d = %s per pod",
-		permits, divisor, c.concurrency, c.safetyPercent, a.divisor, decimal(share))
-	if share < 1 {
-		if c.belowOne == v1alpha1.BelowOneAtLeastOne {
-			msg += ", raised to 1 by AtLeastOne"
-		} else {
-			msg += ", 0 under Strict"
-		}
+	if a.extra > 0 {
+		permits += fmt.Sprintf(", %d for %d of them", a.permits+1, a.extra)
+	}
+	msg := fmt.Sprintf("%s: %s; %d usable permits", permits, pods, a.usable)
+	switch {
+	case a.divisor == 0:
+		msg += ", no Ready pod to hold them"
+	case int64(a.usable) < int64(a.divisor) && c.belowOne == v1alpha1.BelowOneAtLeastOne:
+		msg += fmt.Sprintf(" / %d = %s per pod, raised to 1 by AtLeastOne", a.divisor, decimal(float64(a.usable)/float64(a.divisor)))
+	default:
+		msg += fmt.Sprintf(" = %d × %d + %d", a.permits, a.divisor, a.extra)
 	}
 	if c.before == nil {
 		msg += "; published to ConfigMap " + c.configMap

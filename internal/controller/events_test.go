@@ -7,14 +7,9 @@ import (
 )
 
 func TestPlanChangeMessage(t *testing.T) {
-	base := planChange{concurrency: 50, safetyPercent: 80, belowOne: v1alpha1.BelowOneStrict, configMap: "gateway-backpressure"}
-	with := func(before *planFigures, after planFigures, edit func(*planChange)) planChange {
-		c := base
-		c.before, c.after = before, after
-		if edit != nil {
-			edit(&c)
-		}
-		return c
+	ready := v1alpha1.DivisorReadyPods
+	fig := func(permits, extra, usable, divisor int32) planFigures {
+		return planFigures{permits: permits, extra: extra, usable: usable, divisor: divisor, source: ready}
 	}
 	tests := []struct {
 		name   string
@@ -23,45 +18,28 @@ func TestPlanChangeMessage(t *testing.T) {
 	}{
 		{
 			name:   "first publication",
-			change: with(nil, planFigures{5, 8, v1alpha1.DivisorWorkloadSpec}, nil),
-			want:   "permits 5: divisor 8 (workload spec replicas); 50 × 80% / 8 = 5 per pod; published to ConfigMap gateway-backpressure",
+			change: planChange{after: fig(5, 0, 40, 8), configMap: "gw-backpressure"},
+			want:   "permits 5 per pod: Ready pods 8; 40 usable permits = 5 × 8 + 0; published to ConfigMap gw-backpressure",
 		},
 		{
-			name:   "scale-up",
-			change: with(&planFigures{5, 8, v1alpha1.DivisorWorkloadSpec}, planFigures{2, 16, v1alpha1.DivisorHPADesired}, nil),
-			want:   "permits 5→2: divisor 8→16 (HPA desired replicas); 50 × 80% / 16 = 2.5 per pod",
+			name:   "one more Ready pod",
+			change: planChange{before: ptrTo(fig(5, 0, 40, 8)), after: fig(4, 4, 40, 9), configMap: "cm"},
+			want:   "permits 5→4 per pod, 5 for 4 of them: Ready pods 8→9; 40 usable permits = 4 × 9 + 4",
 		},
 		{
-			name:   "pods leaving",
-			change: with(&planFigures{2, 14, v1alpha1.DivisorExistingPods}, planFigures{3, 13, v1alpha1.DivisorExistingPods}, nil),
-			want:   "permits 2→3: divisor 14→13 (existing pods); 50 × 80% / 13 = 3.07 per pod",
+			name:   "strict below one: 40 of 100 pods hold one",
+			change: planChange{before: ptrTo(fig(1, 0, 40, 40)), after: fig(0, 40, 40, 100), belowOne: v1alpha1.BelowOneStrict, configMap: "cm"},
+			want:   "permits 1→0 per pod, 1 for 40 of them: Ready pods 40→100; 40 usable permits = 0 × 100 + 40",
 		},
 		{
-			name:   "divisor moved, permits did not",
-			change: with(&planFigures{4, 9, v1alpha1.DivisorWorkloadSpec}, planFigures{4, 10, v1alpha1.DivisorWorkloadSpec}, nil),
-			want:   "permits 4 (unchanged): divisor 9→10 (workload spec replicas); 50 × 80% / 10 = 4 per pod",
+			name:   "at least one",
+			change: planChange{after: fig(1, 0, 40, 100), belowOne: v1alpha1.BelowOneAtLeastOne, configMap: "cm"},
+			want:   "permits 1 per pod: Ready pods 100; 40 usable permits / 100 = 0.4 per pod, raised to 1 by AtLeastOne; published to ConfigMap cm",
 		},
 		{
-			name:   "contract changed",
-			change: with(&planFigures{5, 8, v1alpha1.DivisorWorkloadSpec}, planFigures{6, 8, v1alpha1.DivisorWorkloadSpec}, func(c *planChange) { c.concurrency = 60 }),
-			want:   "permits 5→6: divisor 8 (workload spec replicas, unchanged); 60 × 80% / 8 = 6 per pod",
-		},
-		{
-			name:   "strict below one",
-			change: with(&planFigures{1, 40, v1alpha1.DivisorWorkloadSpec}, planFigures{0, 100, v1alpha1.DivisorWorkloadSpec}, nil),
-			want:   "permits 1→0: divisor 40→100 (workload spec replicas); 50 × 80% / 100 = 0.4 per pod, 0 under Strict",
-		},
-		{
-			name: "at least one",
-			change: with(nil, planFigures{1, 100, v1alpha1.DivisorHPADesired}, func(c *planChange) {
-				c.belowOne = v1alpha1.BelowOneAtLeastOne
-			}),
-			want: "permits 1: divisor 100 (HPA desired replicas); 50 × 80% / 100 = 0.4 per pod, raised to 1 by AtLeastOne; published to ConfigMap gateway-backpressure",
-		},
-		{
-			name:   "a share just below one is not rounded up",
-			change: with(nil, planFigures{0, 2003, v1alpha1.DivisorWorkloadSpec}, func(c *planChange) { c.concurrency, c.safetyPercent = 2000, 100 }),
-			want:   "permits 0: divisor 2003 (workload spec replicas); 2000 × 100% / 2003 = 0.99 per pod, 0 under Strict; published to ConfigMap gateway-backpressure",
+			name:   "no Ready pod",
+			change: planChange{before: ptrTo(fig(40, 0, 40, 1)), after: fig(40, 0, 40, 0), configMap: "cm"},
+			want:   "permits 40 per pod: Ready pods 1→0; 40 usable permits, no Ready pod to hold them",
 		},
 	}
 	for _, tt := range tests {
@@ -74,27 +52,30 @@ func TestPlanChangeMessage(t *testing.T) {
 }
 
 func TestPlanChangeSince(t *testing.T) {
-	change := planChange{after: planFigures{2, 16, v1alpha1.DivisorWorkloadSpec}, configMap: "cm", hash: "new"}
-	published := func(name, hash string) *v1alpha1.DownstreamQuotaStatus {
+	after := planFigures{permits: 4, extra: 4, usable: 40, divisor: 9, source: v1alpha1.DivisorReadyPods}
+	change := planChange{after: after, configMap: "cm"}
+	published := func(name string, permits, divisor int32) *v1alpha1.DownstreamQuotaStatus {
 		return &v1alpha1.DownstreamQuotaStatus{
-			ConfigMap: &v1alpha1.PublishedConfigMap{Name: name, Hash: hash},
-			PerPod:    &v1alpha1.PerPodPlan{Permits: 5},
-			Replicas:  &v1alpha1.ReplicaStatus{Divisor: 8, DivisorSource: v1alpha1.DivisorHPADesired},
+			ConfigMap: &v1alpha1.PublishedConfigMap{Name: name},
+			PerPod:    &v1alpha1.PerPodPlan{Permits: permits},
+			Replicas:  &v1alpha1.ReplicaStatus{Divisor: divisor, DivisorSource: v1alpha1.DivisorReadyPods},
+			Division:  &v1alpha1.DivisionStatus{Usable: 40, Extra: 40 % divisor},
 		}
 	}
-
-	if got := change.since(published("cm", "new")); got != nil {
-		t.Errorf("since(the same publication) = %+v, want nil", got)
+	if got := change.since(published("cm", 4, 9)); got != nil {
+		t.Errorf("since(the same arithmetic) = %+v, want nil", got)
 	}
-	got := change.since(published("cm", "old"))
-	if got == nil || got.before == nil || *got.before != (planFigures{5, 8, v1alpha1.DivisorHPADesired}) {
-		t.Errorf("since(an older publication) = %+v, want the figures before", got)
+	got := change.since(published("cm", 5, 8))
+	if got == nil || got.before == nil || got.before.permits != 5 || got.before.divisor != 8 {
+		t.Errorf("since(an older division) = %+v, want the figures before", got)
 	}
-	if got := change.since(published("other-cm", "new")); got == nil {
-		t.Error("since(the same plan in another ConfigMap) = nil, want a change")
+	if got := change.since(published("other-cm", 4, 9)); got == nil {
+		t.Error("since(the same division in another ConfigMap) = nil, want a change")
 	}
 	never := &v1alpha1.DownstreamQuotaStatus{PerPod: &v1alpha1.PerPodPlan{Permits: 5}, Replicas: &v1alpha1.ReplicaStatus{Divisor: 8}}
 	if got := change.since(never); got == nil || got.before != nil {
 		t.Errorf("since(a plan never published) = %+v, want a first publication", got)
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

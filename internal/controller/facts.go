@@ -50,9 +50,10 @@ type facts struct {
 	hpa *hpaFacts
 	// hpaMissing is set when spec.hpaName names an HPA that does not exist.
 	hpaMissing bool
-	// pods are the workload's pods that still exist, terminating ones
-	// included; empty when the workload does not exist.
-	pods []metav1.PartialObjectMetadata
+	// pods are the workload's pods that still exist, terminating and
+	// finished ones included, as the cache keeps them (stripPod); empty
+	// when the workload does not exist.
+	pods []corev1.Pod
 }
 
 // observe reads the facts of q's workload from the cache. A spec the
@@ -155,11 +156,10 @@ func hpaFactsOf(hpa *autoscalingv2.HorizontalPodAutoscaler) *hpaFacts {
 	return h
 }
 
-// listPods returns the metadata of the pods in namespace that match
-// selector, from the manager's metadata-only informer.
-func (r *DownstreamQuotaReconciler) listPods(ctx context.Context, namespace string, selector labels.Selector) ([]metav1.PartialObjectMetadata, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
+// listPods returns the pods in namespace that match selector, from the
+// manager's cache, which keeps of each only what stripPod leaves.
+func (r *DownstreamQuotaReconciler) listPods(ctx context.Context, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
 	if err := r.client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, fmt.Errorf("controller: list pods in %s: %w", namespace, err)
 	}

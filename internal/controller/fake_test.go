@@ -84,7 +84,13 @@ func fakeStatefulSet(name string, replicas int32) *appsv1.StatefulSet {
 }
 
 func fakePod(name string, labels map[string]string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: labels}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: labels},
+		Status: corev1.PodStatus{
+			Phase:      corev1.PodRunning,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
 }
 
 func fakeHPA(name, kind, target string, desired int32) *autoscalingv2.HorizontalPodAutoscaler {

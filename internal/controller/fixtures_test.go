@@ -62,7 +62,7 @@ func newQuota(ns, name, workload string, concurrency int32) *v1alpha1.Downstream
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
 			Downstream:  name + ".example.com",
-			Contract:    v1alpha1.Contract{Concurrency: concurrency},
+			Contract:    &v1alpha1.Contract{Concurrency: concurrency},
 			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
 			Deadline:    metav1.Duration{Duration: 2 * time.Second},
 		},

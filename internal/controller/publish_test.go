@@ -62,7 +62,7 @@ func TestGatePublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation)
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quotaplan.Division{Epoch: string(q.UID), Revision: 1, Pods: map[string]int{"api-0": 5}})
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

@@ -47,13 +47,21 @@ func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
 	}
 	wantReplicas := &v1alpha1.ReplicaStatus{
 		Spec: 4, HPAMax: ptr.To[int32](20), HPACurrent: ptr.To[int32](6), HPADesired: ptr.To[int32](6),
-		ExistingPods: 2, Divisor: 6, DivisorSource: v1alpha1.DivisorHPADesired,
+		ExistingPods: 2, ReadyPods: 2, Divisor: 2, DivisorSource: v1alpha1.DivisorReadyPods,
 	}
 	if diff := cmp.Diff(wantReplicas, q.Status.Replicas); diff != "" {
 		t.Errorf("status.replicas (-want +got):\n%s", diff)
 	}
-	if q.Status.PerPod == nil || q.Status.PerPod.Permits != 6 { // 50 × 80% / 6 = 6.67
-		t.Errorf("status.perPod = %+v, want 6 permits", q.Status.PerPod)
+	if q.Status.PerPod == nil || q.Status.PerPod.Permits != 20 { // 50 × 80% / 2 Ready pods
+		t.Errorf("status.perPod = %+v, want 20 permits", q.Status.PerPod)
+	}
+	wantDivision := &v1alpha1.DivisionStatus{
+		Epoch: "uid-logistics-api", Revision: 1, Usable: 40, Base: 20, HandedOut: 40, Held: 40,
+		Shares: []v1alpha1.ShareCount{{Permits: 20, Pods: 2}},
+		Pods:   []v1alpha1.PodShareStatus{{Name: "search-gateway-a", Permits: 20}, {Name: "search-gateway-b", Permits: 20}},
+	}
+	if diff := cmp.Diff(wantDivision, q.Status.Division); diff != "" {
+		t.Errorf("status.division (-want +got):\n%s", diff)
 	}
 	if q.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration %d, want 1", q.Status.ObservedGeneration)
@@ -73,13 +81,14 @@ func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("published document: %v", err)
 	}
-	if doc.Permits != 6 || doc.Hash != q.Status.ConfigMap.Hash || doc.Generation != 1 {
-		t.Errorf("published %+v, want 6 permits, generation 1 and the status hash %s", doc, q.Status.ConfigMap.Hash)
+	if doc.Permits != 0 || doc.For("search-gateway-a").Permits != 20 || doc.For("search-gateway-b").Permits != 20 ||
+		doc.Hash != q.Status.ConfigMap.Hash || doc.Generation != 1 || doc.Revision != 1 {
+		t.Errorf("published %+v, want 20 permits for each pod, none for a pod not named, generation and revision 1 and the status hash %s", doc, q.Status.ConfigMap.Hash)
 	}
 	if diff := cmp.Diff(configMapLabels("search-gateway"), cm.Labels); diff != "" {
 		t.Errorf("ConfigMap labels (-want +got):\n%s", diff)
 	}
-	if got := env.recorded(); len(got) != 1 || got[0] != "Normal PlanChanged permits 6: divisor 6 (HPA desired replicas); 50 × 80% / 6 = 6.66 per pod; published to ConfigMap search-gateway-backpressure" {
+	if got := env.recorded(); len(got) != 1 || got[0] != "Normal PlanChanged permits 20 per pod: Ready pods 2; 40 usable permits = 20 × 2 + 0; published to ConfigMap search-gateway-backpressure" {
 		t.Errorf("events %q, want one PlanChanged", got)
 	}
 
@@ -122,7 +131,9 @@ func TestReconcileConflictRechecks(t *testing.T) {
 	if res := reconcileQuota(t, env, "payments"); res.RequeueAfter != DefaultConflictRecheck {
 		t.Errorf("Reconcile result %+v, want a recheck after %s", res, DefaultConflictRecheck)
 	}
-	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 1}) {
+	// The division's record is written ahead of any publication, then the
+	// conditions; the foreign ConfigMap is not touched.
+	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 2}) {
 		t.Errorf("writes %v, want only the status", counts)
 	}
 	got := env.recorded()

@@ -3,9 +3,10 @@ package controller
 import (
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // maxPending is the most pod names status.rollout.pending lists.
@@ -15,15 +16,20 @@ const maxPending = 10
 // quota's plan.
 func appliedAnnotation(quota string) string { return v1alpha1.AppliedAnnotationPrefix + quota }
 
-// rolloutStatus counts the pods whose applied annotation for quota carries
-// hash, and names the first maxPending others in name order. Every existing
-// pod counts, terminating ones included, as they still enforce a plan.
-func rolloutStatus(pods []metav1.PartialObjectMetadata, quota, hash string) *v1alpha1.RolloutStatus {
+// rolloutStatus counts the pods whose applied annotation for quota
+// acknowledges current (its epoch and revision), and names the first
+// maxPending others in name order. Every pod that has not finished counts,
+// terminating ones included, as they still enforce a plan.
+func rolloutStatus(pods []corev1.Pod, quota string, current plan.Ack) *v1alpha1.RolloutStatus {
 	key := appliedAnnotation(quota)
-	rs := &v1alpha1.RolloutStatus{Total: int32(len(pods))}
+	rs := &v1alpha1.RolloutStatus{}
 	var pending []string
 	for i := range pods {
-		if pods[i].Annotations[key] == hash {
+		if podFinished(&pods[i]) {
+			continue
+		}
+		rs.Total++
+		if a, err := plan.ParseAck(pods[i].Annotations[key]); err == nil && a == current {
 			rs.Acknowledged++
 		} else {
 			pending = append(pending, pods[i].Name)

@@ -34,7 +34,7 @@ func published() *v1alpha1.DownstreamQuota {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef:   v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "search-gateway"},
 			Downstream:    "logistics.example.com",
-			Contract:      v1alpha1.Contract{Concurrency: 50},
+			Contract:      &v1alpha1.Contract{Concurrency: 50},
 			SafetyPercent: 80,
 		},
 		Status: v1alpha1.DownstreamQuotaStatus{
@@ -64,7 +64,7 @@ func overcommitted() *v1alpha1.DownstreamQuota {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef:   v1alpha1.WorkloadReference{Kind: "StatefulSet", Name: "ledger"},
 			Downstream:    "fraud.example.com",
-			Contract:      v1alpha1.Contract{Concurrency: 4},
+			Contract:      &v1alpha1.Contract{Concurrency: 4},
 			SafetyPercent: 100,
 			BelowOne:      v1alpha1.BelowOneAtLeastOne,
 			ConfigMapName: "ledger-limits",
@@ -89,7 +89,7 @@ func fresh() *v1alpha1.DownstreamQuota {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "search-gateway"},
 			Downstream:  "pricing.internal",
-			Contract:    v1alpha1.Contract{Concurrency: 200},
+			Contract:    &v1alpha1.Contract{Concurrency: 200},
 		},
 	}
 }
