@@ -135,3 +135,29 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 	}
 	return out
 }
+
+// ValidateContract checks a DownstreamContract's spec as its schema does,
+// so that a file that did not pass through an API server gets the same
+// answer; the first problem is a *FieldError naming
+// downstreamContract.spec.<field>.
+func ValidateContract(c v1alpha1.DownstreamContractSpec) error {
+	k := c.Contract
+	field := func(name, format string, args ...any) error {
+		return &FieldError{Field: "downstreamContract.spec." + name, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case k.Concurrency < 1:
+		return field("contract.concurrency", "must be at least 1, got %d", k.Concurrency)
+	case k.RatePerSecond < 0:
+		return field("contract.ratePerSecond", "must not be negative, got %d", k.RatePerSecond)
+	case k.Burst < 0:
+		return field("contract.burst", "must be at least 0, got %d", k.Burst)
+	case k.Burst > 0 && k.RatePerSecond == 0:
+		return field("contract.burst", "requires a rate greater than 0, got %d with no rate", k.Burst)
+	case c.SafetyPercent < 0 || c.SafetyPercent > 100:
+		return field("safetyPercent", "must be between 1 and 100, got %d", c.SafetyPercent)
+	case c.RetryBudgetPerSecond < 0:
+		return field("retryBudgetPerSecond", "must not be negative, got %d", c.RetryBudgetPerSecond)
+	}
+	return validateClusterShare(k, SharedContractField+".clusterShare")
+}
