@@ -411,8 +411,8 @@ func TestSweep(t *testing.T) {
 		"logistics-api: 50 in flight × 80% safety = 40 permits to divide (below one: Strict)",
 		"Every pod holds at least one permit up to 40 replicas; from 41 replicas on Strict gives 40 pods 1 permit and the others none.",
 		"REPLICAS BASE +1 PODS IN USE PREVIOUS QUEUE MAX WAIT WORKERS RATE BURST RETRY BUDGET DIAGNOSTICS",
-		"39 1 1 40 39 0 40ms 1|2 none none 0.25/s|0.5/s WorstLatencyExceedsDeadline, DemandExceedsQuota",
-		"41 0 40 40 0 0 40ms 0|1 none none 0/s|0.25/s QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"39 1 1 40 (100%) 39 (97.5%) 0 40ms 1|2 none none 0.25/s|0.5/s WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"41 0 40 40 (100%) 0 (0%) 0 40ms 0|1 none none 0/s|0.25/s QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
 	} {
 		if !containsSpaced(stdout, want) {
 			t.Errorf("sweep table lacks %q:\n%s", want, stdout)

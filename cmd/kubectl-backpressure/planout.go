@@ -483,7 +483,9 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 		if diags == "" {
 			diags = "-"
 		}
-		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra), fmt.Sprint(r.TotalPermits), fmt.Sprint(previousTotal(r, row.Replicas)),
+		prev := previousTotal(r, row.Replicas)
+		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra),
+			fmt.Sprintf("%d (%s)", r.TotalPermits, shortPercent(r.TotalPermits, r.Usable)), fmt.Sprintf("%d (%s)", prev, shortPercent(prev, r.Usable)),
 			both(func(p sizing.PerPod) string { return fmt.Sprint(p.QueueCapacity) }), r.PerPod.MaxQueueWait.String(),
 			both(func(p sizing.PerPod) string { return fmt.Sprint(p.Workers) }), rate, burst,
 			both(func(p sizing.PerPod) string { return perSec(p.RetryBudgetPerSecond) }), diags)
@@ -494,7 +496,8 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 	_, err := fmt.Fprintln(out, `
 BASE is every pod's permits and +1 PODS the number holding one more; a cell
 "a|b" gives a pod's figure at BASE, then at BASE+1. IN USE is what all pods hold
-at once; PREVIOUS what they held when every pod got BASE.`)
+at once, PREVIOUS what they held when every pod got BASE, each with its part of
+the usable permits.`)
 	return err
 }
 
