@@ -102,7 +102,9 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 		}
 		rateClaims[i] = division.ClaimFloat{Name: c.Key, Weight: w, Demand: rd}
 	}
-	permits := division.FairShare(usable, claims)
+	// A caller without serving pods takes no part, not even of a surplus
+	// the others cannot use: it has no pod to hold a permit.
+	permits := fairShareOfServing(usable, claims, callers)
 	k := contract.Contract
 	cc, safety := int64(ClusterConcurrency(k)), int64(contractSafety(contract))
 	var usableRate float64
@@ -111,7 +113,7 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 	if k.RatePerSecond > 0 {
 		usableRate = float64(k.RatePerSecond) * float64(cc*safety) / float64(100*int64(k.Concurrency))
 		usableBurst = int64(k.Burst) * cc * safety / (100 * int64(k.Concurrency))
-		rates = division.FairShareFloat(usableRate, rateClaims)
+		rates = fairShareFloatOfServing(usableRate, rateClaims, callers)
 	}
 	for i, cl := range claims {
 		p := &out[i]
@@ -160,4 +162,38 @@ func ValidateContract(c v1alpha1.DownstreamContractSpec) error {
 		return field("retryBudgetPerSecond", "must not be negative, got %d", c.RetryBudgetPerSecond)
 	}
 	return validateClusterShare(k, SharedContractField+".clusterShare")
+}
+
+// fairShareOfServing is division.FairShare over the callers with serving
+// pods; the others get 0.
+func fairShareOfServing(total int64, claims []division.Claim, callers []Caller) []int64 {
+	var in []division.Claim
+	var idx []int
+	for i, c := range callers {
+		if c.Serving > 0 {
+			in, idx = append(in, claims[i]), append(idx, i)
+		}
+	}
+	out := make([]int64, len(callers))
+	for j, part := range division.FairShare(total, in) {
+		out[idx[j]] = part
+	}
+	return out
+}
+
+// fairShareFloatOfServing is division.FairShareFloat over the callers with
+// serving pods; the others get 0.
+func fairShareFloatOfServing(total float64, claims []division.ClaimFloat, callers []Caller) []float64 {
+	var in []division.ClaimFloat
+	var idx []int
+	for i, c := range callers {
+		if c.Serving > 0 {
+			in, idx = append(in, claims[i]), append(idx, i)
+		}
+	}
+	out := make([]float64, len(callers))
+	for j, part := range division.FairShareFloat(total, in) {
+		out[idx[j]] = part
+	}
+	return out
 }

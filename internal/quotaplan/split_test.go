@@ -119,3 +119,19 @@ func TestCallerDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitLeavesNothingToACallerWithoutPods gives the whole surplus to the
+// callers that can hold it: a caller without a Ready pod gets nothing even
+// when the others' demands leave permits over.
+func TestSplitLeavesNothingToACallerWithoutPods(t *testing.T) {
+	contract := v1alpha1.DownstreamContractSpec{Contract: v1alpha1.Contract{Concurrency: 50}}
+	small := int32(10)
+	callers := []Caller{
+		{Key: "a/ledger", Spec: v1alpha1.DownstreamQuotaSpec{Demand: &v1alpha1.Demand{InFlight: &small}}, Serving: 2},
+		{Key: "b/ledger", Spec: v1alpha1.DownstreamQuotaSpec{Weight: 5}, Serving: 0},
+	}
+	parts := Split(contract, callers)
+	if parts[0].Part.Permits != 40 || parts[1].Part.Permits != 0 {
+		t.Errorf("parts %d and %d, want 40 (its demand of 10 and the surplus) and 0", parts[0].Part.Permits, parts[1].Part.Permits)
+	}
+}
