@@ -74,9 +74,10 @@ func CallerWeight(spec v1alpha1.DownstreamQuotaSpec) int32 { return max(spec.Wei
 // weighted max-min fairness capped at each caller's demand
 // (division.FairShare), and the usable rate with them (FairShareFloat, the
 // demand in calls per second); each caller's burst follows its part of the
-// rate and its retry budget its part of the permits. The arithmetic is the
-// operator's (internal/controller's split), so that kubectl-backpressure
-// shows the parts the operator hands out. Parts are aligned with callers.
+// rate and its retry budget its part of the permits. A caller without
+// serving pods gets nothing. The operator's DownstreamContract controller
+// and kubectl-backpressure both call it, so the CLI shows the parts the
+// operator hands out. Parts are aligned with callers.
 func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerPart {
 	out := make([]CallerPart, len(callers))
 	if len(callers) == 0 {
