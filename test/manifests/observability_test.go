@@ -75,7 +75,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	// A config source registers the reload metrics once it has read a
 	// valid plan.
 	dir := t.TempDir()
-	doc := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: 5, QueueCapacity: 9,
+	doc := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "e1", Revision: 1, Permits: 5, QueueCapacity: 9,
 		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22, DeadlineSeconds: 2, Workers: 5}
 	doc.Hash = plan.Hash(doc)
 	data, err := plan.Marshal(doc)

@@ -70,13 +70,20 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	if err := k8s.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	// As the kubelet would once the pod passes its readiness probe: the
+	// usable permits are divided over the Ready pods.
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := k8s.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
 
 	// The manager runs for the whole test: the last step reconciles again.
 	reconcile, quotaMetrics := startOperator(ctx, t, impersonate(admin, operatorUser), k8s)
 	if !t.Run("manager reconciles the sample quota as its ServiceAccount", func(t *testing.T) {
 		q := reconcile(t)
-		if q.Status.PerPod == nil || q.Status.PerPod.Permits != 5 {
-			t.Fatalf("status.perPod = %+v, want 5 permits: 50 × 80%% / 8 replicas", q.Status.PerPod)
+		if q.Status.PerPod == nil || q.Status.PerPod.Permits != 40 {
+			t.Fatalf("status.perPod = %+v, want 40 permits: 50 × 80%% over the one Ready pod", q.Status.PerPod)
 		}
 		ready := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady)
 		if ready == nil || ready.Status != metav1.ConditionTrue {
@@ -90,8 +97,8 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the published plan: %v", err)
 		}
-		if doc.Permits != 5 || doc.Hash != q.Status.ConfigMap.Hash {
-			t.Errorf("published plan has %d permits and hash %s, want 5 and status's %s", doc.Permits, doc.Hash, q.Status.ConfigMap.Hash)
+		if got := doc.For(samplePod).Permits; got != 40 || doc.Hash != q.Status.ConfigMap.Hash {
+			t.Errorf("published plan gives the pod %d permits and has hash %s, want 40 and status's %s", got, doc.Hash, q.Status.ConfigMap.Hash)
 		}
 		// The PlanChanged event proves the events.k8s.io grant.
 		waitFor(ctx, t, "a PlanChanged event about the quota", func() (bool, error) {
@@ -112,7 +119,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 
 	t.Run("the leader exports the quota's metrics", func(t *testing.T) {
 		waitFor(ctx, t, "backpressure_quota_permits from the manager's cache", func() (bool, error) {
-			return gaugeValue(quotaMetrics, "backpressure_quota_permits", map[string]string{"namespace": "shop", "quota": sampleQuota}) == 5, nil
+			return gaugeValue(quotaMetrics, "backpressure_quota_permits", map[string]string{"namespace": "shop", "quota": sampleQuota}) == 40, nil
 		})
 	})
 
@@ -152,8 +159,8 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	app := impersonate(admin, appUser)
 	t.Run("application follows its ConfigMap as its ServiceAccount", func(t *testing.T) {
 		u := followConfigMap(ctx, t, app, nil)
-		if p := u.Plans[sampleQuota]; p.Permits != 5 {
-			t.Errorf("the application read %d permits for %s, want 5", p.Permits, sampleQuota)
+		if p := u.Plans[sampleQuota].For(samplePod); p.Permits != 40 {
+			t.Errorf("the application read %d permits for %s, want 40", p.Permits, sampleQuota)
 		}
 	})
 	appDenials := []canI{
@@ -188,7 +195,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 		}
 		env := map[string]string{reload.EnvPodName: samplePod, reload.EnvPodNamespace: "shop"}
 		u := followConfigMap(ctx, t, app, &reload.AckOptions{Getenv: func(k string) string { return env[k] }})
-		want := u.Plans[sampleQuota].Hash
+		want := plan.AckFor(u.Plans[sampleQuota]).String()
 		waitFor(ctx, t, "the pod's acknowledgement", func() (bool, error) {
 			var p corev1.Pod
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
