@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -61,7 +62,7 @@ func delayed(src runtime.Source, delay time.Duration) runtime.Source {
 		return src
 	}
 	return func(ctx context.Context, opts reload.Options) (runtime.PlanSource, error) {
-		d := &delayedSource{delay: delay, apply: opts.Subscriber, queue: make(chan timedUpdate, 1024)}
+		d := &delayedSource{delay: delay, apply: opts.Subscriber, queue: make(chan timedUpdate, 1024), stopped: make(chan struct{})}
 		opts.Subscriber = d.enqueue
 		inner, err := src(ctx, opts)
 		if err != nil {
@@ -78,6 +79,10 @@ type delayedSource struct {
 	delay time.Duration
 	apply reload.Subscriber
 	queue chan timedUpdate
+	// stopped is closed when Start stops applying, so that a source still
+	// delivering then cannot block on a full queue.
+	stopped chan struct{}
+	started atomic.Bool
 }
 
 type timedUpdate struct {
@@ -87,18 +92,23 @@ type timedUpdate struct {
 
 // enqueue is the inner source's subscriber. It blocks only when a thousand
 // updates are already waiting, which slows the source rather than dropping
-// a plan.
+// a plan, and never once Start has stopped applying.
 func (d *delayedSource) enqueue(u reload.Update) {
-	d.queue <- timedUpdate{u: u, at: time.Now().Add(d.delay)}
+	select {
+	case d.queue <- timedUpdate{u: u, at: time.Now().Add(d.delay)}:
+	case <-d.stopped:
+	}
 }
 
 // Start runs the inner source and applies what it delivers, each update
 // delay after it arrived, until ctx ends; updates still waiting then are
 // dropped, as the process is stopping.
 func (d *delayedSource) Start(ctx context.Context) error {
-	done := make(chan struct{})
+	if !d.started.CompareAndSwap(false, true) {
+		return d.PlanSource.Start(ctx) // the inner source's error for a second Start
+	}
 	go func() {
-		defer close(done)
+		defer close(d.stopped)
 		for {
 			select {
 			case <-ctx.Done():
@@ -116,7 +126,7 @@ func (d *delayedSource) Start(ctx context.Context) error {
 		}
 	}()
 	err := d.PlanSource.Start(ctx)
-	<-done
+	<-d.stopped
 	return err
 }
 
