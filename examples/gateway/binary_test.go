@@ -155,7 +155,7 @@ func TestStartWithoutAValidPlan(t *testing.T) {
 	}{
 		{"empty directory", nil, true, "no valid plan document"},
 		{"only another gate's plan", map[string]string{"payments.json": string(otherData)}, false, `no valid plan document for gate "logistics-api"`},
-		{"an invalid plan", map[string]string{"logistics-api.json": `{"version":1,"gate":"logistics-api"}`}, false, "permits: required"},
+		{"an invalid plan", map[string]string{"logistics-api.json": `{"version":2,"gate":"logistics-api"}`}, false, "permits: required"},
 		{"no directory", nil, true, "no such file or directory"},
 	}
 	for _, tt := range tests {

@@ -27,6 +27,7 @@ type config struct {
 	inboundPermits  int
 	metricsListen   string
 	shutdownTimeout time.Duration
+	applyDelay      time.Duration
 }
 
 // parseConfig reads the command line; getenv supplies the namespace's
@@ -43,12 +44,13 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
 	fs.StringVar(&c.planDir, "plan-dir", "", "read the plan from a mounted directory (one <gate>.json per gate) instead of --configmap")
-	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <hash>")
+	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
 	fs.IntVar(&c.maxRetries, "max-retries", 0, "retries of a failed downstream call")
 	fs.BoolVar(&c.retryOn429, "retry-on-429", false, "treat the downstream's 429 as retryable (reproduces the classic incident)")
 	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
+	fs.DurationVar(&c.applyDelay, "apply-delay", 0, "fault injection for tests: apply every new plan this long after it arrives (a laggard pod)")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -87,6 +89,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
+	}
+	if c.applyDelay < 0 {
+		errs = append(errs, fmt.Errorf("--apply-delay %v must not be negative", c.applyDelay))
 	}
 	return c, errors.Join(errs...)
 }

@@ -39,10 +39,11 @@ func TestParseConfig(t *testing.T) {
 		name: "every flag",
 		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
 			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
-			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s"),
+			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--apply-delay", "5s"),
 		want: with(func(c *config) {
 			c.listen, c.planDir, c.namespace, c.kubeconfig, c.acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
 			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
+			c.applyDelay = 5 * time.Second
 		}),
 	}, {
 		name:    "nothing",
@@ -57,8 +58,8 @@ func TestParseConfig(t *testing.T) {
 		wantErr: `--downstream "logistics:8080" is not an http or https URL`,
 	}, {
 		name:    "out of range",
-		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s"),
-		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive",
+		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s", "--apply-delay", "-1s"),
+		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive; --apply-delay -1s must not be negative",
 	}, {
 		name:    "unknown flag",
 		args:    append(required, "--plan-dir", "/d", "--retries", "1"),

@@ -16,8 +16,9 @@ import (
 )
 
 // The ConfigMap source against a real API server: the gateway follows the
-// ConfigMap and, with --acknowledge, annotates its own pod with the hash of
-// every plan it applies.
+// ConfigMap, enforces the share its pod ($POD_NAME) is given, and, with
+// --acknowledge, annotates its own pod with "<epoch>/<revision>" of every
+// plan it enforces and "<epoch>/released" when it stops.
 func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 	env, err := testenv.New()
 	if err != nil {
@@ -67,23 +68,29 @@ func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 		"--configmap", cmName, "--kubeconfig", kubeconfig, "--acknowledge")
 	addr := p.address(t)
 	annotation := reload.AppliedAnnotationPrefix + testGate
-	waitForAnnotation(t, client, ns, podName, annotation, first.Hash)
+	waitForAnnotation(t, client, ns, podName, annotation, plan.AckFor(first).String())
 
-	// A new plan in the ConfigMap: applied, logged and acknowledged.
+	// A new plan in the ConfigMap giving this pod a share of its own:
+	// applied, logged and acknowledged.
 	second := testPlan(5, 0)
+	second.Pods = map[string]plan.PodShare{
+		podName:                     {Permits: 3, Workers: 3, RetryBudgetPerSecond: 10},
+		"search-gateway-7d9f-other": {Permits: 7, Workers: 7, RetryBudgetPerSecond: 10},
+	}
+	second.Hash = plan.Hash(second)
 	cm.Data[plan.KeyFor(testGate)] = mustMarshal(t, second)
 	updated := time.Now()
 	if _, err := client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitForAnnotation(t, client, ns, podName, annotation, second.Hash)
+	waitForAnnotation(t, client, ns, podName, annotation, plan.AckFor(second).String())
 	var applied map[string]any
 	for _, e := range withMsg(p.log.entries(t), "Applied plan") {
 		if e["hash"] == second.Hash {
 			applied = e
 		}
 	}
-	if applied == nil || applied["permits"] != float64(5) {
+	if applied == nil || applied["permits"] != float64(3) {
 		t.Fatalf("no Applied plan line for the new plan:\n%s", p.log)
 	}
 	at, err := time.Parse(time.RFC3339Nano, applied["time"].(string))
@@ -101,6 +108,8 @@ func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit code %d:\n%s", code, p.log)
 	}
+	// The share was handed back before the process exited.
+	waitForAnnotation(t, client, ns, podName, annotation, plan.Ack{Epoch: second.Epoch, Released: true}.String())
 }
 
 func waitForAnnotation(t *testing.T, client kubernetes.Interface, ns, pod, key, want string) {

@@ -307,3 +307,40 @@ func TestShutdownTimeout(t *testing.T) {
 	}
 	ds.unhold()
 }
+
+// --apply-delay makes a laggard: the first plan is in force at start, every
+// later one is applied that long after it arrives, in order.
+func TestApplyDelayAppliesEveryNewPlanLate(t *testing.T) {
+	const delay = 500 * time.Millisecond
+	ds := newDownstream(t)
+	dir := t.TempDir()
+	writePlan(t, dir, testPlan(1, 0))
+	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir, "--apply-delay", delay.String())
+
+	written := map[string]time.Time{}
+	for _, permits := range []int{2, 3} {
+		d := testPlan(permits, 0)
+		written[d.Hash] = time.Now()
+		writePlan(t, dir, d)
+		time.Sleep(delay / 5) // both plans wait at once
+	}
+	var order []int
+	eventually(t, 10*time.Second, "both plans are applied", func() bool {
+		order = order[:0]
+		for _, e := range withMsg(gw.log.entries(t), "Applied plan") {
+			order = append(order, int(e["permits"].(float64)))
+			w, ok := written[e["hash"].(string)]
+			if !ok {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, e["time"].(string))
+			if err != nil || at.Sub(w) < delay {
+				t.Fatalf("plan %v applied %v after it was written, want at least %v (err %v)", e["permits"], at.Sub(w), delay, err)
+			}
+		}
+		return len(order) == 3
+	})
+	if diff := cmp.Diff([]int{1, 2, 3}, order); diff != "" {
+		t.Errorf("applied permits (-want +got):\n%s", diff)
+	}
+}

@@ -21,10 +21,12 @@ import (
 
 const testGate = "logistics-api"
 
-// testPlan returns a valid plan for the test gate.
+// testPlan returns a valid plan for the test gate, every pod getting the
+// same share; plans with other permits or queues are other revisions.
 func testPlan(permits, queue int) plan.Document {
 	d := plan.Document{
 		Version: plan.CurrentVersion, Gate: testGate, Downstream: "logistics.example.com", Generation: 1,
+		Epoch: "e1", Revision: int64(permits)*1000 + int64(queue) + 1,
 		Permits: permits, QueueCapacity: queue, MaxQueueWaitSeconds: 1, AcquireTimeoutSeconds: 1,
 		LatencySeconds: 0.001, DeadlineSeconds: 10, Workers: permits, RetryBudgetPerSecond: 10,
 	}

@@ -10,8 +10,10 @@
 // downstream; a downstream error is a 502 with X-Downstream-Status. Retries
 // (--max-retries) draw on the plan's retry budget. An inbound gate
 // (--inbound-permits) protects the process itself. SIGTERM drains in-flight
-// requests. Logs are JSON lines on stderr: "Serving", "Applied plan" for
-// every plan put in force, "Stopped".
+// requests, then hands the pod's share back (see runtime.Runtime.Start).
+// The gate enforces the pod's own share of each plan, picked by $POD_NAME.
+// Logs are JSON lines on stderr: "Serving", "Applied plan" for every plan
+// put in force, "Stopped".
 package main
 
 import (
@@ -24,7 +26,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -69,6 +70,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		Registerer: reg,
 		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan
 		Ack:        ack,
+		// Start drains the gate after the server has finished its requests,
+		// so little is left; the whole shutdown is bounded anyway.
+		DrainTimeout: cfg.shutdownTimeout,
 	})
 	if err != nil {
 		return err
@@ -110,8 +114,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	log.Info("Serving", "address", ln.Addr().String())
 
 	sourceCtx, stopSource := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = rt.Start(sourceCtx) }) // resizes the gate on every plan change
+	started := make(chan error, 1)
+	go func() { started <- rt.Start(sourceCtx) }() // resizes the gate on every plan change
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -120,24 +124,41 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case failed = <-serveErr: // the listener broke
 	}
-	stopSource()
-	wg.Wait()
-	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, rt))
+	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, rt, stopSource, started))
 }
 
-// shutdown stops accepting connections, waits for in-flight requests (and
-// their downstream calls) to finish, then stops the rest.
-func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Server, rt *runtime.Runtime) error {
+// shutdown stops accepting connections and waits for in-flight requests
+// (and their downstream calls) to finish; then it ends the Runtime's Start,
+// which closes the gate, waits for anything still in flight on it and
+// annotates the pod "<epoch>/released" (with --acknowledge), so that the
+// operator hands this pod's share to the others before the process exits;
+// then it stops the rest. In that order the gate stays open for as long as
+// requests are being finished.
+func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Server, rt *runtime.Runtime,
+	stopSource context.CancelFunc, started <-chan error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	var errs []error
 	if err := srv.Shutdown(ctx); err != nil {
-		return fmt.Errorf("in-flight requests did not finish within %v: %w", timeout, err)
+		errs = append(errs, fmt.Errorf("in-flight requests did not finish within %v: %w", timeout, err))
+	}
+	stopSource()
+	select {
+	case err := <-started:
+		if err != nil {
+			errs = append(errs, err)
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("the gate was not drained and released within %v", timeout))
 	}
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(ctx)
 	}
 	if err := rt.Shutdown(ctx); err != nil {
-		return err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	log.Info("Stopped")
 	return nil

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -11,8 +14,8 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
-// planSource returns where the plans come from, and the acknowledgement
-// options when --acknowledge is on.
+// planSource returns where the plans come from (delayed by --apply-delay),
+// and the acknowledgement options when --acknowledge is on.
 func planSource(c config) (runtime.Source, *reload.AckOptions, error) {
 	var client kubernetes.Interface
 	if c.configMap != "" || c.acknowledge {
@@ -26,9 +29,9 @@ func planSource(c config) (runtime.Source, *reload.AckOptions, error) {
 		ack = &reload.AckOptions{Client: client}
 	}
 	if c.configMap != "" {
-		return runtime.FromConfigMap(client, c.namespace, c.configMap), ack, nil
+		return delayed(runtime.FromConfigMap(client, c.namespace, c.configMap), c.applyDelay), ack, nil
 	}
-	return runtime.FromDir(c.planDir), ack, nil
+	return delayed(runtime.FromDir(c.planDir), c.applyDelay), ack, nil
 }
 
 // kubeClient connects with the kubeconfig at path, or in-cluster without one.
@@ -45,4 +48,92 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 	}
 	cfg.UserAgent = "backpressure-example-gateway"
 	return kubernetes.NewForConfig(cfg)
+}
+
+// delayed wraps src so that every update it delivers after the first is put
+// in force delay late: a fault-injection hook (--apply-delay) that makes
+// this pod a laggard, so that tests can watch the operator wait for its
+// acknowledgement before handing its capacity to others. The plans New
+// reads at start are applied at once. Updates keep their order; the source
+// goes on reading while they wait, and the Runtime acknowledges a revision
+// only once it enforces it, so the acknowledgement is late too.
+func delayed(src runtime.Source, delay time.Duration) runtime.Source {
+	if delay <= 0 {
+		return src
+	}
+	return func(ctx context.Context, opts reload.Options) (runtime.PlanSource, error) {
+		d := &delayedSource{delay: delay, apply: opts.Subscriber, queue: make(chan timedUpdate, 1024), stopped: make(chan struct{})}
+		opts.Subscriber = d.enqueue
+		inner, err := src(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		d.PlanSource = inner
+		return d, nil
+	}
+}
+
+// delayedSource is the PlanSource delayed returns.
+type delayedSource struct {
+	runtime.PlanSource
+	delay time.Duration
+	apply reload.Subscriber
+	queue chan timedUpdate
+	// stopped is closed when Start stops applying, so that a source still
+	// delivering then cannot block on a full queue.
+	stopped chan struct{}
+	started atomic.Bool
+}
+
+type timedUpdate struct {
+	u  reload.Update
+	at time.Time // when to apply u
+}
+
+// enqueue is the inner source's subscriber. It blocks only when a thousand
+// updates are already waiting, which slows the source rather than dropping
+// a plan, and never once Start has stopped applying.
+func (d *delayedSource) enqueue(u reload.Update) {
+	select {
+	case d.queue <- timedUpdate{u: u, at: time.Now().Add(d.delay)}:
+	case <-d.stopped:
+	}
+}
+
+// Start runs the inner source and applies what it delivers, each update
+// delay after it arrived, until ctx ends; updates still waiting then are
+// dropped, as the process is stopping.
+func (d *delayedSource) Start(ctx context.Context) error {
+	if !d.started.CompareAndSwap(false, true) {
+		return d.PlanSource.Start(ctx) // the inner source's error for a second Start
+	}
+	go func() {
+		defer close(d.stopped)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case tu := <-d.queue:
+				t := time.NewTimer(time.Until(tu.at))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				d.apply(tu.u)
+			}
+		}
+	}()
+	err := d.PlanSource.Start(ctx)
+	<-d.stopped
+	return err
+}
+
+// Release passes the release on to the inner source when it can release.
+func (d *delayedSource) Release(ctx context.Context, gates []string) error {
+	if r, ok := d.PlanSource.(runtime.Releaser); ok {
+		return r.Release(ctx, gates)
+	}
+	return nil
 }

@@ -124,7 +124,10 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-f.stopped:
+		case err := <-f.stopped:
+			if err != nil {
+				t.Errorf("Start: %v", err)
+			}
 		case <-time.After(20 * time.Second):
 			t.Error("Start did not return")
 		}
@@ -167,11 +170,11 @@ func (f *ackFixture) waitForAck(want string) {
 	}
 }
 
-// keepsAck fails unless the pod carries want throughout d: long enough for
-// several polls of the runtime and a patch round trip.
-func (f *ackFixture) keepsAck(want string, d time.Duration) {
+// keepsAck fails unless the pod carries want throughout settle: long
+// enough for many polls of the runtime and a patch round trip.
+func (f *ackFixture) keepsAck(want string) {
 	f.t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(settle); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if got := f.ack(); got != want {
 			f.t.Fatalf("acknowledgement %q, want it to stay %q", got, want)
 		}
@@ -194,7 +197,7 @@ func (f *ackFixture) hold(n int) []gate.Permit {
 // share returns revision rev of the gate's plan, giving ackPod the given
 // permits and every other pod two.
 func share(rev int64, permits int) plan.Document {
-	return divided(ackGate, 2, rev, map[string]int{ackPod: permits, "gateway-b": 2})
+	return divided(2, rev, map[string]int{ackPod: permits, "gateway-b": 2})
 }
 
 const settle = 400 * time.Millisecond
@@ -207,10 +210,10 @@ func TestAckWaitsForAttrition(t *testing.T) {
 	held := f.hold(4)
 
 	f.publish(share(2, 1))
-	f.keepsAck("epoch-1/1", settle) // 4 in flight, 1 allowed
+	f.keepsAck("epoch-1/1") // 4 in flight, 1 allowed
 	held[0].Release()
 	held[1].Release()
-	f.keepsAck("epoch-1/1", settle) // 2 in flight, 1 allowed
+	f.keepsAck("epoch-1/1") // 2 in flight, 1 allowed
 	held[2].Release()
 	f.waitForAck("epoch-1/2") // 1 in flight: within the new share
 
@@ -236,24 +239,24 @@ func TestAckNewerRevisionSupersedes(t *testing.T) {
 
 	f.publish(share(2, 1)) // waits for 1 in flight
 	f.publish(share(3, 2)) // supersedes it: waits for 2
-	f.keepsAck("epoch-1/1", settle)
+	f.keepsAck("epoch-1/1")
 	held[0].Release()
 	held[1].Release()
 	f.waitForAck("epoch-1/3")
 	held[2].Release()
 	held[3].Release() // now within revision 2's share too
-	f.keepsAck("epoch-1/3", settle)
+	f.keepsAck("epoch-1/3")
 
 	// A larger share superseding a waiting smaller one is acknowledged at once.
 	held = f.hold(2)
 	f.publish(share(4, 0))
-	f.keepsAck("epoch-1/3", settle)
+	f.keepsAck("epoch-1/3")
 	f.publish(share(5, 3))
 	f.waitForAck("epoch-1/5")
 	for i := range held {
 		held[i].Release()
 	}
-	f.keepsAck("epoch-1/5", settle)
+	f.keepsAck("epoch-1/5")
 }
 
 // When Start's context ends, the pod writes "<epoch>/released" only once its
@@ -271,7 +274,7 @@ func TestReleaseOnShutdownAfterDrain(t *testing.T) {
 		return err != nil
 	})
 	held[0].Release()
-	f.keepsAck("epoch-1/1", settle) // one call still in flight
+	f.keepsAck("epoch-1/1") // one call still in flight
 	select {
 	case err := <-f.stopped:
 		t.Fatalf("Start returned (%v) with a call in flight", err)

@@ -25,6 +25,15 @@
 // FromConfigMap(client, namespace, name) follows the ConfigMap through the API
 // server instead of a mounted volume, within a second of each change.
 //
+// # This pod's share
+//
+// A plan document divides a gate's capacity among the workload's pods: a
+// base share, and a share of its own for each pod it names (see package
+// plan). The Runtime enforces plan.Document.For(pod), where pod is
+// Options.PodName or, by default, $POD_NAME from the downward API; a pod
+// the document does not name, or whose name is unknown, enforces the base
+// share. Below, "plan" means that view of the document.
+//
 // # What the Runtime keeps
 //
 // For every gate the source has a valid plan for, the Runtime keeps
@@ -41,6 +50,36 @@
 // for what a resize guarantees to calls in flight), so a pointer obtained once
 // stays valid. Every plan put in force is logged as "Applied plan" and passed
 // to Options.OnApplied.
+//
+// # Acknowledgement: handing capacity over
+//
+// The operator moves capacity to a pod only after the pods giving it up
+// have acknowledged their smaller share. With Options.Ack, the pod is
+// annotated with applied.backpressure.dev/<gate>: "<epoch>/<revision>"
+// (plan.Ack) once
+//
+//   - the gate enforces that revision, and
+//   - the calls in flight on the gate are within the permits the revision
+//     gives this pod.
+//
+// A smaller share never pre-empts calls in flight (see gate.Gate.Update):
+// the gate admits nobody new until enough calls have ended, and the
+// Runtime, which polls the gate's in-flight count every 10ms while a
+// revision waits, acknowledges it then. A larger or equal share is
+// acknowledged at once. A newer revision supersedes one still waiting, so
+// the annotation always names the newest revision the pod enforces within
+// its share.
+//
+// # Shutdown: releasing the shares
+//
+// When Start's context ends, the Runtime closes every gate (it admits
+// nothing ever again), waits up to Options.DrainTimeout (30s) for the calls
+// in flight to end, and then, with Options.Ack, annotates the pod with
+// "<epoch>/released" for every gate that has drained, trying for up to
+// Options.ReleaseTimeout (10s), before Start returns. The operator then
+// gives a terminating pod's share to the others without waiting for the pod
+// to disappear. So stop taking requests first (http.Server.Shutdown), then
+// end Start's context, then exit.
 //
 // # Missing gates
 //
@@ -60,6 +99,7 @@
 // # What the pod needs
 //
 // With FromConfigMap, a Role granting get, list and watch on the one
-// ConfigMap (resourceNames may name it). With Options.Ack, patch on pods and
-// the environment variables POD_NAME and POD_NAMESPACE from the downward API.
+// ConfigMap (resourceNames may name it). The environment variable POD_NAME
+// from the downward API, so that the pod enforces its own share. With
+// Options.Ack, also patch on pods and POD_NAMESPACE.
 package runtime

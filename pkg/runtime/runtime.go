@@ -170,9 +170,6 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	}
 	var ack *reload.AckOptions
 	r.pod, ack = podName(opts)
-	if r.pod == "" {
-		log.Info("This pod's name is unknown; enforcing the base share of every plan", "podNameVar", reload.EnvPodName)
-	}
 
 	r.src, err = src(ctx, reload.Options{
 		Subscriber: r.apply,
@@ -190,6 +187,9 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
 				reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
 		}
+	}
+	if r.pod == "" {
+		log.Info("This pod's name is unknown; enforcing the base share of every plan", "podNameVar", reload.EnvPodName)
 	}
 	for _, name := range slices.Sorted(maps.Keys(plans)) {
 		if err := r.put(plans[name]); err != nil {

@@ -16,9 +16,10 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
-// divided returns doc(gate, base) with its own share for each pod in own.
-func divided(gate string, base int, revision int64, own map[string]int) plan.Document {
-	d := doc(gate, base)
+// divided returns doc("logistics-api", base) with its own share for each
+// pod in own.
+func divided(base int, revision int64, own map[string]int) plan.Document {
+	d := doc("logistics-api", base)
 	d.Revision = revision
 	d.Pods = map[string]plan.PodShare{}
 	for pod, permits := range own {
@@ -29,7 +30,7 @@ func divided(gate string, base int, revision int64, own map[string]int) plan.Doc
 }
 
 func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
-	d := divided("logistics-api", 4, 1, map[string]int{"gateway-a": 6, "gateway-b": 0})
+	d := divided(4, 1, map[string]int{"gateway-a": 6, "gateway-b": 0})
 	tests := []struct {
 		name    string
 		pod     string // Options.PodName
@@ -78,7 +79,7 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 
 func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, divided("logistics-api", 4, 1, map[string]int{"gateway-a": 6}))
+	writePlan(t, dir, divided(4, 1, map[string]int{"gateway-a": 6}))
 	events := newApplied()
 	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{PodName: "gateway-a", OnApplied: events.hook})
 	if err != nil {
@@ -88,13 +89,13 @@ func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 	start(t, rt)
 
 	// Another pod's share changes: a new revision, the same share for us.
-	writePlan(t, dir, divided("logistics-api", 4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
+	writePlan(t, dir, divided(4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
 	x := events.next(t)
 	if x.Limits.Permits != 6 || x.Plan.Revision != 2 {
 		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Limits.Permits, x.Plan.Revision)
 	}
 	// Our entry goes away: the base share applies.
-	writePlan(t, dir, divided("logistics-api", 4, 3, map[string]int{"gateway-b": 2}))
+	writePlan(t, dir, divided(4, 3, map[string]int{"gateway-b": 2}))
 	if x := events.next(t); x.Limits.Permits != 4 || x.Plan.Revision != 3 {
 		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Limits.Permits, x.Plan.Revision)
 	}

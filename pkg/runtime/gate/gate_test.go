@@ -590,16 +590,15 @@ func TestAcquireReleaseDoesNotAllocate(t *testing.T) {
 func TestInFlightFollowsAdmissionsAndReleases(t *testing.T) {
 	ctx := context.Background()
 	g := mustNew(t, gate.Limits{Permits: 3, QueueCapacity: 1, MaxQueueWait: time.Minute})
-	var held []gate.Permit
-	for i := range 3 {
+	var held [3]gate.Permit
+	for i := range held {
 		if got := g.InFlight(); got != i {
 			t.Fatalf("InFlight = %d, want %d", got, i)
 		}
-		p, err := g.Acquire(ctx)
-		if err != nil {
+		var err error
+		if held[i], err = g.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, p)
 	}
 	// A waiter is not in flight.
 	waited := make(chan error, 1)

@@ -60,11 +60,12 @@
 //
 // version is a major version. A reader rejects every version other than
 // CurrentVersion (2) with an error matching ErrUnsupportedVersion; a pod
-// that reads a version 1 document keeps its last good plan. Within a major version a writer may only add optional
-// fields whose absence keeps today's meaning; readers ignore fields they do
-// not know, so an older runtime keeps working with a newer operator. Any
-// change that an older reader would misread (a new required field, a changed
-// unit or meaning) needs a new major version.
+// that reads a version 1 document keeps its last good plan. Within a major
+// version a writer may only add optional fields whose absence keeps today's
+// meaning; readers ignore fields they do not know, so an older runtime
+// keeps working with a newer operator. Any change that an older reader
+// would misread (a new required field, a changed unit or meaning) needs a
+// new major version.
 //
 // # Hash
 //

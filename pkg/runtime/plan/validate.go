@@ -160,7 +160,7 @@ func validEpoch(s string) string {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' {
 			return fmt.Sprintf("must be 1 to %d characters of [A-Za-z0-9-], got %q", MaxEpochLength, s)
 		}
 	}

@@ -1,6 +1,7 @@
-// Package reload delivers a workload's per-pod plans, as published by the
+// Package reload delivers a workload's plans, as published by the
 // backpressure operator, to the code that enforces them, and keeps them
-// current while the process runs.
+// current while the process runs. Updates carry the whole documents; the
+// subscriber picks its own pod's share (plan.Document.For).
 //
 // Two sources read the same documents (see package plan) with the same
 // validation: ConfigMapSource follows the ConfigMap through the API server
@@ -24,7 +25,9 @@
 //     force, through a Registerer the caller injects (nil: no metrics are
 //     registered; the global registry is never used);
 //   - optionally acknowledge each plan by annotating their own pod with
-//     applied.backpressure.dev/<gate>: <hash> (see AckOptions).
+//     applied.backpressure.dev/<gate>: "<epoch>/<revision>" once
+//     Options.Enforced says the pod enforces it within its share, and
+//     with "<epoch>/released" on Release (see AckOptions and plan.Ack).
 //
 // Start blocks until its context ends, like controller-runtime's
 // certwatcher, which this package follows.
