@@ -193,6 +193,11 @@ func TestNamespacedInstallReconciles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The chart's namespaced install applies too (not for real: the overlay
+	// is what the manager runs with below).
+	if out, stderr, err := kubectl.Run("apply", "--dry-run=server", "-f", writeTemp(t, helmTemplate(t, "watchNamespaces={"+watchedNamespace+"}"))); err != nil {
+		t.Fatalf("kubectl apply --dry-run=server the chart with watchNamespaces: %v\n%s%s", err, out, stderr)
+	}
 	install := kustomize(t, "config/namespaced")
 	apply(t, kubectl, install)
 	samples := kustomize(t, "config/samples")
@@ -287,6 +292,22 @@ func TestNamespacedInstallReconciles(t *testing.T) {
 			c.check(t, kubectl, operatorUser)
 		}
 	})
+}
+
+// writeTemp writes data to a file in a fresh temporary directory (kubectl
+// splits -f at commas, which test names hold) and returns its path.
+func writeTemp(t *testing.T, data []byte) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "manifests-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	path := filepath.Join(dir, "objects.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // inNamespace returns the rendered objects moved into namespace, without
