@@ -8,6 +8,9 @@
 //
 //	manager --kubeconfig=$HOME/.kube/config --leader-election-namespace=default
 //
+// With --watch-namespaces the manager reads and writes only in the namespaces
+// listed, and needs permissions only there (config/namespaced).
+//
 // Leader election is on by default. Its lease lives in
 // --leader-election-namespace, or else in the pod's own namespace, or else,
 // outside a cluster, in the kubeconfig context's namespace. Metrics are
@@ -25,14 +28,17 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -80,6 +86,7 @@ type options struct {
 	leaderElectionID        string
 	workers                 int
 	conflictRecheck         time.Duration
+	watchNamespaces         []string
 	zap                     zap.Options
 }
 
@@ -100,6 +107,11 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "backpressure-operator.backpressure.dev", "Name of the leader election lease.")
 	fs.IntVar(&o.workers, "max-concurrent-reconciles", 4, "Quotas reconciled at once.")
 	fs.DurationVar(&o.conflictRecheck, "conflict-recheck", controller.DefaultConflictRecheck, "How often a quota whose ConfigMap name is taken by a ConfigMap the operator does not own checks again.")
+	fs.Func("watch-namespaces", "Comma-separated namespaces whose quotas the manager reconciles, and the only ones it reads and writes; default: every namespace. The leader election lease is not affected.", func(v string) error {
+		namespaces, err := parseNamespaces(v)
+		o.watchNamespaces = namespaces
+		return err
+	})
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -149,9 +161,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 
+	cacheOptions := controller.CacheOptions()
+	if len(o.watchNamespaces) > 0 {
+		// Every cached kind, and the ByObject entries, default to these.
+		cacheOptions.DefaultNamespaces = make(map[string]cache.Config, len(o.watchNamespaces))
+		for _, ns := range o.watchNamespaces {
+			cacheOptions.DefaultNamespaces[ns] = cache.Config{}
+		}
+		log.Info("Watching only some namespaces", "namespaces", o.watchNamespaces)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controller.CacheOptions(),
+		Cache:                         cacheOptions,
 		Metrics:                       metricsOptions(o),
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
@@ -183,6 +204,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// parseNamespaces parses the value of --watch-namespaces: namespace names
+// separated by commas, each a DNS-1123 label, without repeats.
+func parseNamespaces(v string) ([]string, error) {
+	var namespaces []string
+	for ns := range strings.SplitSeq(v, ",") {
+		ns = strings.TrimSpace(ns)
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		if slices.Contains(namespaces, ns) {
+			return nil, fmt.Errorf("namespace %q is listed twice", ns)
+		}
+		namespaces = append(namespaces, ns)
+	}
+	return namespaces, nil
 }
 
 // metricsOptions configures the metrics server from the flags.
