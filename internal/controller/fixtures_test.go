@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -184,17 +187,186 @@ func notes(events []eventsv1.Event) []string {
 	return out
 }
 
-// acknowledge annotates the pods with quota's current hash, as the runtime
-// library does once it applied the plan.
-func acknowledge(ctx context.Context, quota, hash string, pods ...*corev1.Pod) {
+// annotateApplied sets the pods' acknowledgement of quota to value, as the
+// runtime library does.
+func annotateApplied(ctx context.Context, quota, value string, pods ...*corev1.Pod) {
 	for _, pod := range pods {
 		patch := client.MergeFrom(pod.DeepCopy())
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		pod.Annotations[appliedAnnotation(quota)] = hash
+		pod.Annotations[appliedAnnotation(quota)] = value
 		Expect(k8s.Patch(ctx, pod, patch)).To(Succeed())
 	}
+}
+
+// acknowledge plays the runtime library of each pod: it applies quota's
+// document as published in configMap now and acknowledges its revision
+// (the pods of the tests have no calls in flight, so a smaller share is
+// within reach at once). It returns the document acknowledged.
+func acknowledge(ctx context.Context, ns, configMap, quota string, pods ...*corev1.Pod) plan.Document {
+	doc, _ := publishedDocument(ctx, Default, ns, configMap, quota)
+	annotateApplied(ctx, quota, plan.AckFor(doc).String(), pods...)
+	return doc
+}
+
+// release plays the runtime library of a terminating pod that closed its
+// gate and drained: it hands quota's share back.
+func release(ctx context.Context, quota string, uid types.UID, pods ...*corev1.Pod) {
+	annotateApplied(ctx, quota, plan.Ack{Epoch: string(uid), Released: true}.String(), pods...)
+}
+
+// setReady plays the kubelet: the pods run and pass their readiness probe.
+func setReady(ctx context.Context, pods ...*corev1.Pod) {
+	for _, pod := range pods {
+		patch := client.MergeFrom(pod.DeepCopy())
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		Expect(k8s.Status().Patch(ctx, pod, patch)).To(Succeed())
+	}
+}
+
+// createReadyPods creates n pods of the workload, named <workload>-00,
+// <workload>-01, ..., and makes them Ready.
+func createReadyPods(ctx context.Context, ns, workload string, n int) []*corev1.Pod {
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		pod := createPod(ctx, ns, workload, fmt.Sprintf("%s-%02d", workload, i))
+		setReady(ctx, pod)
+		pods = append(pods, pod)
+	}
+	return pods
+}
+
+// waitCached waits until the operator's cache holds existing pods of the
+// workload, ready of them serving (Ready, not terminating). A quota created
+// after it is first divided over exactly those pods.
+func waitCached(ctx context.Context, ns, workload string, existing, ready int) {
+	Eventually(func(g Gomega) {
+		var list corev1.PodList
+		g.Expect(operatorCache.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{"app": workload})).To(Succeed())
+		serving := 0
+		for i := range list.Items {
+			if podServing(&list.Items[i]) {
+				serving++
+			}
+		}
+		g.Expect(list.Items).To(HaveLen(existing))
+		g.Expect(serving).To(Equal(ready))
+	}).Should(Succeed())
+}
+
+// advance moves the reconciler's clock on: spec.handover's delays are
+// measured on it.
+func advance(d time.Duration) { fakeClock.SetTime(fakeClock.Now().Add(d)) }
+
+// divisionOf returns q's status.division, failing when there is none.
+func divisionOf(g Gomega, q *v1alpha1.DownstreamQuota) *v1alpha1.DivisionStatus {
+	g.Expect(q.Status.Division).NotTo(BeNil(), "quota %s has no status.division", q.Name)
+	return q.Status.Division
+}
+
+// shareOf returns pod's entry in div; the zero entry (nothing told, nothing
+// held) when the pod is not listed.
+func shareOf(div *v1alpha1.DivisionStatus, pod string) v1alpha1.PodShareStatus {
+	for _, p := range div.Pods {
+		if p.Name == pod {
+			return p
+		}
+	}
+	return v1alpha1.PodShareStatus{Name: pod}
+}
+
+// bound is the most the pod may have in flight: the larger of what it is
+// told and what it may still hold.
+func bound(p v1alpha1.PodShareStatus) int32 { return max(p.Permits, ptr.Deref(p.Holds, 0)) }
+
+// handedOver returns q's HandedOver condition, failing when there is none.
+func handedOver(g Gomega, q *v1alpha1.DownstreamQuota) metav1.Condition {
+	c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionHandedOver)
+	g.Expect(c).NotTo(BeNil(), "quota %s has no HandedOver condition", q.Name)
+	return *c
+}
+
+// divisionLog records every status.division the API server stores for one
+// quota, through a watch, and checks each against the handover's
+// invariants: the pods may hold at most the usable permits (Σ over pods of
+// max(permits, holds) ≤ usable), the totals agree with the pods listed, and
+// the revision never goes back.
+type divisionLog struct {
+	mu       sync.Mutex
+	history  []v1alpha1.DivisionStatus
+	problems []string
+	ended    bool
+	stopped  atomic.Bool
+}
+
+// watchDivision starts a divisionLog for quota; start it before the quota
+// exists to see every status it ever has.
+func watchDivision(ctx context.Context, ns, quota string) *divisionLog {
+	w, err := k8s.Watch(ctx, &v1alpha1.DownstreamQuotaList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	l := &divisionLog{}
+	DeferCleanup(func() {
+		l.stopped.Store(true)
+		w.Stop()
+	})
+	go func() {
+		defer GinkgoRecover()
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				l.problem("watch error: %v", ev.Object)
+				continue
+			}
+			if q, ok := ev.Object.(*v1alpha1.DownstreamQuota); ok && q.Name == quota && q.Status.Division != nil {
+				l.observe(q.ResourceVersion, *q.Status.Division.DeepCopy())
+			}
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.ended = !l.stopped.Load()
+	}()
+	return l
+}
+
+func (l *divisionLog) problem(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.problems = append(l.problems, fmt.Sprintf(format, args...))
+}
+
+func (l *divisionLog) observe(rv string, div v1alpha1.DivisionStatus) {
+	var held, told int32
+	for _, p := range div.Pods {
+		held += bound(p)
+		told += p.Permits
+		if p.Holds != nil && (p.ShrunkAtRevision < 1 || p.ShrunkAtRevision > div.Revision) {
+			l.problem("resourceVersion %s: pod %s holds %d since revision %d, outside 1..%d", rv, p.Name, *p.Holds, p.ShrunkAtRevision, div.Revision)
+		}
+	}
+	if held > div.Usable {
+		l.problem("resourceVersion %s revision %d: pods may hold %d > %d usable: %+v", rv, div.Revision, held, div.Usable, div.Pods)
+	}
+	if held != div.Held || told != div.HandedOut {
+		l.problem("resourceVersion %s revision %d: held %d and handedOut %d, but the pods listed hold %d and are told %d", rv, div.Revision, div.Held, div.HandedOut, held, told)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.history); n > 0 && l.history[n-1].Epoch == div.Epoch && l.history[n-1].Revision > div.Revision {
+		l.problems = append(l.problems, fmt.Sprintf("resourceVersion %s: revision went back from %d to %d", rv, l.history[n-1].Revision, div.Revision))
+	}
+	l.history = append(l.history, div)
+}
+
+// verify checks that the log saw statuses, none breaking an invariant, and
+// that its watch did not end early.
+func (l *divisionLog) verify() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	Expect(l.problems).To(BeEmpty())
+	Expect(l.ended).To(BeFalse(), "the watch ended before the spec did; statuses may have been missed")
+	Expect(l.history).NotTo(BeEmpty())
+	GinkgoWriter.Printf("division log: %d statuses checked\n", len(l.history))
 }
 
 // containsSubstring matches a string slice with an element containing s.
