@@ -96,6 +96,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 		serving := createReadyPods(ctx, ns, "gateway", 8)
 		waitCached(ctx, ns, "gateway", 8, 8)
 		log := watchDivision(ctx, ns, "logistics")
+		pods := watchInFlight(ctx, ns, configMap, "logistics", usable)
 		Expect(k8s.Create(ctx, newQuota(ns, "logistics", "gateway", 50))).To(Succeed())
 
 		// settled waits until the serving pods hold every usable permit,
@@ -126,7 +127,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 				}
 				g.Expect(sum).To(Equal(usable))
 			}).Should(Succeed())
-			acknowledge(ctx, ns, configMap, "logistics", serving...)
+			pods.acknowledge(ctx, serving...)
 		}
 		settled("steady at 8 Ready pods", 5)
 
@@ -193,13 +194,13 @@ var _ = Describe("DownstreamQuota controller", func() {
 			if i == 0 {
 				// Each pod that let go of a permit makes room for one.
 				for n, p := range shrunk {
-					acknowledge(ctx, ns, configMap, "logistics", p)
+					pods.acknowledge(ctx, p)
 					Eventually(func(g Gomega) int32 {
 						return shareOf(divisionOf(g, getQuota(ctx, g, ns, "logistics")), pod.Name).Permits
 					}).Should(BeEquivalentTo(n + 1))
 				}
 			} else {
-				acknowledge(ctx, ns, configMap, "logistics", shrunk...)
+				pods.acknowledge(ctx, shrunk...)
 			}
 			settled(fmt.Sprintf("%d Ready pods", len(serving)), usable/len(serving))
 		}
@@ -248,9 +249,10 @@ var _ = Describe("DownstreamQuota controller", func() {
 			before, freed := servingPermits(Default, div), shareOf(div, pod.Name).Permits
 			if i%2 == 0 {
 				By(fmt.Sprintf("%s releases its %d permits while terminating", pod.Name, freed))
-				release(ctx, "logistics", uid, pod)
+				pods.release(ctx, uid, pod)
 			} else {
 				By(fmt.Sprintf("%s and its %d permits are gone", pod.Name, freed))
+				pods.gone(pod)
 				releasePod(ctx, pod)
 			}
 			Eventually(func(g Gomega) {
@@ -264,6 +266,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 		serving = staying
 		settled("4 Ready pods", 10)
 		log.verify()
+		Expect(pods.verify()).To(Equal(usable), "the pods had every usable permit at some point, never more")
 
 		By("emitting an event with the arithmetic for each change of the division")
 		// Which intermediate counts of Ready pods get an event depends on
@@ -519,6 +522,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 		joining := createPod(ctx, ns, "api", "api-02")
 		waitCached(ctx, ns, "api", 3, 2)
 		log := watchDivision(ctx, ns, "payments")
+		inFlight := watchInFlight(ctx, ns, configMap, "payments", 40)
 		q := newQuota(ns, "payments", "api", 50)
 		q.Spec.Handover = v1alpha1.Handover{
 			StalledAfter: &metav1.Duration{Duration: 2 * time.Second},
@@ -533,7 +537,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(doc.For(laggard.Name).Permits).To(Equal(20))
 		}).Should(Succeed())
 		// Both pods acknowledge the plan once: they acknowledge plans.
-		acknowledge(ctx, ns, configMap, "payments", fast, laggard)
+		inFlight.acknowledge(ctx, fast, laggard)
 
 		By("a third pod turns Ready: 40 = 14 + 13 + 13")
 		setReady(ctx, joining)
@@ -542,8 +546,12 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(shareOf(div, fast.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeEquivalentTo(14), "Holds": HaveValue(BeEquivalentTo(20))}))
 			g.Expect(shareOf(div, laggard.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeEquivalentTo(13), "Holds": HaveValue(BeEquivalentTo(20))}))
 			g.Expect(shareOf(div, joining.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeZero(), "Target": HaveValue(BeEquivalentTo(13))}))
+			// The smaller shares are published, so api-00 can apply one.
+			doc, _ := publishedDocument(ctx, g, ns, configMap, "payments")
+			g.Expect(doc.Revision).To(Equal(div.Revision))
+			g.Expect(doc.For(fast.Name).Permits).To(Equal(14))
 		}).Should(Succeed())
-		acknowledge(ctx, ns, configMap, "payments", fast)
+		inFlight.acknowledge(ctx, fast)
 		Eventually(func(g Gomega) {
 			div := divisionOf(g, getQuota(ctx, g, ns, "payments"))
 			g.Expect(shareOf(div, fast.Name).Holds).To(BeNil())
@@ -599,7 +607,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 		Expect(stalls).To(Equal(1))
 
 		By("the laggard acknowledges at last, and its capacity moves")
-		acknowledge(ctx, ns, configMap, "payments", laggard)
+		inFlight.acknowledge(ctx, laggard)
 		Eventually(func(g Gomega) {
 			q := getQuota(ctx, g, ns, "payments")
 			g.Expect(handedOver(g, q).Status).To(Equal(metav1.ConditionTrue))
@@ -608,6 +616,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(div.HandedOut).To(BeEquivalentTo(40))
 		}).Should(Succeed())
 		log.verify()
+		Expect(inFlight.verify()).To(Equal(40))
 	})
 
 	It("frees the old share of a pod that never acknowledges once spec.handover.unacknowledgedDelay has passed", func(ctx SpecContext) {

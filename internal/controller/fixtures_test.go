@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,16 +201,6 @@ func annotateApplied(ctx context.Context, quota, value string, pods ...*corev1.P
 	}
 }
 
-// acknowledge plays the runtime library of each pod: it applies quota's
-// document as published in configMap now and acknowledges its revision
-// (the pods of the tests have no calls in flight, so a smaller share is
-// within reach at once). It returns the document acknowledged.
-func acknowledge(ctx context.Context, ns, configMap, quota string, pods ...*corev1.Pod) plan.Document {
-	doc, _ := publishedDocument(ctx, Default, ns, configMap, quota)
-	annotateApplied(ctx, quota, plan.AckFor(doc).String(), pods...)
-	return doc
-}
-
 // release plays the runtime library of a terminating pod that closed its
 // gate and drained: it hands quota's share back.
 func release(ctx context.Context, quota string, uid types.UID, pods ...*corev1.Pod) {
@@ -385,4 +376,173 @@ func settledWrites(namespace string) int {
 		return still
 	}).WithPolling(500 * time.Millisecond).Should(BeTrue())
 	return last
+}
+
+// podModel is what the test knows of one pod's runtime: the document it
+// last acknowledged, and whether it released its share or is gone.
+type podModel struct {
+	// ackedAt is the ConfigMap resourceVersion the acknowledged document
+	// was read at; 0 when the pod never acknowledged.
+	ackedAt  int64
+	acked    int
+	released bool
+}
+
+// inFlightModel checks the handover from the pods' side, independently of
+// the operator's own record: it watches every version of a quota's
+// published document and knows every acknowledgement the test made. A pod
+// may have in flight what the document it acknowledged gives it, or more if
+// a document published since gives it more; a pod that never acknowledged,
+// the most any document ever gave it; a pod that released its share or is
+// gone, nothing. After every published document the sum over pods must stay
+// within the usable permits.
+type inFlightModel struct {
+	ns, configMap, quota string
+	usable               int
+
+	mu       sync.Mutex
+	docs     []publishedVersion
+	pods     map[string]*podModel
+	peak     int
+	problems []string
+	stopped  atomic.Bool
+	ended    bool
+}
+
+// publishedVersion is one version of the document, with the ConfigMap
+// resourceVersion it was written at.
+type publishedVersion struct {
+	rv  int64
+	doc plan.Document
+}
+
+// watchInFlight starts an inFlightModel; start it before the quota exists.
+func watchInFlight(ctx context.Context, ns, configMap, quota string, usable int) *inFlightModel {
+	w, err := k8s.Watch(ctx, &corev1.ConfigMapList{}, client.InNamespace(ns))
+	Expect(err).NotTo(HaveOccurred())
+	m := &inFlightModel{ns: ns, configMap: configMap, quota: quota, usable: usable, pods: map[string]*podModel{}}
+	DeferCleanup(func() {
+		m.stopped.Store(true)
+		w.Stop()
+	})
+	go func() {
+		defer GinkgoRecover()
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok || cm.Name != configMap || ev.Type == watch.Deleted {
+				continue
+			}
+			data, ok := cm.Data[plan.KeyFor(quota)]
+			if !ok {
+				continue
+			}
+			doc, err := plan.Parse([]byte(data))
+			if err != nil {
+				m.problem("ConfigMap %s resourceVersion %s: %v", cm.Name, cm.ResourceVersion, err)
+				continue
+			}
+			m.published(resourceVersion(cm), doc)
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.ended = !m.stopped.Load()
+	}()
+	return m
+}
+
+func resourceVersion(obj client.Object) int64 {
+	rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	Expect(err).NotTo(HaveOccurred(), "resourceVersion of %s", obj.GetName())
+	return rv
+}
+
+func (m *inFlightModel) problem(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.problems = append(m.problems, fmt.Sprintf(format, args...))
+}
+
+func (m *inFlightModel) pod(name string) *podModel {
+	p, ok := m.pods[name]
+	if !ok {
+		p = &podModel{}
+		m.pods[name] = p
+	}
+	return p
+}
+
+// published records a version of the document and checks the sum.
+func (m *inFlightModel) published(rv int64, doc plan.Document) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.docs = append(m.docs, publishedVersion{rv: rv, doc: doc})
+	for name := range doc.Pods {
+		m.pod(name)
+	}
+	sum, held := 0, map[string]int{}
+	for name, p := range m.pods {
+		if p.released {
+			continue
+		}
+		most := p.acked
+		for _, v := range m.docs {
+			if v.rv > p.ackedAt {
+				most = max(most, v.doc.For(name).Permits)
+			}
+		}
+		held[name] = most
+		sum += most
+	}
+	m.peak = max(m.peak, sum)
+	if sum > m.usable {
+		m.problems = append(m.problems, fmt.Sprintf("after revision %d (resourceVersion %d) the pods may have %d in flight > %d usable: %v",
+			doc.Revision, rv, sum, m.usable, held))
+	}
+}
+
+// acknowledge plays the runtime library of each pod: it applies the
+// document as published now and acknowledges its revision (the pods of the
+// tests have no calls in flight, so a smaller share is within reach at
+// once). What each pod acknowledged is recorded before the operator can
+// see it.
+func (m *inFlightModel) acknowledge(ctx context.Context, pods ...*corev1.Pod) {
+	doc, cm := publishedDocument(ctx, Default, m.ns, m.configMap, m.quota)
+	rv := resourceVersion(cm)
+	m.mu.Lock()
+	for _, pod := range pods {
+		p := m.pod(pod.Name)
+		if rv > p.ackedAt {
+			p.ackedAt, p.acked = rv, doc.For(pod.Name).Permits
+		}
+	}
+	m.mu.Unlock()
+	annotateApplied(ctx, m.quota, plan.AckFor(doc).String(), pods...)
+}
+
+// release plays the runtime of a terminating pod that drained: from now on
+// it has nothing in flight.
+func (m *inFlightModel) release(ctx context.Context, uid types.UID, pod *corev1.Pod) {
+	m.gone(pod)
+	release(ctx, m.quota, uid, pod)
+}
+
+// gone records that the pod has nothing in flight any more: it released
+// its share or the kubelet let it go.
+func (m *inFlightModel) gone(pod *corev1.Pod) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pod(pod.Name).released = true
+}
+
+// verify checks that no published document let the pods exceed the usable
+// permits, and that the watch saw documents and did not end early. It
+// returns the most the pods could have had in flight at once.
+func (m *inFlightModel) verify() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	Expect(m.problems).To(BeEmpty())
+	Expect(m.ended).To(BeFalse(), "the watch ended before the spec did; documents may have been missed")
+	Expect(m.docs).NotTo(BeEmpty())
+	GinkgoWriter.Printf("in-flight model: %d documents checked, peak %d of %d usable\n", len(m.docs), m.peak, m.usable)
+	return m.peak
 }
