@@ -32,6 +32,9 @@ type DownstreamContractSpec struct {
 	// contract. When absent, quotas of every namespace may.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Handover bounds how capacity moves between the callers' pods.
+	// +optional
+	Handover Handover `json:"handover,omitempty"`
 }
 
 // CallerStatus is one caller's part of a shared contract.
@@ -66,7 +69,8 @@ type DownstreamContractStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Usable is the permits handed out: floor(concurrency × cluster share ×
 	// safety).
-	Usable int32 `json:"usable"`
+	// +optional
+	Usable int32 `json:"usable,omitempty"`
 	// Callers are the quotas sharing the contract, by namespace and name.
 	// +optional
 	Callers []CallerStatus `json:"callers,omitempty"`

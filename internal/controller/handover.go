@@ -72,15 +72,28 @@ func membersOf(pods []corev1.Pod, gate, epoch string) []member {
 	return out
 }
 
+// caller is one caller of a division: its usable permits and its pods.
+type caller struct {
+	// prefix is prepended to the pods' names to key them in the division:
+	// "" for a quota's own division, "<namespace>/" in a shared contract.
+	prefix string
+	// total is the caller's usable permits.
+	total   int64
+	members []member
+}
+
 // handover is the outcome of one step of a division.
 type handover struct {
 	// status is the new division status: the record every pod's share is
 	// published from.
 	status *v1alpha1.DivisionStatus
+	// callers are the parts of status per caller, aligned with the callers
+	// divide was given, with the pods' names without prefix.
+	callers []*v1alpha1.DivisionStatus
 	// changed is set when status differs from the previous record in what
 	// a pod is told or may hold, so it must be written before publishing.
 	changed bool
-	// told maps each pod told a share to its permits.
+	// told maps each pod told a share, by key, to its permits.
 	told map[string]int
 	// waiting names the serving pods below their target.
 	waiting []string
@@ -94,10 +107,11 @@ type handover struct {
 	recheck time.Duration
 }
 
-// divide runs one handover step of a caller's division: total permits over
-// members, from the record prev (nil or of another epoch: nothing is held),
-// at now.
-func divide(total int64, members []member, prev *v1alpha1.DivisionStatus, epoch string, h v1alpha1.Handover, now time.Time) handover {
+// divide runs one handover step of a division over callers, from the
+// record prev (nil or of another epoch: nothing is held), at now. Every
+// caller's part is divided exactly over its serving pods; the handover runs
+// over all of them against the sum of the parts.
+func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1alpha1.Handover, now time.Time) handover {
 	unacknowledged, stalledAfter := handoverSettings(h)
 	records := map[string]v1alpha1.PodShareStatus{}
 	var revision int64
@@ -108,15 +122,28 @@ func divide(total int64, members []member, prev *v1alpha1.DivisionStatus, epoch 
 		}
 	}
 
-	targetsIn := make([]division.Member, len(members))
-	for i, m := range members {
-		targetsIn[i] = division.Member{Key: m.key, Serving: m.serving, Told: int64(records[m.key].Permits)}
+	var (
+		keys    []string
+		members []member
+		targets []int64
+		owner   []int // caller index of each member
+		total   int64
+	)
+	for ci, c := range callers {
+		total += c.total
+		in := make([]division.Member, len(c.members))
+		for i, m := range c.members {
+			in[i] = division.Member{Key: m.key, Serving: m.serving, Told: int64(records[c.prefix+m.key].Permits)}
+		}
+		targets = append(targets, division.Targets(c.total, in)...)
+		for _, m := range c.members {
+			keys, members, owner = append(keys, c.prefix+m.key), append(members, m), append(owner, ci)
+		}
 	}
-	targets := division.Targets(total, targetsIn)
 
 	in := division.Input{Total: total, Revision: revision, Now: now, UnacknowledgedDelay: unacknowledged, Pods: make([]division.Pod, len(members))}
 	for i, m := range members {
-		p := division.Pod{Key: m.key, Target: targets[i], Leaving: m.leaving, Record: recordOf(records[m.key])}
+		p := division.Pod{Key: keys[i], Target: targets[i], Leaving: m.leaving, Record: recordOf(records[keys[i]])}
 		if m.acked {
 			p.Acked, p.Released = m.ack.Revision, m.ack.Released
 		}
@@ -125,27 +152,19 @@ func divide(total int64, members []member, prev *v1alpha1.DivisionStatus, epoch 
 	res := division.Step(in)
 
 	out := handover{told: map[string]int{}, recheck: res.RecheckAfter}
-	st := &v1alpha1.DivisionStatus{Epoch: epoch, Revision: res.Revision, Usable: int32(total)}
-	var serving int64
-	shares := map[int32]int32{}
+	entries := make([]*v1alpha1.PodShareStatus, len(members))
 	for i, m := range members {
 		r := res.Records[i]
-		if m.serving {
-			serving++
-		}
 		if r.Told > 0 {
-			out.told[m.key] = int(r.Told)
-			st.HandedOut += int32(r.Told)
-			shares[int32(r.Told)]++
+			out.told[keys[i]] = int(r.Told)
 		}
-		st.Held += int32(r.Bound())
 		if m.serving && r.Told < targets[i] {
-			out.waiting = append(out.waiting, m.key)
+			out.waiting = append(out.waiting, keys[i])
 		}
 		if r.Told == 0 && r.Holds == 0 && targets[i] == 0 {
 			continue
 		}
-		ps := v1alpha1.PodShareStatus{Name: m.key, Permits: int32(r.Told)}
+		ps := &v1alpha1.PodShareStatus{Name: keys[i], Permits: int32(r.Told)}
 		if targets[i] != r.Told && !m.leaving {
 			ps.Target = ptr.To(int32(targets[i]))
 		}
@@ -154,26 +173,83 @@ func divide(total int64, members []member, prev *v1alpha1.DivisionStatus, epoch 
 			ps.ShrunkAtRevision = r.ShrunkAt
 			t := metav1.NewMicroTime(r.ShrunkTime)
 			ps.ShrunkAt = &t
-			out.pending = append(out.pending, m.key)
+			out.pending = append(out.pending, keys[i])
 			if m.acked && !m.ack.Released {
 				if wait := r.ShrunkTime.Add(stalledAfter).Sub(now); wait <= 0 {
-					out.stalled = append(out.stalled, m.key)
+					out.stalled = append(out.stalled, keys[i])
 				} else if out.recheck == 0 || wait < out.recheck {
 					out.recheck = wait
 				}
 			}
 		}
-		st.Pods = append(st.Pods, ps)
+		entries[i] = ps
 	}
-	if serving > 0 {
-		st.Base, st.Extra = int32(total/serving), int32(total%serving)
+
+	summary := func(idx []int, part int64, trim string) *v1alpha1.DivisionStatus {
+		st := &v1alpha1.DivisionStatus{Epoch: epoch, Revision: res.Revision, Usable: int32(part)}
+		var serving int64
+		shares := map[int32]int32{}
+		for _, i := range idx {
+			r := res.Records[i]
+			if members[i].serving {
+				serving++
+			}
+			if r.Told > 0 {
+				st.HandedOut += int32(r.Told)
+				shares[int32(r.Told)]++
+			}
+			st.Held += int32(r.Bound())
+			if e := entries[i]; e != nil {
+				e := *e
+				e.Name = strings.TrimPrefix(e.Name, trim)
+				st.Pods = append(st.Pods, e)
+			}
+		}
+		if serving > 0 {
+			st.Base, st.Extra = int32(part/serving), int32(part%serving)
+		}
+		for permits, pods := range shares {
+			st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})
+		}
+		slices.SortFunc(st.Shares, func(a, b v1alpha1.ShareCount) int { return cmp.Compare(b.Permits, a.Permits) })
+		slices.SortFunc(st.Pods, func(a, b v1alpha1.PodShareStatus) int { return cmp.Compare(a.Name, b.Name) })
+		return st
 	}
-	for permits, pods := range shares {
-		st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})
+	all := make([]int, len(members))
+	for i := range all {
+		all[i] = i
 	}
-	slices.SortFunc(st.Shares, func(a, b v1alpha1.ShareCount) int { return cmp.Compare(b.Permits, a.Permits) })
-	out.status = st
-	out.changed = prev == nil || prev.Epoch != epoch || prev.Revision != st.Revision || !sameRecords(prev.Pods, st.Pods)
+	out.status = summary(all, total, "")
+	if len(callers) == 1 {
+		// A single caller's part has the same base and extra as the whole.
+		out.callers = []*v1alpha1.DivisionStatus{out.status}
+	} else {
+		for ci, c := range callers {
+			var idx []int
+			for i := range members {
+				if owner[i] == ci {
+					idx = append(idx, i)
+				}
+			}
+			out.callers = append(out.callers, summary(idx, c.total, c.prefix))
+		}
+	}
+	out.changed = prev == nil || prev.Epoch != epoch || prev.Revision != out.status.Revision || !sameRecords(prev.Pods, out.status.Pods)
+	return out
+}
+
+// toldFor returns the shares of the pods whose keys start with prefix, by
+// name without it: one caller's document.
+func (h handover) toldFor(prefix string) map[string]int {
+	if prefix == "" {
+		return h.told
+	}
+	out := map[string]int{}
+	for key, permits := range h.told {
+		if name, ok := strings.CutPrefix(key, prefix); ok {
+			out[name] = permits
+		}
+	}
 	return out
 }
 
@@ -201,10 +277,10 @@ func sameRecords(a, b []v1alpha1.PodShareStatus) bool {
 // permits, or one per serving pod when AtLeastOne raised them.
 func usableTotal(p quotaplan.Plan) int64 { return p.Result.TotalPermits }
 
-// document returns the division as a published document's division: pods
-// not named hold nothing.
-func (h handover) document() quotaplan.Division {
-	return quotaplan.Division{Epoch: h.status.Epoch, Revision: h.status.Revision, Pods: h.told}
+// document returns one caller's part of the division as a published
+// document's division: pods not named hold nothing.
+func (h handover) document(prefix string) quotaplan.Division {
+	return quotaplan.Division{Epoch: h.status.Epoch, Revision: h.status.Revision, Pods: h.toldFor(prefix)}
 }
 
 // handedOverCondition says whether the handover is done, in progress or
