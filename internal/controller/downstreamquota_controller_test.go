@@ -53,7 +53,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 				"Spec": BeEquivalentTo(8), "ExistingPods": BeEquivalentTo(3), "ReadyPods": BeEquivalentTo(2),
 				"Divisor": BeEquivalentTo(2), "DivisorSource": Equal(v1alpha1.DivisorReadyPods),
 			})))
-			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(20)) // 50 × 80% / 2
+			g.Expect(q.Status.PerPod).To(HaveValue(HaveField("Permits", BeEquivalentTo(20)))) // 50 × 80% / 2
 			g.Expect(q.Status.Division).To(Equal(&v1alpha1.DivisionStatus{
 				Epoch: string(q.UID), Revision: 1, Usable: 40, Base: 20, HandedOut: 40, Held: 40,
 				Shares: []v1alpha1.ShareCount{{Permits: 20, Pods: 2}},
@@ -70,7 +70,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(doc.Epoch).To(Equal(string(q.UID)))
 			g.Expect(doc.Revision).To(BeEquivalentTo(1))
 			g.Expect(doc.Gate).To(Equal("logistics"))
-			g.Expect(doc.Downstream).To(Equal("logistics.example.com"))
+			g.Expect(doc.Downstream).To(Equal("logistics." + ns + ".example.com"))
 			g.Expect(doc.Generation).To(Equal(q.Generation))
 			g.Expect(doc.Hash).To(Equal(plan.Hash(doc)))
 			g.Expect(q.Status.ConfigMap).To(Equal(&v1alpha1.PublishedConfigMap{Name: "gateway-backpressure", Key: "logistics.json", Hash: doc.Hash}))
@@ -107,9 +107,9 @@ var _ = Describe("DownstreamQuota controller", func() {
 			Eventually(func(g Gomega) {
 				q := getQuota(ctx, g, ns, "logistics")
 				div := divisionOf(g, q)
-				g.Expect(q.Status.Replicas.ReadyPods).To(BeEquivalentTo(len(serving)))
-				g.Expect(q.Status.Replicas.Divisor).To(BeEquivalentTo(len(serving)))
-				g.Expect(q.Status.Replicas.DivisorSource).To(Equal(v1alpha1.DivisorReadyPods))
+				g.Expect(replicasOf(g, q).ReadyPods).To(BeEquivalentTo(len(serving)))
+				g.Expect(replicasOf(g, q).Divisor).To(BeEquivalentTo(len(serving)))
+				g.Expect(replicasOf(g, q).DivisorSource).To(Equal(v1alpha1.DivisorReadyPods))
 				c := handedOver(g, q)
 				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
 				g.Expect(div.Base).To(BeEquivalentTo(base))
@@ -163,7 +163,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			var shrunk []*corev1.Pod
 			Eventually(func(g Gomega) {
 				q := getQuota(ctx, g, ns, "logistics")
-				g.Expect(q.Status.Replicas.ReadyPods).To(BeEquivalentTo(len(serving)))
+				g.Expect(replicasOf(g, q).ReadyPods).To(BeEquivalentTo(len(serving)))
 				div := divisionOf(g, q)
 				doc, _ := publishedDocument(ctx, g, ns, configMap, "logistics")
 				g.Expect(doc.Revision).To(Equal(div.Revision))
@@ -390,7 +390,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			q := getQuota(ctx, g, ns, "payments")
 			g.Expect(ready(g, q).Reason).To(Equal(v1alpha1.ReasonPlanPublished))
 			g.Expect(handedOver(g, q).Status).To(Equal(metav1.ConditionTrue))
-			g.Expect(q.Status.Replicas.ReadyPods).To(BeEquivalentTo(3))
+			g.Expect(replicasOf(g, q).ReadyPods).To(BeEquivalentTo(3))
 			doc, cm := publishedDocument(ctx, g, ns, "api-backpressure", "payments")
 			g.Expect(doc.For("api-00").Permits).To(Equal(8)) // 30 × 80% = 24 = 8 × 3
 			quotaRV, configMapRV = q.ResourceVersion, cm.ResourceVersion
@@ -426,8 +426,8 @@ var _ = Describe("DownstreamQuota controller", func() {
 		setHPAStatus(ctx, hpa, 3, 2)
 		Eventually(func(g Gomega) {
 			q := getQuota(ctx, g, ns, "payments")
-			g.Expect(q.Status.Replicas.HPADesired).To(Equal(ptr.To[int32](2)))
-			g.Expect(q.Status.Replicas.Divisor).To(BeEquivalentTo(3))
+			g.Expect(replicasOf(g, q).HPADesired).To(Equal(ptr.To[int32](2)))
+			g.Expect(replicasOf(g, q).Divisor).To(BeEquivalentTo(3))
 			g.Expect(divisionOf(g, q).Revision).To(BeEquivalentTo(1))
 		}).Should(Succeed())
 		_, cm := publishedDocument(ctx, Default, ns, "api-backpressure", "payments")

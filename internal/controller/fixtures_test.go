@@ -59,13 +59,15 @@ func newDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 }
 
 // newQuota returns a quota of concurrency over the Deployment workload, at
-// the default 80% safety.
+// the default 80% safety. Its downstream, <name>.<namespace>.example.com,
+// is its own: quotas of one downstream that do not share a contract are
+// checked against each other, and the specs' namespaces are never deleted.
 func newQuota(ns, name, workload string, concurrency int32) *v1alpha1.DownstreamQuota {
 	return &v1alpha1.DownstreamQuota{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
-			Downstream:  name + ".example.com",
+			Downstream:  name + "." + ns + ".example.com",
 			Contract:    &v1alpha1.Contract{Concurrency: concurrency},
 			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
 			Deadline:    metav1.Duration{Duration: 2 * time.Second},
@@ -129,6 +131,14 @@ func getQuota(ctx context.Context, g Gomega, ns, name string) *v1alpha1.Downstre
 	q := &v1alpha1.DownstreamQuota{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, q)).To(Succeed())
 	return q
+}
+
+// replicasOf returns q's status.replicas, failing when there is none: the
+// division is recorded before the rest of the status, so a status may have
+// one without the other.
+func replicasOf(g Gomega, q *v1alpha1.DownstreamQuota) *v1alpha1.ReplicaStatus {
+	g.Expect(q.Status.Replicas).NotTo(BeNil(), "quota %s has no status.replicas", q.Name)
+	return q.Status.Replicas
 }
 
 // ready returns q's Ready condition, failing when there is none.
