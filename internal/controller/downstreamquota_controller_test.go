@@ -212,7 +212,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 		for _, pod := range leaving {
 			Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		}
-		servingPermits := func(g Gomega, div *v1alpha1.DivisionStatus) int32 {
+		servingPermits := func(div *v1alpha1.DivisionStatus) int32 {
 			var sum int32
 			for _, pod := range staying {
 				sum += shareOf(div, pod.Name).Permits
@@ -236,17 +236,17 @@ var _ = Describe("DownstreamQuota controller", func() {
 				g.Expect(share.Target).To(BeNil())
 				kept += share.Permits
 			}
-			g.Expect(servingPermits(g, div) + kept).To(BeEquivalentTo(usable))
+			g.Expect(servingPermits(div) + kept).To(BeEquivalentTo(usable))
 			g.Expect(handedOver(g, q).Reason).To(Equal(v1alpha1.ReasonHandoverInProgress))
 		}).Should(Succeed())
 		Consistently(func(g Gomega) {
-			g.Expect(servingPermits(g, divisionOf(g, getQuota(ctx, g, ns, "logistics")))).To(BeEquivalentTo(usable - kept))
+			g.Expect(servingPermits(divisionOf(g, getQuota(ctx, g, ns, "logistics")))).To(BeEquivalentTo(usable - kept))
 		}).WithTimeout(500 * time.Millisecond).Should(Succeed())
 
 		uid := getQuota(ctx, Default, ns, "logistics").UID
 		for i, pod := range leaving {
 			div := divisionOf(Default, getQuota(ctx, Default, ns, "logistics"))
-			before, freed := servingPermits(Default, div), shareOf(div, pod.Name).Permits
+			before, freed := servingPermits(div), shareOf(div, pod.Name).Permits
 			if i%2 == 0 {
 				By(fmt.Sprintf("%s releases its %d permits while terminating", pod.Name, freed))
 				pods.release(ctx, uid, pod)
@@ -258,7 +258,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			Eventually(func(g Gomega) {
 				div := divisionOf(g, getQuota(ctx, g, ns, "logistics"))
 				g.Expect(shareOf(div, pod.Name)).To(Equal(v1alpha1.PodShareStatus{Name: pod.Name}))
-				g.Expect(servingPermits(g, div)).To(Equal(before + freed))
+				g.Expect(servingPermits(div)).To(Equal(before + freed))
 				doc, _ := publishedDocument(ctx, g, ns, configMap, "logistics")
 				g.Expect(doc.For(pod.Name).Permits).To(BeZero())
 			}).Should(Succeed())
