@@ -513,6 +513,29 @@ var _ = Describe("DownstreamQuota controller", func() {
 		}).Should(Succeed())
 	})
 
+	It("reports a change of the usable permits with its arithmetic, even when the base share stays", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 2))).To(Succeed())
+		createReadyPods(ctx, ns, "api", 2)
+		waitCached(ctx, ns, "api", 2, 2)
+		q := newQuota(ns, "payments", "api", 50)
+		Expect(k8s.Create(ctx, q)).To(Succeed())
+		Eventually(func(g Gomega) []string {
+			return notes(quotaEvents(ctx, g, ns, "payments"))
+		}).Should(containsSubstring("PlanChanged: permits 20 per pod: Ready pods 2; 40 usable permits = 20 × 2 + 0"))
+
+		// 52 × 80% = 41: one pod gets one more; the base share stays 20.
+		patch := client.MergeFrom(q.DeepCopy())
+		q.Spec.Contract.Concurrency = 52
+		Expect(k8s.Patch(ctx, q, patch)).To(Succeed())
+		Eventually(func(g Gomega) {
+			div := divisionOf(g, getQuota(ctx, g, ns, "payments"))
+			g.Expect(div.HandedOut).To(BeEquivalentTo(41))
+			g.Expect(notes(quotaEvents(ctx, g, ns, "payments"))).To(
+				containsSubstring("PlanChanged: permits 20 per pod, 21 for 1 of them: Ready pods 2; 41 usable permits = 20 × 2 + 1"))
+		}).Should(Succeed())
+	})
+
 	It("never reassigns the capacity of a pod that does not acknowledge its smaller share, and reports the stall", func(ctx SpecContext) {
 		const configMap = "api-backpressure"
 		ns := newNamespace(ctx)
