@@ -341,7 +341,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			doc, _ := publishedDocument(ctx, g, ns, "api-gates", "payments")
 			g.Expect(doc.Generation).To(BeEquivalentTo(2))
 			g.Expect(configMapGone(ctx, g, ns, "api-backpressure")).To(BeTrue())
-			g.Expect(getQuota(ctx, g, ns, "payments").Status.ConfigMap.Name).To(Equal("api-gates"))
+			g.Expect(getQuota(ctx, g, ns, "payments").Status.ConfigMap).To(HaveValue(HaveField("Name", "api-gates")))
 		}).Should(Succeed())
 	})
 
