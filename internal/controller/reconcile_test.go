@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -179,5 +180,92 @@ func TestReconcileWithdrawsTheGatesOfADeletedQuota(t *testing.T) {
 	}
 	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch ConfigMap": 2, "delete ConfigMap": 1}) {
 		t.Errorf("writes %v", counts)
+	}
+}
+
+// TestReconcileFromAStaleCacheKeepsTheRecord plays a cache that still holds
+// an old quota (its status.division two revisions back) while the pods it
+// lists are current. The step computed from the old record must not reach
+// the API server: the record is what every pod may hold, and pod b was told
+// 20 permits in the published revision 3.
+func TestReconcileFromAStaleCacheKeepsTheRecord(t *testing.T) {
+	ctx := context.Background()
+	notReady := func(p *corev1.Pod) *corev1.Pod { p.Status.Conditions = nil; return p }
+	env := newFakeEnv(
+		fakeDeployment("api", 3),
+		fakePod("api-a", map[string]string{"app": "api"}),
+		notReady(fakePod("api-b", map[string]string{"app": "api"})),
+		notReady(fakePod("api-c", map[string]string{"app": "api"})),
+		fakeQuota("payments", "Deployment", "api"),
+	)
+	quotaKey := client.ObjectKey{Namespace: "shop", Name: "payments"}
+	getQuota := func() *v1alpha1.DownstreamQuota {
+		t.Helper()
+		q := &v1alpha1.DownstreamQuota{}
+		if err := env.client.Get(ctx, quotaKey, q); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	pod := func(name string) *corev1.Pod {
+		t.Helper()
+		p := &corev1.Pod{}
+		if err := env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: name}, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	setReady := func(name string) {
+		t.Helper()
+		p := pod(name)
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if err := env.client.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	share := func(div *v1alpha1.DivisionStatus, pod string) v1alpha1.PodShareStatus {
+		for _, p := range div.Pods {
+			if p.Name == pod {
+				return p
+			}
+		}
+		return v1alpha1.PodShareStatus{Name: pod}
+	}
+
+	reconcileQuota(t, env, "payments") // revision 1: a 40
+	stale := getQuota()
+	setReady("api-b")
+	reconcileQuota(t, env, "payments") // revision 2: a told 20, holds 40; b 0
+	a := pod("api-a")
+	a.Annotations = map[string]string{appliedAnnotation("payments"): string(stale.UID) + "/2"}
+	if err := env.client.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	reconcileQuota(t, env, "payments") // revision 3: a 20, b 20
+	div := getQuota().Status.Division
+	if div.Revision != 3 || share(div, "api-b").Permits != 20 {
+		t.Fatalf("setup: division %+v, want revision 3 with api-b at 20", div)
+	}
+
+	// A third pod turns Ready; the reconcile that notices reads the quota
+	// as it was at revision 1.
+	setReady("api-c")
+	staleClient := interceptor.NewClient(env.client, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if q, ok := obj.(*v1alpha1.DownstreamQuota); ok && key == quotaKey {
+				stale.DeepCopyInto(q)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := NewDownstreamQuotaReconciler(staleClient, env.client, env.recorder, WithClock(env.r.clock))
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: quotaKey}); err != nil {
+		t.Fatalf("Reconcile from the stale cache: %v", err)
+	}
+	div = getQuota().Status.Division
+	if b := share(div, "api-b"); div.Revision < 3 || max(b.Permits, ptr.Deref(b.Holds, 0)) < 20 {
+		t.Errorf("after a reconcile from a stale cache the record is at revision %d and api-b may hold %d (%+v); "+
+			"want revision ≥ 3 and api-b's 20 permits of revision 3 still counted", div.Revision, max(b.Permits, ptr.Deref(b.Holds, 0)), div.Pods)
 	}
 }

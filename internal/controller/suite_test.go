@@ -36,13 +36,19 @@ const operatorUser = "system:serviceaccount:backpressure-system:backpressure-ope
 
 var (
 	// k8s is the tests' own client, with every permission; it plays the
-	// HPA, the kubelet and the user.
-	k8s client.Client
+	// HPA, the kubelet, the runtime library in the pods and the user, and
+	// watches what the operator writes.
+	k8s client.WithWatch
+	// operatorCache is the manager's cache: what the reconciler reads. A
+	// spec waits for it to see the pods it set up before it creates a
+	// quota, so that the first division is made over all of them.
+	operatorCache client.Reader
 	// reconciler is the reconciler the manager runs, for direct calls.
 	reconciler *DownstreamQuotaReconciler
 	// writes counts the manager's API writes.
 	writes writecount.Counter
-	// fakeClock stamps condition transitions.
+	// fakeClock stamps condition transitions and is the handover's clock:
+	// spec.handover's delays pass only when a spec advances it (advance).
 	fakeClock = clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	// conflictRecheck is short so a conflict's resolution is seen quickly.
 	conflictRecheck = time.Second
@@ -69,7 +75,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	scheme := runtime.NewScheme()
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
 	operatorCfg := bindOperatorRole(ctx, env, cfg)
@@ -81,6 +87,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		NewClient:              writes.NewClient,
 	})
 	Expect(err).NotTo(HaveOccurred())
+	operatorCache = mgr.GetCache()
 	reconciler = NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"),
 		WithClock(fakeClock), WithConflictRecheck(conflictRecheck))
 	Expect(reconciler.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)})).To(Succeed())
