@@ -420,8 +420,10 @@ type DivisionStatus struct {
 	// Revision is the revision of the published plan; it grows with every
 	// change of any pod's share.
 	Revision int64 `json:"revision"`
-	// Usable is the permits this caller hands out: floor(concurrency ×
-	// cluster share × safety), or its part of a shared contract.
+	// Usable is the permits this caller hands out once the handover is
+	// done: floor(concurrency × cluster share × safety), or its part of a
+	// shared contract; under AtLeastOne with fewer permits than Ready pods,
+	// one per Ready pod (the quota then reports Overcommitted).
 	Usable int32 `json:"usable"`
 	// Base is floor(usable / divisor); Extra pods hold one more, so the
 	// Ready pods hold all of Usable once the handover is done.

@@ -49,6 +49,18 @@ type readiness struct {
 	diagnostics []v1alpha1.Diagnostic
 	// handover is the division's step; nil when no plan was computed.
 	handover *handover
+	// recorded is set when the step's record was written ahead of the
+	// status.
+	recorded *recorded
+	// stale is set when the record could not be written because the quota
+	// read was old: the reconcile writes nothing more.
+	stale bool
+}
+
+// recorded is a division record written ahead of the status.
+type recorded struct {
+	// before is the division the record replaced.
+	before *v1alpha1.DivisionStatus
 }
 
 // readyCondition computes the Ready condition (without its transition time

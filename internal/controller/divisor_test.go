@@ -117,17 +117,17 @@ func TestDivideStalled(t *testing.T) {
 	const epoch, gate = "uid-1", "payments"
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning)}
-	h := divide(one(10, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
+	h := divide(one(12, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
 	rec := h.status
 	stuck := statePod("a", true, false, corev1.PodRunning)
 	stuck.Annotations = map[string]string{appliedAnnotation(gate): epoch + "/1"}
 	pods = []corev1.Pod{stuck, statePod("b", true, false, corev1.PodRunning)}
-	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
+	h = divide(one(12, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
 	rec = h.status
 	if h.recheck != DefaultStalledAfter {
 		t.Errorf("recheck %v, want the stall deadline %v", h.recheck, DefaultStalledAfter)
 	}
-	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
+	h = divide(one(12, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
 	if h.told["b"] != 0 || len(h.stalled) != 1 || h.stalled[0] != "a" {
 		t.Fatalf("stalled step: told %v stalled %v", h.told, h.stalled)
 	}

@@ -132,6 +132,11 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if result, change, err = r.publishPlan(ctx, q, f, status, &in); err != nil {
 			return ctrl.Result{}, err
 		}
+		if in.stale {
+			// The step was computed from an old record: nothing of it may
+			// be written, not even through the status write's retry.
+			return result, nil
+		}
 	}
 
 	conds := []metav1.Condition{readyCondition(in)}
@@ -139,8 +144,19 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		conds = append(conds, handedOverCondition(*in.handover))
 	}
 	prev, written, err := r.writeStatus(ctx, q, status, conds...)
-	if err != nil || !written {
+	if err != nil {
 		return result, err
+	}
+	if in.recorded != nil {
+		// The division's record was written ahead of the status; the
+		// events compare with the division as it was before that.
+		if !written {
+			prev = q.Status.DeepCopy()
+		}
+		prev.Division, written = in.recorded.before, true
+	}
+	if !written {
+		return result, nil
 	}
 	// Events follow a status write, judged against the status the API
 	// server had, so a reconcile that read a stale cache reports nothing
@@ -195,9 +211,13 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		// Write ahead: what every pod is told and may still hold is on
 		// record before any pod is told it, so that neither a restart nor
 		// a stale cache can forget capacity a pod may hold.
-		if ok, err := r.recordDivision(ctx, q, h.status); err != nil || !ok {
+		before := q.Status.Division
+		ok, err := r.recordDivision(ctx, q, h.status)
+		if err != nil || !ok {
+			in.stale = true
 			return ctrl.Result{RequeueAfter: staleRecheck}, nil, err
 		}
+		in.recorded = &recorded{before: before}
 	}
 
 	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, h.document(""))
