@@ -119,7 +119,8 @@ func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 		c.WindowPeak = peak
 		c.Peak = peak
 		n := s.ReplicasAt(off)
-		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n)}, Latency: s.LatencyAt(off)})
+		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
+			Latency: s.LatencyAt(off), ReadyPermits: Usable()})
 	}
 	d.Final = c
 	d.Final.WindowPeak = 0
@@ -144,14 +145,18 @@ func TestAnalyzeAndGoals(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := syntheticRun(vs[0], 18, 0, 40) // 180/s, no 429s
-	op.Published = []Published{{Seen: op.Start.Add(-time.Second), Hash: "h8", Permits: 5}, {Seen: op.Start.Add(25 * time.Second), Hash: "h16", Permits: 2}}
+	op.Published = []Published{
+		{Seen: op.Start.Add(-time.Second), Hash: "h8", Epoch: "e", Revision: 1, Pods: map[string]int{"p1": 5, "p2": 5}},
+		{Seen: op.Start.Add(25 * time.Second), Hash: "h16", Epoch: "e", Revision: 2, Pods: map[string]int{"p1": 2, "p2": 3}},
+	}
 	for _, pod := range []string{"p1", "p2"} {
 		op.Applied = append(op.Applied,
 			Applied{Pod: pod, Time: op.Start.Add(-900 * time.Millisecond), Hash: "h8", Permits: 5},
 			Applied{Pod: pod, Time: op.Start.Add(25*time.Second + 80*time.Millisecond), Hash: "h16", Permits: 2})
 	}
 	op.Alive = []string{"p1", "p2"}
-	op.Rollout = []RolloutSample{{Hash: "h16", Acknowledged: 2, Total: 2}}
+	op.Acks = map[string]string{"p1": "e/2", "p2": "e/2"}
+	op.Rollout = []RolloutSample{{Hash: "h16", Epoch: "e", Revision: 2, Acknowledged: 2, Total: 2}}
 	static := syntheticRun(vs[1], 18, 3, 53)
 	naive := syntheticRun(vs[2], 18, 100, 58)
 
@@ -171,7 +176,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 	if rl := o.ReloadLatencySeconds; rl == nil || rl.Count != 2 || rl.P99 < 0.079 || rl.P99 > 0.081 {
 		t.Errorf("reload latency %+v, want two reloads of 80ms", rl)
 	}
-	if diff := cmp.Diff(&RolloutReport{Acknowledged: 2, Total: 2, Current: true}, o.Rollout); diff != "" {
+	if diff := cmp.Diff(&RolloutReport{Acknowledged: 2, Total: 2, Last: "e/2", Current: true}, o.Rollout); diff != "" {
 		t.Errorf("rollout (-want +got):\n%s", diff)
 	}
 	if n := r.Variants["naive"]; n.Downstream429Fraction < 0.84 || n.Downstream429Fraction > 0.85 {
@@ -181,15 +186,24 @@ func TestAnalyzeAndGoals(t *testing.T) {
 		t.Errorf("goals failed on a run that meets them: %+v", failed)
 	}
 
-	// The same run with one 429 and a slow reload misses exactly those goals.
+	// The same run with one 429, a slow reload, a pod still at the previous
+	// revision and a 5 s dip to half the usable permits misses exactly
+	// those goals.
 	op.Final.Rejected = 1
 	op.Applied[1].Time = op.Start.Add(27 * time.Second)
+	op.Acks["p2"] = "e/1"
+	for i := range op.Samples {
+		if op.Samples[i].At >= 30*time.Second && op.Samples[i].At < 35*time.Second {
+			op.Samples[i].ReadyPermits = Usable() / 2
+		}
+	}
 	r.Add(Analyze(op))
 	var failed []string
 	for _, g := range r.Failed() {
 		failed = append(failed, g.Variant+": "+g.Goal)
 	}
-	if diff := cmp.Diff([]string{"operator: no downstream 429s", "operator: reload latency p99"}, failed); diff != "" {
+	if diff := cmp.Diff([]string{"operator: no downstream 429s", "operator: reload latency p99",
+		"operator: every running pod acknowledged the last plan", "operator: permits held by Ready pods, integrated over the run"}, failed); diff != "" {
 		t.Errorf("failed goals (-want +got):\n%s", diff)
 	}
 

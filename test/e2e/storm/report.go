@@ -83,6 +83,12 @@ type VariantReport struct {
 	Rollout *RolloutReport `json:"rollout,omitempty"`
 	// ScaleSteps say how the operator followed each autoscaler step.
 	ScaleSteps []ScaleStepReport `json:"scaleSteps,omitempty"`
+	// Capacity compares the permits the Ready pods held with the usable
+	// total, and with the previous division on the same schedule (operator
+	// variants only).
+	Capacity *CapacityReport `json:"capacity,omitempty"`
+	// Laggard names the pod that applied every plan late, if any.
+	Laggard string `json:"laggard,omitempty"`
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`
@@ -164,10 +170,13 @@ type ScaleStepReport struct {
 type RolloutReport struct {
 	Acknowledged int32 `json:"acknowledged"`
 	Total        int32 `json:"total"`
-	// Current says whether the status was about the last published plan.
+	// Last is the last published plan's acknowledgement, <epoch>/<revision>.
+	Last string `json:"last"`
+	// Current says whether the status was about the last published plan
+	// (its division's epoch and revision).
 	Current bool `json:"current"`
-	// StalePods counts pods alive at the end whose last applied plan was
-	// not the last one published.
+	// StalePods counts pods alive at the end whose applied annotation was
+	// not Last.
 	StalePods int `json:"stalePods"`
 }
 
@@ -190,6 +199,10 @@ type TimelinePoint struct {
 	// Permits is the sum of the running pods' permits: what the pods may
 	// hold in flight together.
 	Permits int `json:"permits"`
+	// ReadyPermits is the sum of the Ready pods' permits.
+	ReadyPermits int `json:"readyPermits"`
+	// LaggardPermits is the laggard's permits, when there is one.
+	LaggardPermits int `json:"laggardPermits,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

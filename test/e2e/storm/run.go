@@ -82,6 +82,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		go obs.WatchConfigMap(watchCtx, h.Client, ns, ConfigMapName, QuotaName)
 		go obs.WatchQuota(watchCtx, h.Client, ns, QuotaName)
+		go obs.WatchPods(watchCtx, h.Client, ns, QuotaName)
 		// The pods fail fast without a plan, as they should: wait for the
 		// operator to publish one.
 		if err := waitFor(ctx, setupTimeout, "the operator publishing a plan", func() (bool, error) {
@@ -98,8 +99,14 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 
 	endpoints := &Endpoints{Timeout: RequestTimeout}
 	defer endpoints.Close()
+	var laggard string // the first pod started, when the variant has one
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
+		if v.Laggard > 0 && laggard == "" {
+			laggard = pod.Name
+			args = append(args, "--apply-delay", v.Laggard.String())
+			h.logf("[%s] Pod %s applies every new plan %v late", v.Name, pod.Name, v.Laggard)
+		}
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
 				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
@@ -167,32 +174,49 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Running the schedule: %v at %.0f requests/s", v.Name, s.Duration, s.RequestsPerSecond)
-	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs)
+	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs, func() string { return laggard })
 	if err != nil {
 		return nil, err
 	}
 	if v.Operator {
-		// Let the last acknowledgements land before reading the rollout.
-		last := obs.Published()
-		_ = waitFor(ctx, 10*time.Second, "the rollout of the last plan", func() (bool, error) {
-			r := obs.Rollout()
-			if len(r) == 0 || len(last) == 0 {
-				return false, nil
-			}
-			cur := r[len(r)-1]
-			return cur.Hash == last[len(last)-1].Hash && cur.Acknowledged == cur.Total, nil
+		// Let the last acknowledgements land before reading the rollout: a
+		// handover may still be under way (a laggard takes its delay).
+		_ = waitFor(ctx, 10*time.Second+v.Laggard, "the rollout of the last plan", func() (bool, error) {
+			return rolledOut(obs, w.Running()), nil
 		})
 	}
 	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
+	data.Acks, data.Laggard = obs.LastAcks(), laggard
 	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
 		return nil, err
 	}
 	return Analyze(data), nil
 }
 
+// rolledOut says whether the quota's status counts every pod as having
+// acknowledged the last published plan, and every running pod's annotation
+// says so.
+func rolledOut(obs *Observations, running []string) bool {
+	pub, ro := obs.Published(), obs.Rollout()
+	if len(pub) == 0 || len(ro) == 0 {
+		return false
+	}
+	last, cur := pub[len(pub)-1], ro[len(ro)-1]
+	if cur.Epoch != last.Epoch || cur.Revision != last.Revision || cur.Acknowledged != cur.Total {
+		return false
+	}
+	acks := obs.LastAcks()
+	for _, pod := range running {
+		if acks[pod] != last.Ack().String() {
+			return false
+		}
+	}
+	return true
+}
+
 // conduct runs the schedule: the load, the latency steps, the autoscaler's
 // steps, and the sampling of the downstream and the workload.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &Load{
 		Rate:           s.RequestsPerSecond,
@@ -216,7 +240,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 				return
 			case <-time.After(time.Until(start.Add(off))):
 			}
-			out = append(out, Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()})
+			out = append(out, sample(off, ds, w, s, obs, laggard()))
 			if off >= s.Duration {
 				<-stopSampling
 				samples <- out
@@ -281,4 +305,19 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 		return nil, fmt.Errorf("storm: no samples taken")
 	}
 	return data, nil
+}
+
+// sample takes one sample of the run at offset off.
+func sample(off time.Duration, ds *Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
+	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
+	ready := w.Ready()
+	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)
+	if laggard != "" {
+		sm.LaggardReady = slices.Contains(ready, laggard)
+		sm.LaggardRunning = slices.Contains(w.Running(), laggard)
+		if !sm.LaggardReady {
+			_, sm.LaggardPermits = obs.PermitsOf([]string{laggard}, laggard)
+		}
+	}
+	return sm
 }

@@ -1,6 +1,8 @@
 package storm
 
 import (
+	"time"
+
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
@@ -17,6 +19,10 @@ type Variant struct {
 	// Plan is the fixed plan of a variant without the operator, mounted as
 	// a directory.
 	Plan *plan.Document
+	// Laggard, when positive, makes the first pod started apply every new
+	// plan that much later (examples/gateway --apply-delay), as a pod whose
+	// reload is slow: a paused or CPU-starved process, a lost watch.
+	Laggard time.Duration
 }
 
 // GatewayRetryArgs are the retry flags of examples/gateway in every variant:
