@@ -32,6 +32,9 @@ type DownstreamContractSpec struct {
 	// contract. When absent, quotas of every namespace may.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// Handover bounds how capacity moves between the callers' pods.
+	// +optional
+	Handover Handover `json:"handover,omitempty"`
 }
 
 // CallerStatus is one caller's part of a shared contract.

@@ -16,6 +16,7 @@ import (
 // important first: the published plan cannot keep the contract or the
 // deadline.
 var blockingDiagnostics = []string{
+	v1alpha1.ReasonContractOversubscribed,
 	v1alpha1.ReasonQuotaTooSmall,
 	v1alpha1.ReasonOvercommitted,
 	v1alpha1.ReasonDeadlineBelowLatency,

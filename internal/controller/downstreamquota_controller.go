@@ -101,6 +101,16 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		// Another finalizer keeps the quota for now; its pods' gate goes.
 		return ctrl.Result{}, r.withdraw(ctx, q.Namespace, q.Name, "")
 	}
+	if q.Spec.ContractRef != nil {
+		// The contract's reconciler divides, publishes and writes the
+		// status of the quotas that share it; this one only says when
+		// there is no contract to share.
+		why, err := r.contractMissing(ctx, q)
+		if err != nil || why == "" {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.reportContractMissing(ctx, q, why)
+	}
 
 	status := q.Status.DeepCopy()
 	status.ObservedGeneration = q.Generation
@@ -169,7 +179,14 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		return ctrl.Result{}, nil, nil
 	}
 	status.PerPod, status.Demand, status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
-	in.permits, in.diagnostics = p.PerPod.Permits, p.Diagnostics
+	over, err := r.oversubscription(ctx, q)
+	if err != nil {
+		return ctrl.Result{}, nil, err
+	}
+	if over != nil {
+		status.Diagnostics = append(slices.Clone(status.Diagnostics), *over)
+	}
+	in.permits, in.diagnostics = p.PerPod.Permits, status.Diagnostics
 
 	epoch := string(q.UID)
 	h := divide([]caller{{total: usableTotal(p), members: membersOf(f.pods, q.Name, epoch)}}, q.Status.Division, epoch, q.Spec.Handover, r.clock.Now())

@@ -48,11 +48,93 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.quotasForHPA), builder.WithPredicates(hpaChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.quotasForPod), builder.WithPredicates(podChanged)).
 		Watches(&corev1.ConfigMap{}, r.configMapHandler()).
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(r.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(r.quotasOfDownstream), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ControllerName, err)
 	}
+	contracts := NewDownstreamContractReconciler(r)
+	err = ctrl.NewControllerManagedBy(mgr).
+		Named(ContractControllerName).
+		WithOptions(opts).
+		For(&v1alpha1.DownstreamContract{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(quotaContract), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindStatefulSet))), builder.WithPredicates(workloadChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForPod)), builder.WithPredicates(podChanged)).
+		Complete(contracts)
+	if err != nil {
+		return fmt.Errorf("controller: set up %s: %w", ContractControllerName, err)
+	}
 	return nil
+}
+
+// quotasOfDownstream maps a quota or a contract to the quotas, in every
+// namespace, that name the same downstream: they check together that they
+// do not hand out more than its contract. A contract maps also to the
+// quotas that share it, which report when it is missing.
+func (r *DownstreamQuotaReconciler) quotasOfDownstream(ctx context.Context, obj client.Object) []reconcile.Request {
+	var downstream string
+	var shared []reconcile.Request
+	switch o := obj.(type) {
+	case *v1alpha1.DownstreamQuota:
+		downstream = o.Spec.Downstream
+	case *v1alpha1.DownstreamContract:
+		downstream = o.Spec.Downstream
+		var list v1alpha1.DownstreamQuotaList
+		if err := r.client.List(ctx, &list, client.MatchingFields{indexer.QuotaContractKey: o.Name}); err == nil {
+			for i := range list.Items {
+				shared = append(shared, request(list.Items[i].Namespace, list.Items[i].Name))
+			}
+		}
+	default:
+		return nil
+	}
+	var list v1alpha1.DownstreamQuotaList
+	if err := r.client.List(ctx, &list, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "downstream", downstream)
+		return shared
+	}
+	for i := range list.Items {
+		if o := &list.Items[i]; o.Namespace != obj.GetNamespace() || o.Name != obj.GetName() {
+			shared = append(shared, request(o.Namespace, o.Name))
+		}
+	}
+	return shared
+}
+
+// ContractControllerName names the DownstreamContract controller in logs
+// and metrics.
+const ContractControllerName = "downstreamcontract"
+
+// quotaContract maps a quota to the contract it shares, if any.
+func quotaContract(_ context.Context, obj client.Object) []reconcile.Request {
+	q, ok := obj.(*v1alpha1.DownstreamQuota)
+	if !ok || q.Spec.ContractRef == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: q.Spec.ContractRef.Name}}}
+}
+
+// contracts maps what quotas maps an object to onto the contracts those
+// quotas share.
+func (r *DownstreamQuotaReconciler) contracts(quotas handler.MapFunc) handler.MapFunc {
+	return func(ctx context.Context, obj client.Object) []reconcile.Request {
+		var out []reconcile.Request
+		for _, req := range quotas(ctx, obj) {
+			q := &v1alpha1.DownstreamQuota{}
+			if err := r.client.Get(ctx, req.NamespacedName, q); err != nil {
+				continue
+			}
+			for _, c := range quotaContract(ctx, q) {
+				if !slices.Contains(out, c) {
+					out = append(out, c)
+				}
+			}
+		}
+		return out
+	}
 }
 
 // quotasMatching returns a request for each quota of namespace that the

@@ -38,6 +38,12 @@ const (
 	// WorkloadKey of its scaleTargetRef, when the target is in the apps
 	// group.
 	HPATargetKey = "spec.scaleTargetRef"
+	// QuotaContractKey indexes DownstreamQuotas by the DownstreamContract
+	// their spec.contractRef names.
+	QuotaContractKey = "spec.contractRef"
+	// QuotaDownstreamKey indexes DownstreamQuotas by spec.downstream, so
+	// that quotas naming one downstream can be checked against each other.
+	QuotaDownstreamKey = "spec.downstream"
 	// ConfigMapGateKey indexes a ConfigMap by the quotas whose gate it
 	// holds: the quota names of its plan.KeyFor keys and of its
 	// DownstreamQuota owner references.
@@ -77,6 +83,8 @@ func Indexes() []Index {
 		{Object: &v1alpha1.DownstreamQuota{}, Field: QuotaWorkloadKey, Extract: quotaWorkload},
 		{Object: &v1alpha1.DownstreamQuota{}, Field: QuotaHPAKey, Extract: quotaHPA},
 		{Object: &v1alpha1.DownstreamQuota{}, Field: QuotaConfigMapKey, Extract: quotaConfigMap},
+		{Object: &v1alpha1.DownstreamQuota{}, Field: QuotaContractKey, Extract: quotaContract},
+		{Object: &v1alpha1.DownstreamQuota{}, Field: QuotaDownstreamKey, Extract: quotaDownstream},
 		{Object: &autoscalingv2.HorizontalPodAutoscaler{}, Field: HPATargetKey, Extract: hpaTarget},
 		{Object: &corev1.ConfigMap{}, Field: ConfigMapGateKey, Extract: configMapGates},
 	}
@@ -115,6 +123,24 @@ func quotaConfigMap(obj client.Object) []string {
 		return nil
 	}
 	return []string{ConfigMapName(q)}
+}
+
+// quotaContract extracts the DownstreamContract a quota shares.
+func quotaContract(obj client.Object) []string {
+	q, ok := obj.(*v1alpha1.DownstreamQuota)
+	if !ok || q.Spec.ContractRef == nil {
+		return nil
+	}
+	return []string{q.Spec.ContractRef.Name}
+}
+
+// quotaDownstream extracts the downstream a quota names.
+func quotaDownstream(obj client.Object) []string {
+	q, ok := obj.(*v1alpha1.DownstreamQuota)
+	if !ok || q.Spec.Downstream == "" {
+		return nil
+	}
+	return []string{q.Spec.Downstream}
 }
 
 func hpaTarget(obj client.Object) []string {

@@ -1,0 +1,412 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamcontracts,verbs=get;list;watch
+// +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamcontracts/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list;watch
+
+// DownstreamContractReconciler splits each DownstreamContract over the
+// quotas that share it (its callers) and each caller's part over the
+// caller's pods, in one handover over all of them, and publishes every
+// caller's document and status. Build it with NewDownstreamContractReconciler.
+type DownstreamContractReconciler struct {
+	quotas *DownstreamQuotaReconciler
+}
+
+var _ reconcile.Reconciler = (*DownstreamContractReconciler)(nil)
+
+// NewDownstreamContractReconciler returns a reconciler that reads, publishes
+// and writes status as quotas does.
+func NewDownstreamContractReconciler(quotas *DownstreamQuotaReconciler) *DownstreamContractReconciler {
+	return &DownstreamContractReconciler{quotas: quotas}
+}
+
+// sharer is one quota sharing a contract, with what a reconcile read of it.
+type sharer struct {
+	quota   *v1alpha1.DownstreamQuota
+	facts   facts
+	members []member
+	serving int64
+	status  *v1alpha1.DownstreamQuotaStatus
+	in      readiness
+	plan    *quotaplan.Plan
+}
+
+// Reconcile splits one contract over its callers, steps the handover,
+// records it, and publishes every caller's part.
+func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	q := r.quotas
+	dc := &v1alpha1.DownstreamContract{}
+	if err := q.client.Get(ctx, req.NamespacedName, dc); err != nil {
+		// The callers' own reconciles report a contract that is gone.
+		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+	}
+	sharers, err := r.sharers(ctx, dc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	epoch := string(dc.UID)
+	usable := int64(quotaplan.ClusterConcurrency(dc.Spec.Contract)) * int64(safetyOf(dc)) / 100
+	parts, rates, reasons := split(dc, sharers, usable)
+	var callers []caller
+	for i, s := range sharers {
+		p, err := quotaplan.ComputePart(s.quota.Spec, dc.Spec, parts[i], int32(max(s.serving, 1)))
+		if err != nil {
+			s.in.invalid = err
+			continue
+		}
+		s.plan = &p
+		callers = append(callers, caller{prefix: s.quota.Namespace + "/", total: usableTotal(p), members: s.members})
+	}
+	h := divide(callers, dc.Status.Division, epoch, dc.Spec.Handover, q.clock.Now())
+	if h.changed {
+		if ok, err := r.recordDivision(ctx, dc, h.status); err != nil || !ok {
+			return reconcile.Result{RequeueAfter: staleRecheck}, err
+		}
+	}
+
+	status := dc.Status.DeepCopy()
+	status.ObservedGeneration, status.Usable, status.Division, status.Callers = dc.Generation, int32(usable), h.status, nil
+	result := reconcile.Result{RequeueAfter: h.recheck}
+	ci := 0
+	for i, s := range sharers {
+		cs := v1alpha1.CallerStatus{
+			Namespace: s.quota.Namespace, Quota: s.quota.Name,
+			Workload: s.quota.Spec.WorkloadRef.Kind + "/" + s.quota.Spec.WorkloadRef.Name,
+			Weight:   weightOf(s.quota), ReadyPods: int32(s.serving),
+			Permits: int32(parts[i].Permits), RatePerSecond: quotaplan.Quantity(rates[i]), Reason: reasons[i],
+		}
+		if d := demandOf(s.quota, s.serving); d != division.Unbounded {
+			cs.Demand = ptrInt32(d)
+		}
+		status.Callers = append(status.Callers, cs)
+		if s.plan == nil {
+			if err := r.writeCaller(ctx, s); err != nil {
+				return reconcile.Result{}, err
+			}
+			continue
+		}
+		res, err := r.publishCaller(ctx, dc, s, h, ci)
+		ci++
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if res.RequeueAfter > 0 && (result.RequeueAfter == 0 || res.RequeueAfter < result.RequeueAfter) {
+			result.RequeueAfter = res.RequeueAfter
+		}
+	}
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished,
+		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, len(sharers))}
+	if len(sharers) == 0 {
+		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
+	}
+	now := q.clock.Now()
+	setCondition(&status.Conditions, ready, dc.Generation, now)
+	setCondition(&status.Conditions, handedOverCondition(h), dc.Generation, now)
+	if !equality.Semantic.DeepEqual(&dc.Status, status) {
+		updated := dc.DeepCopy()
+		updated.Status = *status
+		if err := q.client.Status().Patch(ctx, updated, ctrl.MergeFrom(dc)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("controller: write status of contract %s: %w", dc.Name, ctrl.IgnoreNotFound(err))
+		}
+	}
+	return result, nil
+}
+
+// sharers returns the quotas that share dc and whose namespace it admits,
+// by namespace and name, with their facts read.
+func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1.DownstreamContract) ([]*sharer, error) {
+	var list v1alpha1.DownstreamQuotaList
+	if err := r.quotas.client.List(ctx, &list, ctrl.MatchingFields{indexer.QuotaContractKey: dc.Name}); err != nil {
+		return nil, fmt.Errorf("controller: list quotas of contract %s: %w", dc.Name, err)
+	}
+	var out []*sharer
+	for i := range list.Items {
+		qt := &list.Items[i]
+		if !qt.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ok, err := r.admits(ctx, dc, qt.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		s := &sharer{quota: qt, status: qt.Status.DeepCopy()}
+		s.status.ObservedGeneration = qt.Generation
+		s.in = readiness{workload: qt.Spec.WorkloadRef, published: s.status.ConfigMap}
+		f, err := r.quotas.observe(ctx, qt)
+		if err != nil {
+			return nil, err
+		}
+		s.facts = f
+		if f.workload == nil {
+			s.in.workloadMissing = true
+		}
+		s.members = membersOf(f.pods, qt.Name, string(dc.UID))
+		for _, m := range s.members {
+			if m.serving {
+				s.serving++
+			}
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *sharer) int {
+		return cmp.Or(cmp.Compare(a.quota.Namespace, b.quota.Namespace), cmp.Compare(a.quota.Name, b.quota.Name))
+	})
+	return out, nil
+}
+
+// admits reports whether dc's namespace selector admits namespace.
+func (r *DownstreamContractReconciler) admits(ctx context.Context, dc *v1alpha1.DownstreamContract, namespace string) (bool, error) {
+	return contractAdmits(ctx, r.quotas.client, dc, namespace)
+}
+
+// contractAdmits reports whether dc's namespace selector admits namespace;
+// no selector admits every namespace.
+func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamContract, namespace string) (bool, error) {
+	if dc.Spec.NamespaceSelector == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(dc.Spec.NamespaceSelector)
+	if err != nil {
+		return false, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, ctrl.ObjectKey{Name: namespace}, &ns); err != nil {
+		return false, ctrl.IgnoreNotFound(err)
+	}
+	return sel.Matches(labels.Set(ns.Labels)), nil
+}
+
+// split divides usable permits over the sharers by weighted max-min
+// fairness capped at each one's demand (a caller without serving pods
+// demands nothing), and the usable rate, burst and retry budget with them.
+// It returns each caller's part, its rate, and the reason, with the
+// arithmetic.
+func split(dc *v1alpha1.DownstreamContract, sharers []*sharer, usable int64) ([]sizing.Part, []float64, []string) {
+	claims := make([]division.Claim, len(sharers))
+	rateClaims := make([]division.ClaimFloat, len(sharers))
+	for i, s := range sharers {
+		key := s.quota.Namespace + "/" + s.quota.Name
+		d := demandOf(s.quota, s.serving)
+		claims[i] = division.Claim{Name: key, Weight: int64(weightOf(s.quota)), Demand: d}
+		rd := math.Inf(1)
+		switch {
+		case s.serving == 0:
+			rd = 0
+		case s.quota.Spec.Demand != nil && s.quota.Spec.Demand.RatePerSecond > 0:
+			rd = float64(s.quota.Spec.Demand.RatePerSecond)
+		case d != division.Unbounded && s.quota.Spec.Latency.Typical.Duration > 0:
+			rd = float64(d) / s.quota.Spec.Latency.Typical.Seconds()
+		}
+		rateClaims[i] = division.ClaimFloat{Name: key, Weight: int64(weightOf(s.quota)), Demand: rd}
+	}
+	parts := make([]sizing.Part, len(sharers))
+	rates := make([]float64, len(sharers))
+	reasons := make([]string, len(sharers))
+	if len(sharers) == 0 {
+		return parts, rates, reasons
+	}
+	permits := division.FairShare(usable, claims)
+	c := dc.Spec.Contract
+	cc := int64(quotaplan.ClusterConcurrency(c))
+	safety := int64(safetyOf(dc))
+	var usableRate float64
+	var usableBurst int64
+	if c.RatePerSecond > 0 {
+		usableRate = float64(c.RatePerSecond) * float64(cc*safety) / float64(100*int64(c.Concurrency))
+		usableBurst = int64(c.Burst) * cc * safety / (100 * int64(c.Concurrency))
+		rates = division.FairShareFloat(usableRate, rateClaims)
+	}
+	var weights int64
+	for _, cl := range claims {
+		weights += cl.Weight
+	}
+	for i := range sharers {
+		parts[i].Permits = int(permits[i])
+		if usableRate > 0 {
+			parts[i].RatePerSecond = rates[i]
+			parts[i].Burst = int(float64(usableBurst) * rates[i] / usableRate)
+		}
+		if usable > 0 {
+			parts[i].RetryBudgetPerSecond = float64(dc.Spec.RetryBudgetPerSecond) * float64(permits[i]) / float64(usable)
+		}
+		cl := claims[i]
+		switch {
+		case cl.Demand == 0:
+			reasons[i] = fmt.Sprintf("no Ready pods: demands nothing, gets %d", permits[i])
+		case cl.Demand != division.Unbounded && permits[i] == cl.Demand:
+			reasons[i] = fmt.Sprintf("its demand of %d in flight is met (weight %d of %d)", cl.Demand, cl.Weight, weights)
+		default:
+			reasons[i] = fmt.Sprintf("weighted max-min fair share of %d usable permits at weight %d of %d: %d", usable, cl.Weight, weights, permits[i])
+		}
+	}
+	return parts, rates, reasons
+}
+
+// demandOf returns the calls in flight a caller can use: spec.demand.inFlight,
+// or its rate × typical latency rounded up, or Unbounded; 0 without serving
+// pods.
+func demandOf(q *v1alpha1.DownstreamQuota, serving int64) int64 {
+	d := q.Spec.Demand
+	switch {
+	case serving == 0:
+		return 0
+	case d == nil:
+		return division.Unbounded
+	case d.InFlight != nil:
+		return int64(*d.InFlight)
+	case d.RatePerSecond > 0:
+		return int64(math.Ceil(float64(d.RatePerSecond) * q.Spec.Latency.Typical.Seconds()))
+	}
+	return division.Unbounded
+}
+
+func weightOf(q *v1alpha1.DownstreamQuota) int32 { return max(q.Spec.Weight, 1) }
+
+func safetyOf(dc *v1alpha1.DownstreamContract) int32 {
+	if dc.Spec.SafetyPercent == 0 {
+		return quotaplan.DefaultSafetyPercent
+	}
+	return dc.Spec.SafetyPercent
+}
+
+func ptrInt32(v int64) *int32 { x := int32(v); return &x }
+
+// recordDivision writes division as dc's status.division under dc's
+// resourceVersion, as DownstreamQuotaReconciler.recordDivision does for a
+// quota.
+func (r *DownstreamContractReconciler) recordDivision(ctx context.Context, dc *v1alpha1.DownstreamContract, division *v1alpha1.DivisionStatus) (bool, error) {
+	updated := dc.DeepCopy()
+	updated.Status.Division = division
+	err := r.quotas.client.Status().Patch(ctx, updated, ctrl.MergeFromWithOptions(dc, ctrl.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil:
+		*dc = *updated
+		return true, nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("controller: record division of contract %s: %w", dc.Name, err)
+}
+
+// publishCaller publishes caller i's part of the division to its ConfigMap
+// and writes its quota's status.
+func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handover, i int) (reconcile.Result, error) {
+	q, qt := r.quotas, s.quota
+	p := *s.plan
+	replicas := replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
+	if s.facts.workload == nil {
+		replicas = v1alpha1.ReplicaStatus{DivisorSource: v1alpha1.DivisorReadyPods}
+	}
+	s.status.Replicas, s.in.replicas = &replicas, &replicas
+	if s.facts.hpaMissing {
+		s.in.missingHPA = qt.Spec.HPAName
+	}
+	s.status.PerPod, s.status.Demand, s.status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
+	s.in.permits, s.in.diagnostics = p.PerPod.Permits, p.Diagnostics
+	s.status.Division = h.callers[i]
+	callerView := h
+	callerView.status = h.callers[i]
+	s.in.handover = &callerView
+
+	doc := p.Document(qt.Name, dc.Spec.Downstream, qt.Generation, h.document(qt.Namespace+"/"))
+	data, err := plan.Marshal(doc)
+	if err != nil {
+		s.in.invalid = err
+		return reconcile.Result{}, r.writeCaller(ctx, s)
+	}
+	name := indexer.ConfigMapName(qt)
+	var result reconcile.Result
+	if s.facts.workload != nil {
+		conflict, err := q.publish(ctx, qt, name, doc.Hash, data)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if conflict != "" {
+			s.in.conflict = conflict
+			result.RequeueAfter = q.conflictRecheck
+		} else {
+			if err := q.withdraw(ctx, qt.Namespace, qt.Name, name); err != nil {
+				return reconcile.Result{}, err
+			}
+			s.status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(qt.Name), Hash: doc.Hash}
+			s.in.published = s.status.ConfigMap
+			s.status.Rollout = rolloutStatus(s.facts.pods, qt.Name, plan.AckFor(doc))
+		}
+	}
+	return result, r.writeCaller(ctx, s)
+}
+
+// writeCaller writes a caller quota's status with its conditions.
+func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *sharer) error {
+	conds := []metav1.Condition{readyCondition(s.in)}
+	if s.in.handover != nil {
+		conds = append(conds, handedOverCondition(*s.in.handover))
+	}
+	_, _, err := r.quotas.writeStatus(ctx, s.quota, s.status, conds...)
+	return err
+}
+
+// contractMissing returns why q's contractRef gives q no part, or "" when
+// the contract exists and admits q's namespace.
+func (r *DownstreamQuotaReconciler) contractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota) (string, error) {
+	dc := &v1alpha1.DownstreamContract{}
+	name := q.Spec.ContractRef.Name
+	if err := r.client.Get(ctx, ctrl.ObjectKey{Name: name}, dc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("DownstreamContract %s not found; the workload gets its part once it exists", name), nil
+		}
+		return "", fmt.Errorf("controller: get contract %s: %w", name, err)
+	}
+	ok, err := contractAdmits(ctx, r.client, dc, q.Namespace)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", name, q.Namespace), nil
+	}
+	return "", nil
+}
+
+// reportContractMissing writes a shared quota's Ready condition when its
+// contract is missing; its published plan, if any, stays.
+func (r *DownstreamQuotaReconciler) reportContractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota, why string) error {
+	status := q.Status.DeepCopy()
+	status.ObservedGeneration = q.Generation
+	c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonContractNotFound, Message: why}
+	if status.ConfigMap != nil {
+		c.Message += fmt.Sprintf("; the last plan stays in ConfigMap %s", status.ConfigMap.Name)
+	}
+	if old := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); old != nil && old.Message == c.Message && old.Reason == c.Reason {
+		return nil
+	}
+	_, _, err := r.writeStatus(ctx, q, status, c)
+	return err
+}

@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+)
+
+// claimant is a quota or contract that hands out permits of a downstream.
+type claimant struct {
+	name        string
+	concurrency int32
+	usable      int64
+}
+
+// oversubscription checks the quotas and contracts that name q's downstream
+// without sharing one contract: when the permits they hand out add up to
+// more than the smallest concurrency any of them states for it, it returns
+// a ContractOversubscribed diagnostic with the arithmetic.
+func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, q *v1alpha1.DownstreamQuota) (*v1alpha1.Diagnostic, error) {
+	var quotas v1alpha1.DownstreamQuotaList
+	if err := r.client.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: q.Spec.Downstream}); err != nil {
+		return nil, fmt.Errorf("controller: list quotas of downstream %s: %w", q.Spec.Downstream, err)
+	}
+	var contracts v1alpha1.DownstreamContractList
+	if err := r.client.List(ctx, &contracts); err != nil {
+		return nil, fmt.Errorf("controller: list contracts: %w", err)
+	}
+	var all []claimant
+	for i := range quotas.Items {
+		o := &quotas.Items[i]
+		if o.Spec.Contract == nil || !o.DeletionTimestamp.IsZero() {
+			continue // a shared quota counts through its contract
+		}
+		spec := quotaplan.Default(o.Spec)
+		all = append(all, claimant{
+			name:        "DownstreamQuota " + o.Namespace + "/" + o.Name,
+			concurrency: spec.Contract.Concurrency,
+			usable:      int64(quotaplan.ClusterConcurrency(*spec.Contract)) * int64(spec.SafetyPercent) / 100,
+		})
+	}
+	for i := range contracts.Items {
+		c := &contracts.Items[i]
+		if c.Spec.Downstream != q.Spec.Downstream {
+			continue
+		}
+		all = append(all, claimant{
+			name:        "DownstreamContract " + c.Name,
+			concurrency: c.Spec.Contract.Concurrency,
+			usable:      int64(quotaplan.ClusterConcurrency(c.Spec.Contract)) * int64(safetyOf(c)) / 100,
+		})
+	}
+	if len(all) < 2 {
+		return nil, nil
+	}
+	slices.SortFunc(all, func(a, b claimant) int { return strings.Compare(a.name, b.name) })
+	var (
+		sum   int64
+		terms []string
+		least = all[0].concurrency
+	)
+	for _, c := range all {
+		sum += c.usable
+		least = min(least, c.concurrency)
+		terms = append(terms, fmt.Sprintf("%s %d", c.name, c.usable))
+	}
+	if sum <= int64(least) {
+		return nil, nil
+	}
+	return &v1alpha1.Diagnostic{
+		Reason: v1alpha1.ReasonContractOversubscribed,
+		Message: fmt.Sprintf("%d quotas and contracts name downstream %s without sharing one contract and hand out %s = %d permits against its concurrency of %d; share one DownstreamContract through spec.contractRef, or lower their parts",
+			len(all), q.Spec.Downstream, strings.Join(terms, " + "), sum, least),
+	}, nil
+}
