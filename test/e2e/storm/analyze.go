@@ -131,7 +131,7 @@ func Analyze(d *RunData) *VariantReport {
 		r.Plans = plans(d)
 		r.Rollout = rollout(d)
 		r.ScaleSteps = scaleSteps(d)
-		r.Capacity = capacity(d)
+		r.Capacity = capacity(d, r.Timeline)
 		r.Laggard = d.Laggard
 	}
 	return r

@@ -74,8 +74,9 @@ type CapacityStep struct {
 }
 
 // capacity integrates the samples of a run (left Riemann sums over the
-// sampling interval).
-func capacity(d *RunData) *CapacityReport {
+// sampling interval). When tl has a point per sample, it receives the
+// previous division's figures too.
+func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 	usable := Usable()
 	r := &CapacityReport{Usable: usable}
 	if len(d.Samples) == 0 {
@@ -122,6 +123,9 @@ func capacity(d *RunData) *CapacityReport {
 			prevReady += lag - now
 		}
 		r.PreviousPeakPermits = max(r.PreviousPeakPermits, prevRunning)
+		if len(tl) == len(d.Samples) {
+			tl[i].PreviousPermits, tl[i].PreviousReadyPermits = prevRunning, prevReady
+		}
 		if prevRunning > Contract {
 			r.PreviousOverContractSeconds += sec
 		}

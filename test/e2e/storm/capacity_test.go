@@ -33,7 +33,7 @@ func TestCapacityLaggard(t *testing.T) {
 		}
 		d.Samples = append(d.Samples, sm)
 	}
-	c := capacity(d)
+	c := capacity(d, nil)
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6 }
 	if c.Usable != 40 || !near(c.Seconds, 10) {
 		t.Errorf("usable %d over %vs, want 40 over 10s", c.Usable, c.Seconds)

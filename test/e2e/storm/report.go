@@ -203,6 +203,10 @@ type TimelinePoint struct {
 	ReadyPermits int `json:"readyPermits"`
 	// LaggardPermits is the laggard's permits, when there is one.
 	LaggardPermits int `json:"laggardPermits,omitempty"`
+	// PreviousPermits and PreviousReadyPermits are Permits and ReadyPermits
+	// as the previous division would have had them (see CapacityReport).
+	PreviousPermits      int `json:"previousPermits,omitempty"`
+	PreviousReadyPermits int `json:"previousReadyPermits,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
