@@ -306,7 +306,7 @@ func scaleSteps(d *RunData) []ScaleStepReport {
 		}
 		r.FirstPlanSeconds = first.Seen.Sub(sc.At).Seconds()
 		r.SettledPlanSeconds = last.Seen.Sub(sc.At).Seconds()
-		r.SettledPermits = last.Permits
+		r.SettledHandedOut = last.HandedOut()
 		// Pods running at the decision: their first application is before it.
 		running := map[string]bool{}
 		for _, a := range d.Applied {

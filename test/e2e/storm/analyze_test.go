@@ -43,9 +43,9 @@ func TestScaleSteps(t *testing.T) {
 		Scales:   []ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
 		Published: []Published{
 			{Seen: at(-1000), Hash: "n8", Permits: 5},
-			{Seen: at(25030), Hash: "n16", Permits: 2},
+			{Seen: at(25030), Hash: "n16", Pods: map[string]int{"old": 3, "new": 2}},
 			{Seen: at(45600), Hash: "n10", Permits: 4},
-			{Seen: at(45800), Hash: "n4", Permits: 10},
+			{Seen: at(45800), Hash: "n4", Pods: map[string]int{"old": 20, "new": 20}},
 		},
 		Applied: []Applied{
 			{Pod: "old", Time: at(-900), Hash: "n8"},
@@ -58,9 +58,9 @@ func TestScaleSteps(t *testing.T) {
 		},
 	}
 	want := []ScaleStepReport{
-		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledPermits: 2,
+		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledHandedOut: 5,
 			AppliedBy: 1, AppliedP50Seconds: 0.04, AppliedMaxSeconds: 0.04},
-		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledPermits: 10,
+		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledHandedOut: 40,
 			AppliedBy: 2, AppliedP50Seconds: 0.81, AppliedMaxSeconds: 0.83},
 	}
 	if diff := cmp.Diff(want, scaleSteps(d), cmpopts.EquateApprox(0, 1e-9)); diff != "" {

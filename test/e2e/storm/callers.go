@@ -308,9 +308,11 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	}
 	// Start from a settled handover: every caller's pods acknowledged its
 	// last plan and hold its part.
-	if err := waitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan", func() (bool, error) {
-		for _, cr := range runs {
-			if !rolledOut(cr.obs, cr.w.Running()) {
+	fair := FairParts(cs)
+	if err := waitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
+		for i, cr := range runs {
+			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
+			if !rolledOut(cr.obs, cr.w.Running()) || int64(held) != fair[i] {
 				return false, h.ManagerErr()
 			}
 		}

@@ -99,12 +99,13 @@ func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 	}
 	var held, prevHeld, total float64
 	for i, sm := range d.Samples {
-		if sm.At >= s.Duration {
-			break
-		}
-		dt := SampleInterval
-		if i+1 < len(d.Samples) {
-			dt = min(d.Samples[i+1].At, s.Duration) - sm.At
+		// Samples at or after the end are drawn, not integrated.
+		var dt time.Duration
+		if sm.At < s.Duration {
+			dt = SampleInterval
+			if i+1 < len(d.Samples) {
+				dt = min(d.Samples[i+1].At, s.Duration) - sm.At
+			}
 		}
 		sec := dt.Seconds()
 
@@ -122,10 +123,13 @@ func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 		if sm.LaggardReady {
 			prevReady += lag - now
 		}
-		r.PreviousPeakPermits = max(r.PreviousPeakPermits, prevRunning)
 		if len(tl) == len(d.Samples) {
 			tl[i].PreviousPermits, tl[i].PreviousReadyPermits = prevRunning, prevReady
 		}
+		if dt == 0 {
+			continue
+		}
+		r.PreviousPeakPermits = max(r.PreviousPeakPermits, prevRunning)
 		if prevRunning > Contract {
 			r.PreviousOverContractSeconds += sec
 		}

@@ -157,7 +157,9 @@ type ScaleStepReport struct {
 	// SettledPlanSeconds is the time to the step's last plan (on a
 	// scale-down, the shares grow only once departing pods are gone).
 	SettledPlanSeconds float64 `json:"settledPlanSeconds"`
-	SettledPermits     int     `json:"settledPermits"`
+	// SettledHandedOut is the permits the step's last plan gives the pods
+	// it names.
+	SettledHandedOut int `json:"settledHandedOut"`
 	// AppliedBy counts the pods running at the decision that applied the
 	// last plan; AppliedP50Seconds and AppliedMaxSeconds are the times from
 	// the decision to their applying it.

@@ -163,10 +163,13 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 	if v.Operator {
-		// Start from a settled rollout, as a workload that has run a while.
-		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan", func() (bool, error) {
+		// Start from a settled handover, as a workload that has run a while:
+		// every pod acknowledged the last plan and the Ready pods hold every
+		// usable permit.
+		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
 			r := obs.Rollout()
-			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && r[len(r)-1].Acknowledged == s.InitialReplicas, h.ManagerErr()
+			held, _ := obs.PermitsOf(w.Ready(), "")
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && rolledOut(obs, w.Running()) && held == Usable(), h.ManagerErr()
 		})
 		if err != nil {
 			return nil, err

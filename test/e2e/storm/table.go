@@ -79,10 +79,10 @@ func WriteTable(w io.Writer, r *Report) error {
 		if len(steps) == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s: autoscaler step\tfirst new plan after\tplans\tsettled plan after\tsettled permits/pod\tapplied by running pods: p50 / max after the decision\n", name)
+		fmt.Fprintf(tw, "%s: autoscaler step\tfirst new plan after\tplans\tsettled plan after\tsettled: permits handed out\tapplied by running pods: p50 / max after the decision\n", name)
 		for _, st := range steps {
 			fmt.Fprintf(tw, "%.0fs: %d → %d\t%s\t%d\t%s\t%d\t%s / %s (%d pods)\n", st.At, st.From, st.To, ms(st.FirstPlanSeconds), st.Plans,
-				ms(st.SettledPlanSeconds), st.SettledPermits, ms(st.AppliedP50Seconds), ms(st.AppliedMaxSeconds), st.AppliedBy)
+				ms(st.SettledPlanSeconds), st.SettledHandedOut, ms(st.AppliedP50Seconds), ms(st.AppliedMaxSeconds), st.AppliedBy)
 		}
 		fmt.Fprintln(tw)
 	}
