@@ -69,7 +69,8 @@ type DownstreamContractStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Usable is the permits handed out: floor(concurrency × cluster share ×
 	// safety).
-	Usable int32 `json:"usable"`
+	// +optional
+	Usable int32 `json:"usable,omitempty"`
 	// Callers are the quotas sharing the contract, by namespace and name.
 	// +optional
 	Callers []CallerStatus `json:"callers,omitempty"`

@@ -203,7 +203,7 @@ type RetryPolicy struct {
 
 // DownstreamQuotaSpec is a downstream's global contract and the workload it
 // is divided over.
-// +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given"
+// +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given",fieldPath=".contract"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
@@ -520,7 +520,7 @@ type DownstreamQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.contract.concurrency`
 // +kubebuilder:printcolumn:name="Divisor",type=integer,JSONPath=`.status.replicas.divisor`
 // +kubebuilder:printcolumn:name="Permits/Pod",type=integer,JSONPath=`.status.perPod.permits`
-// +kubebuilder:printcolumn:name="Handed Out",type=integer,JSONPath=`.status.division.handedOut`
+// +kubebuilder:printcolumn:name="Handed-Out",type=integer,JSONPath=`.status.division.handedOut`
 // +kubebuilder:printcolumn:name="Usable",type=integer,JSONPath=`.status.division.usable`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -87,7 +87,7 @@ var _ = Describe("kubectl apply", Ordered, func() {
 		out, stderr, err := kubectl.Run("get", "dq", "-n", "shop")
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		header := strings.Fields(strings.SplitN(out, "\n", 2)[0])
-		Expect(header).To(Equal([]string{"NAME", "DOWNSTREAM", "CONCURRENCY", "DIVISOR", "PERMITS/POD", "READY", "AGE"}))
+		Expect(header).To(Equal([]string{"NAME", "DOWNSTREAM", "CONCURRENCY", "DIVISOR", "PERMITS/POD", "HANDED-OUT", "USABLE", "READY", "AGE"}))
 		Expect(out).To(ContainSubstring("logistics.example.com"))
 	})
 

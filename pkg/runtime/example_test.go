@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,8 +27,8 @@ func examplePlans(permits int) string {
 	if err != nil {
 		panic(err)
 	}
-	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: permits,
-		QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22,
+	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "0f1e-uid", Revision: 1,
+		Permits: permits, QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22,
 		DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25}
 	d.Hash = plan.Hash(d)
 	data, err := plan.Marshal(d)
@@ -87,9 +88,10 @@ func ExampleNew_missingGate() {
 	// runtime: reload: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
 }
 
-// Follow the ConfigMap through the API server and acknowledge each plan on
-// the pod. The service account needs get, list and watch on the ConfigMap
-// and patch on pods; POD_NAME and POD_NAMESPACE come from the downward API.
+// Follow the ConfigMap through the API server, enforce this pod's own share
+// and acknowledge each revision on the pod. The service account needs get,
+// list and watch on the ConfigMap and patch on pods; POD_NAME and
+// POD_NAMESPACE come from the downward API.
 func ExampleFromConfigMap() {
 	ctx := context.Background()
 	cfg, err := rest.InClusterConfig()
@@ -102,7 +104,19 @@ func ExampleFromConfigMap() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = rt.Start(ctx) }()
+	follow, stopFollowing := context.WithCancel(ctx)
+	started := make(chan error, 1)
+	go func() { started <- rt.Start(follow) }()
+
+	// ... serve until SIGTERM, then stop taking requests (http.Server.Shutdown)
+	// ...
+	// Then hand the pod's shares back: Start closes the gates, waits for the
+	// calls in flight and annotates the pod "<epoch>/released" before it
+	// returns, so the operator gives the shares to the other pods at once.
+	stopFollowing()
+	if err := <-started; err != nil {
+		log.Print(err)
+	}
 }
 
 // Retry a downstream's transient failures from the gate's retry budget, so

@@ -9,10 +9,13 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
-// doc returns a valid plan for gate with the given permits.
+// doc returns a valid plan for gate with the given permits as every pod's
+// share; its revision is permits+1, so plans with distinct permits are
+// distinct revisions.
 func doc(gate string, permits int) plan.Document {
 	d := plan.Document{
 		Version: plan.CurrentVersion, Gate: gate, Downstream: gate + ".example.com", Generation: 1,
+		Epoch: "epoch-1", Revision: int64(permits) + 1,
 		Permits: permits, QueueCapacity: 2 * permits, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.2,
 		LatencySeconds: 0.05, DeadlineSeconds: 2, Workers: permits, RetryBudgetPerSecond: 2,
 	}

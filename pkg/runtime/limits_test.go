@@ -13,7 +13,7 @@ import (
 )
 
 func TestGateLimits(t *testing.T) {
-	base := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api"}
+	base := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "e", Revision: 1}
 	with := func(f func(*plan.Document)) plan.Document {
 		d := base
 		f(&d)

@@ -1,12 +1,15 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -38,10 +41,28 @@ type Options struct {
 	// discards them. Every plan put in force is logged at level 0 as
 	// "Applied plan" with the keys gate, hash and permits.
 	Logger logr.Logger
-	// Ack, when not nil, turns on acknowledgement: after each reload the pod
-	// named by POD_NAME and POD_NAMESPACE is annotated with
-	// applied.backpressure.dev/<gate>: <hash>. See reload.AckOptions.
+	// PodName names this pod: it picks the pod's own share out of each
+	// document (plan.Document.For). Empty means the environment variable
+	// POD_NAME (reload.EnvPodName, from the downward API), read through
+	// Ack.Getenv when that is set; a pod whose name is still unknown, or
+	// that a document does not name, enforces the document's base share.
+	// With Ack, it is also the pod that is annotated.
+	PodName string
+	// Ack, when not nil, turns on acknowledgement: the pod named by PodName
+	// (or POD_NAME) and POD_NAMESPACE is annotated with
+	// applied.backpressure.dev/<gate>: "<epoch>/<revision>" once it
+	// enforces that revision and its calls in flight on the gate are within
+	// the permits the revision gives it (at once for a share that does not
+	// shrink), and with "<epoch>/released" when Start ends (see Start). See
+	// reload.AckOptions and plan.Ack.
 	Ack *reload.AckOptions
+	// DrainTimeout bounds how long Start, once its context has ended, waits
+	// for the calls in flight on the closed gates to finish; zero means 30
+	// seconds. A gate that still has calls in flight then is not released.
+	DrainTimeout time.Duration
+	// ReleaseTimeout bounds how long Start then tries to write the
+	// "<epoch>/released" acknowledgements; zero means 10 seconds.
+	ReleaseTimeout time.Duration
 	// OnApplied, when not nil, is called every time a plan is put in force
 	// on a gate, the first one included, after the gate, its retry budget
 	// and its dispatcher have it. It runs on the source's goroutine (on
@@ -50,11 +71,27 @@ type Options struct {
 	OnApplied func(Applied)
 }
 
+// Defaults of Options.
+const (
+	// DefaultDrainTimeout is Options.DrainTimeout's default.
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultReleaseTimeout is Options.ReleaseTimeout's default.
+	DefaultReleaseTimeout = 10 * time.Second
+)
+
+// pollInterval paces the watch of a gate's calls in flight while a smaller
+// share waits to be acknowledged, and while a closed gate drains. Reading
+// the count is one atomic load, so polling keeps Acquire and Release free of
+// any notification; 10ms is well below the time an operator takes to act on
+// an acknowledgement.
+const pollInterval = 10 * time.Millisecond
+
 // Applied describes a plan just put in force on a gate.
 type Applied struct {
 	// Gate is the gate's name.
 	Gate string
-	// Plan is the document now in force.
+	// Plan is the plan now in force: the published document as this pod
+	// enforces it, plan.Document.For(pod).
 	Plan plan.Document
 	// Limits are the gate's limits now in force, GateLimits(Plan).
 	Limits gate.Limits
@@ -64,18 +101,22 @@ type Applied struct {
 
 // Runtime enforces the plans of one source: it keeps a gate and a retry
 // budget (and, where asked, a dispatcher) for every gate the source has a
-// plan for, and resizes them in place on every reload. Gates, budgets and
-// dispatchers are made once and never replaced, so a caller may keep the
-// pointers. A gate whose document disappears from the source keeps its last
-// plan (see package reload).
+// plan for, sized by this pod's share of the plan, and resizes them in
+// place on every reload. Gates, budgets and dispatchers are made once and
+// never replaced, so a caller may keep the pointers. A gate whose document
+// disappears from the source keeps its last plan (see package reload).
 //
 // A Runtime is safe for concurrent use by multiple goroutines.
 type Runtime struct {
-	src        PlanSource
-	log        logr.Logger
-	metrics    *collectors
-	onApplied  func(Applied)
-	dispatched map[string]bool // gates that get a dispatcher; read-only after New
+	src            PlanSource
+	log            logr.Logger
+	metrics        *collectors
+	onApplied      func(Applied)
+	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
+	pod            string          // this pod's name, "" when unknown
+	drainTimeout   time.Duration
+	releaseTimeout time.Duration
+	started        atomic.Bool
 
 	mu    sync.RWMutex
 	gates map[string]*enforcer // guarded by mu
@@ -89,11 +130,20 @@ type enforcer struct {
 	plan       plan.Document        // the plan in force
 }
 
-// New opens src and puts its plans in force. It fails when the source has no
-// valid plan at all (the error matches reload.ErrNoPlan), when it has none
-// for a gate named in Options.Gates or Options.Dispatchers (matches
-// reload.ErrNoPlan too), or when metrics cannot be registered. New reads the
-// source once; Start follows its changes.
+// Releaser is implemented by a PlanSource that can tell the operator that
+// this pod has handed back its share of gates, such as *reload.DirSource and
+// *reload.ConfigMapSource (see reload.ConfigMapSource.Release). Start calls
+// it when it ends, for the gates that drained.
+type Releaser interface {
+	Release(ctx context.Context, gates []string) error
+}
+
+// New opens src and puts its plans in force, each as this pod's share of it
+// (see Options.PodName). It fails when the source has no valid plan at all
+// (the error matches reload.ErrNoPlan), when it has none for a gate named in
+// Options.Gates or Options.Dispatchers (matches reload.ErrNoPlan too), or
+// when metrics cannot be registered. New reads the source once; Start
+// follows its changes.
 func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if src == nil {
 		return nil, errors.New("runtime: New needs a Source")
@@ -107,21 +157,29 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("runtime: register metrics: %w", err)
 	}
 	r := &Runtime{
-		log:        log,
-		metrics:    m,
-		onApplied:  opts.OnApplied,
-		dispatched: map[string]bool{},
-		gates:      map[string]*enforcer{},
+		log:            log,
+		metrics:        m,
+		onApplied:      opts.OnApplied,
+		dispatched:     map[string]bool{},
+		gates:          map[string]*enforcer{},
+		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
+		releaseTimeout: cmp.Or(opts.ReleaseTimeout, DefaultReleaseTimeout),
 	}
 	for _, name := range opts.Dispatchers {
 		r.dispatched[name] = true
+	}
+	var ack *reload.AckOptions
+	r.pod, ack = podName(opts)
+	if r.pod == "" {
+		log.Info("This pod's name is unknown; enforcing the base share of every plan", "podNameVar", reload.EnvPodName)
 	}
 
 	r.src, err = src(ctx, reload.Options{
 		Subscriber: r.apply,
 		Logger:     opts.Logger,
 		Registerer: opts.Registerer,
-		Ack:        opts.Ack,
+		Ack:        ack,
+		Enforced:   r.enforced,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
@@ -142,12 +200,140 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
+// podName returns this pod's name and the acknowledgement options to give
+// the source: opts.Ack, reading Options.PodName as POD_NAME when it is set,
+// so that the pod whose share is enforced is the pod that is annotated.
+func podName(opts Options) (string, *reload.AckOptions) {
+	getenv := os.Getenv
+	if opts.Ack != nil && opts.Ack.Getenv != nil {
+		getenv = opts.Ack.Getenv
+	}
+	if opts.PodName == "" {
+		return getenv(reload.EnvPodName), opts.Ack
+	}
+	if opts.Ack == nil {
+		return opts.PodName, nil
+	}
+	ack := *opts.Ack
+	ack.Getenv = func(key string) string {
+		if key == reload.EnvPodName {
+			return opts.PodName
+		}
+		return getenv(key)
+	}
+	return opts.PodName, &ack
+}
+
 // Start follows the source and resizes the gates on every change until ctx
-// ends; it blocks until then and returns nil, or an error when called twice.
-// Gates keep their last plans and keep working after Start returns, so a
-// server can finish its in-flight requests after the source has stopped.
+// ends; it blocks until then, and until this pod has handed its shares
+// back:
+//
+//  1. every gate is closed: it admits nothing ever again, and calls
+//     waiting for a permit are rejected with gate.Closed;
+//  2. Start waits for the calls in flight on every gate to finish, for at
+//     most Options.DrainTimeout;
+//  3. with acknowledgement on (Options.Ack), it annotates the pod with
+//     "<epoch>/released" for every gate that has drained, trying for at most
+//     Options.ReleaseTimeout. The operator then hands the share of this
+//     terminating pod to the others without waiting for the pod to go.
+//
+// So end Start's context only once the server has stopped taking work that
+// needs the gates (after http.Server.Shutdown, say), and before the process
+// exits. Start returns nil once every gate has drained and been released;
+// an error naming the gates that had calls in flight at the drain timeout
+// (they are not released) or whose release could not be written; or an
+// error, at once and changing nothing, when called twice.
 func (r *Runtime) Start(ctx context.Context) error {
-	return r.src.Start(ctx)
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("runtime: Start called twice")
+	}
+	err := r.src.Start(ctx)
+	return errors.Join(err, r.handBack())
+}
+
+// handBack closes every gate, waits for the calls in flight to drain, and
+// releases the gates that did.
+func (r *Runtime) handBack() error {
+	r.mu.RLock()
+	all := maps.Clone(r.gates)
+	r.mu.RUnlock()
+	for _, e := range all {
+		e.gate.Close()
+	}
+
+	drainCtx, cancel := context.WithTimeout(context.Background(), r.drainTimeout)
+	defer cancel()
+	var drained, stuck []string
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		if waitInFlight(drainCtx, all[name].gate, 0) == nil {
+			drained = append(drained, name)
+		} else {
+			stuck = append(stuck, name)
+		}
+	}
+	var errs []error
+	if len(stuck) > 0 {
+		inFlight := make([]int, len(stuck))
+		for i, name := range stuck {
+			inFlight[i] = all[name].gate.InFlight()
+		}
+		r.log.Info("Gates still had calls in flight when the drain timeout passed; not releasing them",
+			"gates", stuck, "inFlight", inFlight, "drainTimeout", r.drainTimeout)
+		errs = append(errs, fmt.Errorf("runtime: gates %q still had calls in flight after %v; not released", stuck, r.drainTimeout))
+	}
+	if rel, ok := r.src.(Releaser); ok && len(drained) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), r.releaseTimeout)
+		defer cancel()
+		if err := rel.Release(ctx, drained); err != nil {
+			errs = append(errs, fmt.Errorf("runtime: release gates %q: %w", drained, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// enforced is the source's Options.Enforced: it returns once the gate
+// enforces d's revision and its calls in flight are within the permits d
+// gives this pod, polling every pollInterval, or ctx.Err().
+func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
+	permits := GateLimits(d.For(r.pod)).Permits
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		r.mu.RLock()
+		e := r.gates[d.Gate]
+		inForce := e != nil && e.plan.Epoch == d.Epoch && e.plan.Revision == d.Revision
+		r.mu.RUnlock()
+		// Checked after the revision: the gate's limit is the revision's
+		// from then on, so calls in flight can only fall to it.
+		if inForce && e.gate.InFlight() <= permits {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// waitInFlight returns nil once g has at most n calls in flight, polling
+// every pollInterval, or ctx.Err().
+func waitInFlight(ctx context.Context, g *gate.Gate, n int) error {
+	if g.InFlight() <= n {
+		return nil
+	}
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if g.InFlight() <= n {
+				return nil
+			}
+		}
+	}
 }
 
 // Gate returns the gate named name, or nil when the source has never held a
@@ -178,8 +364,9 @@ func (r *Runtime) Dispatcher(name string) *dispatch.Dispatcher {
 	return nil
 }
 
-// Plan returns the plan in force on the gate named name, and false when
-// there is no such gate (see Gate).
+// Plan returns the plan in force on the gate named name, as this pod
+// enforces it (plan.Document.For(pod): its own share, no Pods), and false
+// when there is no such gate (see Gate).
 func (r *Runtime) Plan(name string) (plan.Document, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -192,9 +379,11 @@ func (r *Runtime) Plan(name string) (plan.Document, bool) {
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
 // dispatch.Dispatcher.Shutdown), then closes every gate, so that calls still
-// waiting are rejected with gate.Closed. Call it after Start has returned
-// and the work that uses the gates has ended. It returns an error naming
-// each dispatcher that had not drained when ctx ended.
+// waiting are rejected with gate.Closed. Start closes the gates too when it
+// ends, so call Shutdown before ending Start's context when queued tasks
+// still need the gates; calling it afterwards stops the dispatchers. It
+// returns an error naming each dispatcher that had not drained when ctx
+// ended.
 func (r *Runtime) Shutdown(ctx context.Context) error {
 	r.mu.RLock()
 	all := slices.Collect(maps.Values(r.gates))
@@ -244,9 +433,11 @@ func (r *Runtime) apply(u reload.Update) {
 	}
 }
 
-// put puts d in force on its gate, making the gate first if it is new.
-// Calls are serialised by the source (and come from New before Start).
-func (r *Runtime) put(d plan.Document) error {
+// put puts this pod's share of d in force on its gate, making the gate
+// first if it is new. Calls are serialised by the source (and come from New
+// before Start).
+func (r *Runtime) put(doc plan.Document) error {
+	d := doc.For(r.pod)
 	limits := GateLimits(d)
 	r.mu.Lock()
 	e, ok := r.gates[d.Gate]
@@ -273,7 +464,10 @@ func (r *Runtime) put(d plan.Document) error {
 		r.log.Info("Plan's permits exceed what a gate can count; the gate enforces fewer",
 			"gate", d.Gate, "planPermits", d.Permits, "permits", limits.Permits)
 	}
+	// The example app's e2e harness parses this line: its keys are fixed.
 	r.log.Info("Applied plan", "gate", d.Gate, "hash", d.Hash, "permits", limits.Permits)
+	r.log.V(1).Info("Applied revision", "gate", d.Gate, "epoch", d.Epoch, "revision", d.Revision,
+		"ownShare", hasPod(doc, r.pod))
 	if r.onApplied != nil {
 		r.onApplied(Applied{Gate: d.Gate, Plan: d, Limits: limits, At: at})
 	}
@@ -318,7 +512,13 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 // generation each was written for.
 func sameContent(a, b plan.Document) bool {
 	a.Generation = b.Generation
-	return a == b
+	return plan.Equal(a, b)
+}
+
+// hasPod reports whether d gives pod a share of its own.
+func hasPod(d plan.Document, pod string) bool {
+	_, ok := d.Pods[pod]
+	return ok && pod != ""
 }
 
 // discard stops an enforcer that was never handed out.

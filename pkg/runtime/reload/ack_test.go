@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	v1alpha1 "github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 func TestAppliedAnnotationPrefixMatchesTheAPI(t *testing.T) {
@@ -98,17 +99,17 @@ func TestAcknowledgementAnnotatesThePod(t *testing.T) {
 	startSource(t, s.Start)
 	rec.next(t)
 	waitForAnnotations(t, client, ns, "gateway-0", map[string]string{
-		AppliedAnnotationPrefix + "a": a1.Hash, AppliedAnnotationPrefix + "b": b1.Hash,
+		AppliedAnnotationPrefix + "a": plan.AckFor(a1).String(), AppliedAnnotationPrefix + "b": plan.AckFor(b1).String(),
 	})
 	if logs.count("Cannot acknowledge a gate whose name does not fit an annotation key") != 1 {
 		t.Errorf("the unacknowledgeable gate was not reported once:\n%s", logs)
 	}
 
 	updateConfigMap(t, client, ns, "plans", map[string]string{"a.json": encode(t, a2), long + ".json": encode(t, l1)})
-	rec.waitFor(t, func(u Update) bool { return u.Plans["a"] == a2 })
+	rec.waitFor(t, func(u Update) bool { return plan.Equal(u.Plans["a"], a2) })
 	// b is orphaned but still in force, so its acknowledgement stays.
 	waitForAnnotations(t, client, ns, "gateway-0", map[string]string{
-		AppliedAnnotationPrefix + "a": a2.Hash, AppliedAnnotationPrefix + "b": b1.Hash,
+		AppliedAnnotationPrefix + "a": plan.AckFor(a2).String(), AppliedAnnotationPrefix + "b": plan.AckFor(b1).String(),
 	})
 	if got := testutil.ToFloat64(s.tracker.metrics.acks.WithLabelValues(ResultError)); got != 0 {
 		t.Errorf("acknowledgement errors: %v", got)
@@ -149,7 +150,7 @@ func TestAcknowledgementRetriesUntilThePodExists(t *testing.T) {
 	}
 
 	createPod(t, client, ns, "gateway-1")
-	waitForAnnotations(t, client, ns, "gateway-1", map[string]string{AppliedAnnotationPrefix + "a": doc("a", 5).Hash})
+	waitForAnnotations(t, client, ns, "gateway-1", map[string]string{AppliedAnnotationPrefix + "a": plan.AckFor(doc("a", 5)).String()})
 	stop() // Start returns promptly, the acknowledging goroutine included.
 }
 

@@ -117,7 +117,7 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 	if got := logs.count("ratePerSecond: must be a number in [0, 2147483647], got -1"); got != 1 {
 		t.Errorf("logged the rejection %d times, want 1:\n%s", got, logs)
 	}
-	if got := s.Plans()["a"]; got != a2 {
+	if got := s.Plans()["a"]; !plan.Equal(got, a2) {
 		t.Errorf("plan after a bad document: %+v", got)
 	}
 
@@ -171,14 +171,14 @@ func TestNewConfigMapSourceFailsFast(t *testing.T) {
 	if _, err := NewConfigMapSource(ctx, admin, ns, "empty", opts); !errors.Is(err, ErrNoPlan) {
 		t.Errorf("empty ConfigMap: %v, want ErrNoPlan", err)
 	}
-	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, configMap("v2", map[string]string{"a.json": `{"version":2}`}), metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, configMap("v1", map[string]string{"a.json": version1Doc}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := NewConfigMapSource(ctx, admin, ns, "v2", opts)
+	_, err := NewConfigMapSource(ctx, admin, ns, "v1", opts)
 	if !errors.Is(err, ErrNoPlan) || !errors.Is(err, plan.ErrUnsupportedVersion) {
-		t.Errorf("unknown version only: %v, want ErrNoPlan and ErrUnsupportedVersion", err)
+		t.Errorf("version 1 only: %v, want ErrNoPlan and ErrUnsupportedVersion", err)
 	}
-	if _, err := NewConfigMapSource(ctx, nil, ns, "v2", opts); err == nil {
+	if _, err := NewConfigMapSource(ctx, nil, ns, "v1", opts); err == nil {
 		t.Error("a nil client was accepted")
 	}
 }

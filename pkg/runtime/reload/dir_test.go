@@ -107,7 +107,7 @@ func TestDirSourceFollowsKubeletUpdates(t *testing.T) {
 	// A bad document keeps the last good plan and is counted once.
 	vol.write(map[string]string{"a.json": `{"version": 2}`})
 	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)) == 1 })
-	if got := s.Plans()["a"]; got != a2 {
+	if got := s.Plans()["a"]; !plan.Equal(got, a2) {
 		t.Errorf("a bad document replaced the plan: %+v", got)
 	}
 	vol.write(map[string]string{"a.json": `{"version": 2}`}) // same bad bytes, new swap
@@ -124,7 +124,7 @@ func TestDirSourceFollowsKubeletUpdates(t *testing.T) {
 		t.Fatal(err)
 	}
 	u = rec.waitFor(t, func(u Update) bool { return slices0(u.Changed) == "c" })
-	if u.Plans["c"] != doc("c", 4) {
+	if !plan.Equal(u.Plans["c"], doc("c", 4)) {
 		t.Errorf("c = %+v", u.Plans["c"])
 	}
 }
@@ -312,4 +312,51 @@ func TestReadDirLimitsFileSize(t *testing.T) {
 	if e := snap["b.json"]; e.readErr == "" {
 		t.Error("b.json, a directory, read without error")
 	}
+}
+
+// version1Doc is a complete document as an operator of the previous major
+// version publishes it: every pod's share alike, identified by its hash.
+const version1Doc = `{"version":1,"gate":"a","downstream":"a.example.com","hash":"6bf7c0e76b4b373f444c17da734b5613",` +
+	`"generation":3,"permits":5,"ratePerSecond":0,"burst":0,"queueCapacity":9,"maxQueueWaitSeconds":0.1,` +
+	`"acquireTimeoutSeconds":0.1,"latencySeconds":0.22,"deadlineSeconds":2,"workers":5,"retryBudgetPerSecond":1.25}`
+
+// A pod whose operator is rolled back (or not yet upgraded) meets version 1
+// documents: they are rejected, counted and logged, and the gate keeps
+// enforcing its last version 2 plan.
+func TestVersion1DocumentKeepsTheLastPlan(t *testing.T) {
+	a2 := doc("a", 2)
+	vol := newVolume(t, map[string]string{"a.json": encode(t, a2)})
+	rec := newRecorder()
+	reg := prometheus.NewPedanticRegistry()
+	logs := &logSink{}
+	s, err := NewDirSource(vol.dir, DirOptions{
+		Options:      Options{Subscriber: rec.subscribe, Registerer: reg, Logger: logs.logger()},
+		PollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDir(t, s)
+	rec.next(t)
+
+	vol.write(map[string]string{"a.json": version1Doc})
+	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)) == 1 })
+	rec.quiet(t, 300*time.Millisecond) // nothing new to enforce
+	if got := s.Plans()["a"]; !plan.Equal(got, a2) {
+		t.Errorf("the version 1 document replaced the plan: %+v", got)
+	}
+	if got := logs.count(`"msg"="Rejected plan document; the gate keeps its last good plan" "error"="reload: a.json: plan: version: unsupported version 1; this reader understands version 2"`); got != 1 {
+		t.Errorf("the rejection was not logged once with its reason:\n%s", logs)
+	}
+	if got := logs.count(`"keptHash"="` + a2.Hash + `"`); got != 1 {
+		t.Errorf("the log does not name the plan kept:\n%s", logs)
+	}
+	if got := testutil.ToFloat64(s.tracker.metrics.planInfo.WithLabelValues("a", a2.Hash)); got != 1 {
+		t.Errorf("plan_info for the kept plan = %v, want 1", got)
+	}
+
+	// The next version 2 document is taken as usual.
+	a3 := doc("a", 3)
+	vol.write(map[string]string{"a.json": encode(t, a3)})
+	rec.waitFor(t, func(u Update) bool { return plan.Equal(u.Plans["a"], a3) })
 }

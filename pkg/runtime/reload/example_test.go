@@ -47,7 +47,8 @@ func ExampleNewConfigMapSource() {
 func ExampleNewDirSource() {
 	dir, _ := os.MkdirTemp("", "plans")
 	defer func() { _ = os.RemoveAll(dir) }()
-	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: 5, QueueCapacity: 9,
+	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "0f1e-uid", Revision: 1,
+		Permits: 5, QueueCapacity: 9,
 		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22, DeadlineSeconds: 2,
 		Workers: 5, RetryBudgetPerSecond: 1.25}
 	data, _ := plan.Marshal(d)

@@ -23,6 +23,17 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Ack turns acknowledgement on when not nil; see AckOptions.
 	Ack *AckOptions
+	// Enforced, when not nil, holds back the acknowledgement of each plan
+	// until it is enforced. It is called on a goroutine of its own with the
+	// full document of every new epoch or revision of a gate, after the
+	// subscriber has been given it, and must block until the pod enforces
+	// that revision and its calls in flight on the gate are within the
+	// permits the revision gives the pod, then return nil; or return
+	// ctx.Err() once ctx ends, which it does when a newer revision of the
+	// gate supersedes d or the source stops. Nil acknowledges each plan as
+	// soon as the subscriber has returned, which is right only for a
+	// subscriber that has nothing in flight. A Runtime sets it.
+	Enforced func(ctx context.Context, d plan.Document) error
 }
 
 // errStarted is returned by a second Start.
@@ -52,7 +63,7 @@ func newCore(opts Options, client kubernetes.Interface) (*core, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := newAcker(opts.Ack, client, log, m)
+	a, err := newAcker(opts.Ack, opts.Enforced, client, log, m)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +106,26 @@ func (c *core) start(ctx context.Context, fn func(context.Context)) error {
 	c.deliverMu.Unlock()
 	fn(ctx)
 	wg.Wait()
+	if c.acker != nil {
+		c.acker.stop()
+	}
 	return nil
+}
+
+// Release tells the operator that this pod has handed back its share of
+// each gate in gates: it annotates the pod with
+// applied.backpressure.dev/<gate>: "<epoch>/released" (see plan.Ack), the
+// epoch being that of the gate's plan in force, and from then on
+// acknowledges no revision. Call it only after Start has returned, once the
+// gates are closed for good and nothing is in flight on them; a Runtime
+// does so when its Start ends. A failed patch is retried with backoff until
+// ctx ends; Release then returns the last error. Without acknowledgement
+// (see AckOptions) it does nothing and returns nil.
+func (c *core) Release(ctx context.Context, gates []string) error {
+	if c.acker == nil {
+		return nil
+	}
+	return c.acker.release(ctx, c.tracker.plansCopy(), gates)
 }
 
 // plans returns the plans in force.

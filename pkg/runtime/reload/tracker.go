@@ -99,7 +99,7 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 			rejected = append(rejected, err)
 			continue
 		}
-		if old, had := t.plans[gate]; had && old == d {
+		if old, had := t.plans[gate]; had && plan.Equal(old, d) {
 			continue
 		}
 		t.commitLocked(d)
@@ -178,7 +178,7 @@ func (t *tracker) commitLocked(d plan.Document) {
 	t.metrics.orphaned.WithLabelValues(d.Gate).Set(0)
 	t.metrics.reloads.WithLabelValues(ResultSuccess).Inc()
 	t.log.Info("Loaded plan", "gate", d.Gate, "hash", d.Hash, "generation", d.Generation,
-		"permits", d.Permits, "ratePerSecond", d.RatePerSecond, "burst", d.Burst,
+		"epoch", d.Epoch, "revision", d.Revision, "pods", len(d.Pods), "permits", d.Permits, "ratePerSecond", d.RatePerSecond, "burst", d.Burst,
 		"queueCapacity", d.QueueCapacity, "maxQueueWaitSeconds", d.MaxQueueWaitSeconds,
 		"workers", d.Workers)
 }

@@ -1,0 +1,168 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+// divided returns doc(gate, base) with its own share for each pod in own.
+func divided(gate string, base int, revision int64, own map[string]int) plan.Document {
+	d := doc(gate, base)
+	d.Revision = revision
+	d.Pods = map[string]plan.PodShare{}
+	for pod, permits := range own {
+		d.Pods[pod] = plan.PodShare{Permits: permits, QueueCapacity: 3 * permits, Workers: permits + 1, RetryBudgetPerSecond: float64(permits) / 2}
+	}
+	d.Hash = plan.Hash(d)
+	return d
+}
+
+func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
+	d := divided("logistics-api", 4, 1, map[string]int{"gateway-a": 6, "gateway-b": 0})
+	tests := []struct {
+		name    string
+		pod     string // Options.PodName
+		env     string // POD_NAME
+		permits int
+		queue   int
+		workers int
+		budget  float64
+	}{
+		{"named pod", "gateway-a", "", 6, 18, 7, 3},
+		{"named pod with a zero share", "gateway-b", "", 0, 0, 1, 0},
+		{"pod the document does not name", "gateway-new", "", 4, 8, 4, 2},
+		{"name from POD_NAME", "", "gateway-a", 6, 18, 7, 3},
+		{"PodName wins over POD_NAME", "gateway-b", "gateway-a", 0, 0, 1, 0},
+		{"no name at all", "", "", 4, 8, 4, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(reload.EnvPodName, tt.env)
+			dir := t.TempDir()
+			writePlan(t, dir, d)
+			rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{
+				PodName:     tt.pod,
+				Dispatchers: []string{"logistics-api"},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := rt.Gate("logistics-api").Limits(); got.Permits != tt.permits || got.QueueCapacity != tt.queue {
+				t.Errorf("gate permits %d, queue %d; want %d, %d", got.Permits, got.QueueCapacity, tt.permits, tt.queue)
+			}
+			if got := rt.Dispatcher("logistics-api").Stats().Limits; got != (dispatch.Limits{Workers: tt.workers, QueueCapacity: tt.queue}) {
+				t.Errorf("dispatcher limits %+v, want %d workers", got, tt.workers)
+			}
+			// A zero rate is one token per second at least (see retry.Budget.SetRate).
+			if got := rt.Budget("logistics-api").Stats().PerSecond; got != tt.budget {
+				t.Errorf("retry budget %v/s, want %v", got, tt.budget)
+			}
+			got, _ := rt.Plan("logistics-api")
+			if got.Pods != nil || got.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
+				t.Errorf("Plan = %+v, want this pod's view of the document", got)
+			}
+		})
+	}
+}
+
+func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
+	dir := t.TempDir()
+	writePlan(t, dir, divided("logistics-api", 4, 1, map[string]int{"gateway-a": 6}))
+	events := newApplied()
+	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{PodName: "gateway-a", OnApplied: events.hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events.next(t)
+	start(t, rt)
+
+	// Another pod's share changes: a new revision, the same share for us.
+	writePlan(t, dir, divided("logistics-api", 4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
+	x := events.next(t)
+	if x.Limits.Permits != 6 || x.Plan.Revision != 2 {
+		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Limits.Permits, x.Plan.Revision)
+	}
+	// Our entry goes away: the base share applies.
+	writePlan(t, dir, divided("logistics-api", 4, 3, map[string]int{"gateway-b": 2}))
+	if x := events.next(t); x.Limits.Permits != 4 || x.Plan.Revision != 3 {
+		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Limits.Permits, x.Plan.Revision)
+	}
+	if diff := cmp.Diff(runtime.GateLimits(doc("logistics-api", 4)), rt.Gate("logistics-api").Limits()); diff != "" {
+		t.Errorf("gate limits (-want +got):\n%s", diff)
+	}
+}
+
+// When Start's context ends, the gates close and Start waits for the calls
+// in flight before it returns.
+func TestStartClosesAndDrainsTheGates(t *testing.T) {
+	dir := t.TempDir()
+	writePlan(t, dir, doc("logistics-api", 3))
+	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rt.Gate("logistics-api")
+	held, err := g.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.Start(ctx) }()
+	cancel()
+	eventually(t, 5*time.Second, "the gate closes", func() bool {
+		p, err := g.TryAcquire(context.Background())
+		p.Release() // a no-op unless admitted before the gate closed
+		return errors.Is(err, gate.ErrClosed)
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Start returned (%v) with a call in flight", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	held.Release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start did not return once the gate drained")
+	}
+}
+
+func TestStartGivesUpOnAGateThatDoesNotDrain(t *testing.T) {
+	dir := t.TempDir()
+	writePlan(t, dir, doc("logistics-api", 3))
+	writePlan(t, dir, doc("payments", 3))
+	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{DrainTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := rt.Gate("payments").Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	began := time.Now()
+	err = rt.Start(ctx)
+	if err == nil || !strings.Contains(err.Error(), `gates ["payments"] still had calls in flight after 100ms; not released`) {
+		t.Errorf("Start = %v, want an error naming payments", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("Start took %v with a 100ms drain timeout", took)
+	}
+}
