@@ -176,6 +176,11 @@ func (o *Observations) ack(seen time.Time, pod *corev1.Pod, gate string) {
 	o.lastAck[pod.Name] = v
 	if a, err := plan.ParseAck(v); err == nil {
 		o.acks = append(o.acks, AckSample{Seen: seen, Pod: pod.Name, Ack: a})
+		if _, running := o.permits[pod.Name]; running && a.Released {
+			// Its gate is closed and drained: it holds nothing any more,
+			// though its process may take a moment to exit.
+			o.permits[pod.Name] = 0
+		}
 	}
 }
 
