@@ -24,12 +24,6 @@ func num(f float64) string {
 	return strings.TrimSuffix(s, ".")
 }
 
-// truncated formats a figure that is then rounded down, truncating to two
-// decimals so that 4.999 reads 4.99 and not 5.
-func truncated(f float64) string {
-	return num(math.Floor(f*100) / 100)
-}
-
 // perSec formats calls per second.
 func perSec(f float64) string { return num(f) + "/s" }
 

@@ -18,21 +18,23 @@ import (
 // planFlagFields maps each plan flag to the field path it overrides, so
 // that an error about a field names the flag when the flag gave its value.
 var planFlagFields = map[string]string{
-	"concurrency":     "spec.contract.concurrency",
-	"rate":            "spec.contract.ratePerSecond",
-	"burst":           "spec.contract.burst",
-	"safety-percent":  "spec.safetyPercent",
-	"latency":         "spec.latency.typical",
-	"worst-latency":   "spec.latency.worst",
-	"deadline":        "spec.deadline",
-	"max-queue-wait":  "spec.maxQueueWait",
-	"acquire-timeout": "spec.acquireTimeout",
-	"demand":          "spec.demand.ratePerSecond",
-	"retries":         "spec.retry.maxRetries",
-	"retry-budget":    "spec.retry.budgetPerSecond",
-	"below-one":       "spec.belowOne",
-	"replicas":        quotaplan.DivisorField,
-	"replicas-range":  quotaplan.MinReplicasField,
+	"concurrency":      "spec.contract.concurrency",
+	"rate":             "spec.contract.ratePerSecond",
+	"burst":            "spec.contract.burst",
+	"safety-percent":   "spec.safetyPercent",
+	"latency":          "spec.latency.typical",
+	"worst-latency":    "spec.latency.worst",
+	"deadline":         "spec.deadline",
+	"max-queue-wait":   "spec.maxQueueWait",
+	"acquire-timeout":  "spec.acquireTimeout",
+	"cluster-share":    "spec.contract.clusterShare",
+	"demand":           "spec.demand.ratePerSecond",
+	"demand-in-flight": "spec.demand.inFlight",
+	"retries":          "spec.retry.maxRetries",
+	"retry-budget":     "spec.retry.budgetPerSecond",
+	"below-one":        "spec.belowOne",
+	"replicas":         quotaplan.DivisorField,
+	"replicas-range":   quotaplan.MinReplicasField,
 }
 
 // requiredWithoutFile are the flags a plan needs when no file gives them.
@@ -43,7 +45,10 @@ type planOptions struct {
 	replicas      int32
 	replicasRange string
 
+	compare bool
+
 	concurrency    int32
+	clusterShare   string
 	rate           int32
 	burst          int32
 	safetyPercent  int32
@@ -53,6 +58,7 @@ type planOptions struct {
 	maxQueueWait   time.Duration
 	acquireTimeout time.Duration
 	demand         int32
+	demandInFlight int32
 	retries        int32
 	retryBudget    int32
 	belowOne       string
@@ -64,15 +70,21 @@ func newPlanCommand(format func() string) *cobra.Command {
 		Use:   "plan",
 		Short: "Compute the per-pod plan of a DownstreamQuota over a replica count or range",
 		Long: `plan divides a downstream's global contract over the replicas that call it,
-exactly as the operator does: permits, rate, burst, waiting room, timeouts,
-workers and retry budget per pod, the demand figures, and every diagnostic.
+exactly as the operator does. The usable permits A = floor(concurrency ×
+safety) (of this cluster's share of the contract, when it has one) are all
+handed out: with N replicas every pod holds floor(A / N) and A mod N of them
+one more. plan shows that division with its arithmetic, each pod's share
+(permits, rate, burst, waiting room, timeouts, workers, retry budget) at both
+sizes, the demand figures, and every diagnostic.
 
 The contract comes from -f FILE (a DownstreamQuota manifest), from flags, or
 both: flags override the file. --replicas gives the divisor; --replicas-range
-MIN..MAX plans every divisor an HPA may choose and names the first at which a
-pod's share falls below one permit.`,
+MIN..MAX plans every divisor an HPA may choose, with the permits in use at
+each and what the previous division (floor(A / N) for every pod) used;
+--compare prints only that comparison.`,
 		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
   kubectl backpressure plan -f quota.yaml --replicas-range 2..60 -o json
+  kubectl backpressure plan -f quota.yaml --replicas-range 1..60 --compare
   kubectl backpressure plan --concurrency 50 --latency 220ms --worst-latency 1.8s --deadline 2s \
     --max-queue-wait 100ms --demand 1900 --replicas 8`,
 		Args: cobra.NoArgs,
@@ -84,7 +96,9 @@ pod's share falls below one permit.`,
 	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON)")
 	f.Int32Var(&o.replicas, "replicas", 0, "replica count to divide the contract by")
 	f.StringVar(&o.replicasRange, "replicas-range", "", "plan every replica count MIN..MAX, such as 2..20")
+	f.BoolVar(&o.compare, "compare", false, "with --replicas-range, print only the permits in use at each count, now and under the previous division")
 	f.Int32Var(&o.concurrency, "concurrency", 0, "global in-flight limit of the downstream (spec.contract.concurrency)")
+	f.StringVar(&o.clusterShare, "cluster-share", "", "part of the contract this cluster may use: calls in flight such as 20, or a percentage such as 40% (spec.contract.clusterShare)")
 	f.Int32Var(&o.rate, "rate", 0, "global rate limit in calls per second, 0 for none (spec.contract.ratePerSecond)")
 	f.Int32Var(&o.burst, "burst", 0, "global burst above the rate (spec.contract.burst)")
 	f.Int32Var(&o.safetyPercent, "safety-percent", quotaplan.DefaultSafetyPercent, "part of the contract handed out, 1..100 (spec.safetyPercent)")
@@ -94,6 +108,7 @@ pod's share falls below one permit.`,
 	f.DurationVar(&o.maxQueueWait, "max-queue-wait", 0, "longest wait in the waiting room (spec.maxQueueWait)")
 	f.DurationVar(&o.acquireTimeout, "acquire-timeout", 0, "longest wait for a permit (spec.acquireTimeout)")
 	f.Int32Var(&o.demand, "demand", 0, "expected total demand in calls per second (spec.demand.ratePerSecond)")
+	f.Int32Var(&o.demandInFlight, "demand-in-flight", 0, "most calls in flight the whole workload can use (spec.demand.inFlight)")
 	f.Int32Var(&o.retries, "retries", 0, "most retries of one call (spec.retry.maxRetries)")
 	f.Int32Var(&o.retryBudget, "retry-budget", 0, "global retries per second (spec.retry.budgetPerSecond)")
 	f.StringVar(&o.belowOne, "below-one", string(quotaplan.DefaultBelowOne), "Strict or AtLeastOne (spec.belowOne)")
@@ -107,6 +122,8 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 		return errors.New("--replicas, --replicas-range: give one, not both")
 	case !flags.Changed("replicas") && !flags.Changed("replicas-range"):
 		return errors.New("--replicas: required, or --replicas-range MIN..MAX for a sweep (a quota does not say how many replicas call it)")
+	case o.compare && !flags.Changed("replicas-range"):
+		return errors.New("--compare: needs --replicas-range MIN..MAX")
 	}
 	var quota v1alpha1.DownstreamQuota
 	if o.file != "" {
@@ -115,6 +132,9 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 			return err
 		}
 		quota = *q
+		if ref := quota.Spec.ContractRef; ref != nil && quota.Spec.Contract == nil {
+			return fmt.Errorf("%s: spec.contractRef: the quota's part of the shared DownstreamContract %q depends on the other callers; plan needs a quota with its own spec.contract", o.file, ref.Name)
+		}
 	} else {
 		for _, name := range requiredWithoutFile {
 			if !flags.Changed(name) {
@@ -127,10 +147,17 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 	if flags.Changed("safety-percent") && o.safetyPercent == 0 {
 		return errors.New("--safety-percent: must be between 1 and 100, got 0")
 	}
+	if flags.Changed("demand") && o.demand < 1 {
+		return fmt.Errorf("--demand: must be at least 1, got %d", o.demand)
+	}
 	if flags.Changed("below-one") && o.belowOne == "" {
 		return fmt.Errorf("--below-one: must be %s or %s, got \"\"", v1alpha1.BelowOneStrict, v1alpha1.BelowOneAtLeastOne)
 	}
-	o.override(flags, &quota.Spec)
+	share, err := o.parseClusterShare(flags)
+	if err != nil {
+		return err
+	}
+	o.override(flags, &quota.Spec, share)
 
 	out := cmd.OutOrStdout()
 	if o.replicasRange != "" {
@@ -145,6 +172,9 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 		if format == outputJSON {
 			return writeJSON(out, sweepJSONOf(sweep))
 		}
+		if o.compare {
+			return writeCompareTable(out, quota.Name, in, sweep)
+		}
 		return writeSweepTable(out, quota.Name, in, sweep)
 	}
 	plan, err := quotaplan.Compute(quota.Spec, o.replicas)
@@ -157,9 +187,33 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 	return writePlanTable(out, quota.Name, quota.Spec.Downstream, plan)
 }
 
+// parseClusterShare parses --cluster-share: a count of calls in flight, or
+// a percentage ending in %.
+func (o *planOptions) parseClusterShare(flags *pflag.FlagSet) (*v1alpha1.ClusterShare, error) {
+	if !flags.Changed("cluster-share") {
+		return nil, nil
+	}
+	text, isPercent := strings.CutSuffix(strings.TrimSpace(o.clusterShare), "%")
+	v, err := strconv.ParseInt(strings.TrimSpace(text), 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-share: must be calls in flight such as 20 or a percentage such as 40%%, got %q", o.clusterShare)
+	}
+	n := int32(v)
+	if isPercent {
+		return &v1alpha1.ClusterShare{Percent: &n}, nil
+	}
+	return &v1alpha1.ClusterShare{Concurrency: &n}, nil
+}
+
 // override copies every flag that was set into spec.
-func (o *planOptions) override(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQuotaSpec) {
+func (o *planOptions) override(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQuotaSpec, share *v1alpha1.ClusterShare) {
 	set := flags.Changed
+	if spec.Contract == nil && (set("concurrency") || set("rate") || set("burst") || set("cluster-share")) {
+		spec.Contract = &v1alpha1.Contract{}
+	}
+	if share != nil {
+		spec.Contract.ClusterShare = share
+	}
 	if set("concurrency") {
 		spec.Contract.Concurrency = o.concurrency
 	}
@@ -190,6 +244,12 @@ func (o *planOptions) override(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQu
 	if set("demand") {
 		spec.Demand = &v1alpha1.Demand{RatePerSecond: o.demand}
 	}
+	if set("demand-in-flight") {
+		if spec.Demand == nil {
+			spec.Demand = &v1alpha1.Demand{}
+		}
+		spec.Demand.InFlight = &o.demandInFlight
+	}
 	if set("retries") {
 		spec.Retry.MaxRetries = o.retries
 	}
@@ -213,7 +273,9 @@ func (o *planOptions) explain(flags *pflag.FlagSet, err error) error {
 		field = quotaplan.MinReplicasField
 	}
 	for flag, path := range planFlagFields {
-		if path == field && (flags.Changed(flag) || o.file == "") {
+		// The cluster share's errors name its sub-fields.
+		matches := path == field || (flag == "cluster-share" && strings.HasPrefix(field, path+"."))
+		if matches && (flags.Changed(flag) || o.file == "") {
 			return fmt.Errorf("--%s: %s", flag, fe.Detail)
 		}
 	}

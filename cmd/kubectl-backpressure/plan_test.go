@@ -49,15 +49,18 @@ func containsSpaced(out, want string) bool {
 func TestPlanFromFileJSON(t *testing.T) {
 	var got planJSON
 	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "8")
-	// DESIGN.md's example, by hand: permits floor(50 × 0.8 / 8) = 5,
+	// DESIGN.md's example, by hand: A = 50 × 80% = 40 = 5 × 8, permits 5,
 	// μ = 5 / 0.22 = 22.73/s, queue floor(22.73 × 0.1) = 2, acquire
 	// min(200ms, 100ms), workers min(5, ceil(1900/8 × 0.22) = 53), retry
 	// budget 10/8; demand 418 in flight, 3420 at worst, 40 available,
 	// ceiling 40/0.22 = 181.82/s, shed 1 − 40/418.
 	worst, worstShed := 3420.0, 1-40.0/3420
 	want := planJSON{
-		Replicas:     8,
-		TotalPermits: 40,
+		Replicas:             8,
+		Usable:               40,
+		Base:                 5,
+		TotalPermits:         40,
+		PreviousTotalPermits: 40,
 		PerPod: perPodJSON{
 			Permits:               5,
 			QueueCapacity:         2,
@@ -100,10 +103,15 @@ func TestPlanJSONContract(t *testing.T) {
 		"perPod.permits", "perPod.queueCapacity", "perPod.workers", "perPod.ratePerSecond", "perPod.burst",
 		"perPod.maxQueueWaitSeconds", "perPod.acquireTimeoutSeconds", "perPod.retryBudgetPerSecond",
 		"demand.inFlight", "demand.goodputCeiling", "demand.shedFraction",
+		"usable", "base", "extra", "totalPermits", "previousTotalPermits", "perPodExtra",
 	} {
 		if _, ok := lookup(doc, strings.Split(path, ".")); !ok {
 			t.Errorf("plan JSON lacks %s", path)
 		}
+	}
+	// Every pod holds base: perPodExtra is null, not absent.
+	if v, ok := doc["perPodExtra"]; !ok || v != nil {
+		t.Errorf("perPodExtra = %v (present %v), want null", v, ok)
 	}
 	diags, ok := doc["diagnostics"].([]any)
 	if !ok || len(diags) == 0 {
@@ -169,15 +177,35 @@ func TestPlanFlagsOverrideFile(t *testing.T) {
 func TestPlanFromMultiDocumentFile(t *testing.T) {
 	var got planJSON
 	runJSON(t, &got, "plan", "-f", "testdata/bundle.yaml", "--replicas", "8")
-	// 120 × 90% / 8 = 13.5 → 13; rate 400 × 0.9 / 8 = 45/s; burst
-	// floor(40 × 0.9 / 8) = 4; wait (500ms − 50ms) / 2 = 225ms; queue
-	// floor(13 × 225 / 50) = 58.
-	want := perPodJSON{
-		Permits: 13, QueueCapacity: 58, Workers: 13, RatePerSecond: 45, Burst: 4,
+	// A = 120 × 90% = 108 = 13 × 8 + 4: four pods at 13, four at 14. The
+	// usable rate 400 × 90% = 360/s and burst 36 go in proportion to the
+	// permits: 360 × 13/108 = 43.33/s, floor(36 × 13/108) = 4; at 14,
+	// 46.67/s and floor(36 × 14/108) = 4. Wait (500ms − 50ms) / 2 = 225ms;
+	// queue floor(13 × 225 / 50) = 58, floor(14 × 225 / 50) = 63.
+	wantBase := perPodJSON{
+		Permits: 13, QueueCapacity: 58, Workers: 13, RatePerSecond: 360.0 * 13 / 108, Burst: 4,
 		CapacityPerSecond: 260, MaxQueueWaitSeconds: 0.225, AcquireTimeoutSeconds: 0.225,
 	}
-	if diff := cmp.Diff(want, got.PerPod, approx); diff != "" || len(got.Diagnostics) != 0 {
-		t.Errorf("bundle plan (-want +got):\n%s\ndiagnostics %+v", diff, got.Diagnostics)
+	wantExtra := perPodJSON{
+		Permits: 14, QueueCapacity: 63, Workers: 14, RatePerSecond: 360.0 * 14 / 108, Burst: 4,
+		CapacityPerSecond: 280, MaxQueueWaitSeconds: 0.225, AcquireTimeoutSeconds: 0.225,
+	}
+	if diff := cmp.Diff(wantBase, got.PerPod, approx); diff != "" || len(got.Diagnostics) != 0 {
+		t.Errorf("bundle plan at base (-want +got):\n%s\ndiagnostics %+v", diff, got.Diagnostics)
+	}
+	if got.PerPodExtra == nil {
+		t.Fatal("bundle plan: perPodExtra is null, want the share at 14 permits")
+	}
+	if diff := cmp.Diff(wantExtra, *got.PerPodExtra, approx); diff != "" {
+		t.Errorf("bundle plan at base+1 (-want +got):\n%s", diff)
+	}
+	if got.Usable != 108 || got.Base != 13 || got.Extra != 4 || got.TotalPermits != 108 || got.PreviousTotalPermits != 104 {
+		t.Errorf("bundle division: usable %d, base %d, extra %d, in use %d, previous %d; want 108, 13, 4, 108, 104",
+			got.Usable, got.Base, got.Extra, got.TotalPermits, got.PreviousTotalPermits)
+	}
+	// The pods' rates add up to the usable 360/s.
+	if sum := 4*got.PerPod.RatePerSecond + 4*got.PerPodExtra.RatePerSecond; math.Abs(sum-360) > 1e-9 {
+		t.Errorf("pods' rates add up to %v/s, want 360/s", sum)
 	}
 }
 
@@ -188,11 +216,15 @@ func TestPlanTable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"logistics-api → logistics.example.com: 50 in flight × 80% safety over 8 replicas (below one: Strict)",
-		"permits          5        floor(concurrency × safety / replicas) = floor(50 × 80% / 8) = floor(5)",
+		"usable 40 floor(concurrency × safety) = floor(50 × 80%)",
+		"base 5 floor(usable / replicas) = floor(40 / 8)",
+		"in use 40 5 permits × 8 pods = 40, every usable permit",
+		"permits          5        base",
 		"capacity         22.73/s  permits / latency = 5 / 220ms",
 		"queue capacity   0        floor(permits × max queue wait / latency) = floor(5 × 40ms / 220ms)",
 		"workers          5        min(permits, ceil(demand / replicas × latency)) = min(5, ceil(1900/s / 8 × 220ms) = 53)",
-		"retry budget     1.25/s   budget / replicas = 10/s / 8",
+		"retry budget     1.25/s   usable budget × permits / in use = 10/s × 5 / 40",
+		"available 40 min(in use, concurrency) = min(40, 50)",
 		"goodput ceiling   181.82/s  available / latency = 40 / 220ms",
 		"shed              90.4%     max(0, 1 − available / in flight) = max(0, 1 − 40 / 418)",
 		"WorstLatencyExceedsDeadline  worst latency 1.8s exceeds the deadline 300ms",
@@ -201,21 +233,108 @@ func TestPlanTable(t *testing.T) {
 			t.Errorf("plan table lacks %q:\n%s", want, stdout)
 		}
 	}
+
+	// 40 over 21 pods: the arithmetic of the division, the shares side by
+	// side, and what the previous division held.
+	stdout, _, code = runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "21")
+	if code != 0 {
+		t.Fatal(stdout)
+	}
+	for _, want := range []string{
+		"base 1 floor(usable / replicas) = floor(40 / 21)",
+		"extra 19 usable mod replicas = 40 mod 21: the pods holding base + 1",
+		"in use 40 2 permits × 19 pods + 1 permit × 2 pods = 40, every usable permit",
+		"previous 21 base × replicas = 1 × 21, the division before every permit was handed out (52.5% of usable)",
+		"PER POD BASE (2 PODS) BASE+1 (19 PODS) FORMULA",
+		"permits 1 2 base, base + 1",
+		"capacity 4.55/s 9.09/s permits / latency = 1 / 220ms, 2 / 220ms",
+		"workers 1 2 min(permits, ceil(demand / replicas × latency)) = min(1, ceil(1900/s / 21 × 220ms) = 20), min(2, 20)",
+		"retry budget 0.25/s 0.5/s usable budget × permits / in use = 10/s × 1 / 40, 10/s × 2 / 40",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("plan table at 21 replicas lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	// Below one under Strict: 40 pods hold one permit, 60 none.
+	stdout, _, _ = runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "100")
+	for _, want := range []string{
+		"in use 40 1 permit × 40 pods + 0 permits × 60 pods = 40, every usable permit",
+		"previous 0 base × replicas = 0 × 100, the division before every permit was handed out (0% of usable)",
+		"PER POD BASE (60 PODS) BASE+1 (40 PODS) FORMULA",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("plan table at 100 replicas lacks %q:\n%s", want, stdout)
+		}
+	}
+	// AtLeastOne over-commits, and says by how much.
+	stdout, _, _ = runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "100", "--below-one", "AtLeastOne")
+	for _, want := range []string{
+		"base 1 floor(usable / replicas) = floor(40 / 100) = 0, raised to 1 by AtLeastOne",
+		"in use 100 1 permit × 100 pods = 100, 60 above usable: AtLeastOne over-commits",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("AtLeastOne plan table lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestPlanClusterShare(t *testing.T) {
+	// This cluster uses 40% of the 50: 20 × 80% = 16 = 5 × 3 + 1. The rate
+	// and burst scale the same way: 100 × 20/50 × 80% = 32/s, burst
+	// floor(20 × 20/50 × 80%) = 6.
+	args := []string{"plan", "-f", "testdata/sample-quota.yaml", "--replicas", "3", "--cluster-share", "40%", "--rate", "100", "--burst", "20"}
+	var got planJSON
+	runJSON(t, &got, args...)
+	if got.Usable != 16 || got.Base != 5 || got.Extra != 1 || got.PerPod.RatePerSecond != 10 || got.PerPodExtra == nil || got.PerPodExtra.RatePerSecond != 12 {
+		t.Errorf("cluster share 40%%: %+v", got)
+	}
+	stdout, _, _ := runCLI(t, args...)
+	for _, want := range []string{
+		"50 in flight, 20 of them for this cluster, × 80% safety over 3 replicas",
+		"usable 16 floor(cluster share × safety) = floor(20 × 80%)",
+		"usable rate 32/s rate × cluster share / concurrency × safety = 100/s × 20 / 50 × 80%",
+		"usable burst 6 floor(burst × cluster share / concurrency × safety) = floor(20 × 20 / 50 × 80%)",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("cluster share plan lacks %q:\n%s", want, stdout)
+		}
+	}
+	// A count works too, and gives the same plan as its percentage.
+	var byCount planJSON
+	runJSON(t, &byCount, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "3", "--cluster-share", "20", "--rate", "100", "--burst", "20")
+	if diff := cmp.Diff(got, byCount); diff != "" {
+		t.Errorf("--cluster-share 20 differs from 40%% of 50 (-percent +count):\n%s", diff)
+	}
+}
+
+func TestPlanDemandInFlight(t *testing.T) {
+	// 418 in flight at 220ms is 1900/s: the same plan as quota.yaml's rate.
+	var byRate, byInFlight planJSON
+	runJSON(t, &byRate, "plan", "-f", "testdata/quota.yaml", "--replicas", "8")
+	runJSON(t, &byInFlight, "plan", "--concurrency", "50", "--latency", "220ms", "--worst-latency", "1.8s", "--deadline", "2s",
+		"--max-queue-wait", "100ms", "--acquire-timeout", "200ms", "--retries", "1", "--retry-budget", "10", "--replicas", "8", "--demand-in-flight", "418")
+	if diff := cmp.Diff(byRate, byInFlight); diff != "" {
+		t.Errorf("--demand-in-flight 418 differs from 1900/s (-rate +inFlight):\n%s", diff)
+	}
 }
 
 func TestSweep(t *testing.T) {
 	var got sweepJSON
 	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "2..45")
-	if len(got.Sweep) != 44 || got.LastWithPermit != 40 || got.FirstBelowOne == nil || *got.FirstBelowOne != 41 {
-		t.Fatalf("sweep: %d rows, last with permit %d, first below one %v; want 44, 40, 41", len(got.Sweep), got.LastWithPermit, got.FirstBelowOne)
+	if len(got.Sweep) != 44 || got.Usable != 40 || got.LastWithPermit != 40 || got.FirstBelowOne == nil || *got.FirstBelowOne != 41 {
+		t.Fatalf("sweep: %d rows, usable %d, last with permit %d, first below one %v; want 44, 40, 40, 41", len(got.Sweep), got.Usable, got.LastWithPermit, got.FirstBelowOne)
 	}
 	for _, row := range got.Sweep {
-		want := 40 / row.Replicas // floor(50 × 80% / N)
-		if row.PerPod.Permits != want || row.TotalPermits != int64(want*row.Replicas) {
-			t.Errorf("%d replicas: %d permits (%d in flight), want %d", row.Replicas, row.PerPod.Permits, row.TotalPermits, want)
+		// Every count uses all 40: base = floor(40 / N), 40 mod N pods
+		// hold one more; the previous division held base × N.
+		base, extra := 40/row.Replicas, 40%row.Replicas
+		if row.Base != int64(base) || row.Extra != int64(extra) || row.PerPod.Permits != base || row.TotalPermits != 40 || row.PreviousTotalPermits != int64(base*row.Replicas) {
+			t.Errorf("%d replicas: base %d, extra %d, per pod %d, in use %d, previous %d; want %d, %d, %d, 40, %d",
+				row.Replicas, row.Base, row.Extra, row.PerPod.Permits, row.TotalPermits, row.PreviousTotalPermits, base, extra, base, base*row.Replicas)
 		}
-		if row.TotalPermits > 40 {
-			t.Errorf("%d replicas hold %d in flight, above 50 × 80%%", row.Replicas, row.TotalPermits)
+		if (extra > 0) != (row.PerPodExtra != nil) || (row.PerPodExtra != nil && row.PerPodExtra.Permits != base+1) {
+			t.Errorf("%d replicas: perPodExtra %+v, want a share at %d permits exactly when %d > 0", row.Replicas, row.PerPodExtra, base+1, extra)
 		}
 	}
 
@@ -224,8 +343,11 @@ func TestSweep(t *testing.T) {
 		t.Fatal(stdout)
 	}
 	for _, want := range []string{
-		"Each pod gets a whole permit up to 40 replicas; from 41 replicas on the share is below one permit.",
-		"41        0        0          0      40ms      0        none  none   0.24/s        QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"logistics-api: 50 in flight × 80% safety = 40 permits to divide (below one: Strict)",
+		"Every pod holds at least one permit up to 40 replicas; from 41 replicas on Strict gives 40 pods 1 permit and the others none.",
+		"REPLICAS BASE +1 PODS IN USE PREVIOUS QUEUE MAX WAIT WORKERS RATE BURST RETRY BUDGET DIAGNOSTICS",
+		"39 1 1 40 39 0 40ms 1|2 none none 0.25/s|0.5/s WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"41 0 40 40 0 0 40ms 0|1 none none 0/s|0.25/s QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
 	} {
 		if !containsSpaced(stdout, want) {
 			t.Errorf("sweep table lacks %q:\n%s", want, stdout)
@@ -235,6 +357,35 @@ func TestSweep(t *testing.T) {
 	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "1..4")
 	if got.FirstBelowOne != nil {
 		t.Errorf("sweep 1..4: firstBelowOne = %d, want null", *got.FirstBelowOne)
+	}
+}
+
+func TestSweepCompare(t *testing.T) {
+	stdout, stderr, code := runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "1..60", "--compare")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"REPLICAS BASE +1 PODS IN USE PREVIOUS GAINED",
+		"7 5 5 40 (100%) 35 (87.5%) 5",
+		"14 2 12 40 (100%) 28 (70%) 12",
+		"16 2 8 40 (100%) 32 (80%) 8",
+		"21 1 19 40 (100%) 21 (52.5%) 19",
+		"41 0 40 40 (100%) 0 (0%) 40",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("comparison lacks %q:\n%s", want, stdout)
+		}
+	}
+	// The summary is the mean over the range: Σ min(40, floor(40/N)·N) over
+	// 1..60 against 60 × 40.
+	var prev int
+	for n := 1; n <= 60; n++ {
+		prev += 40 / n * n
+	}
+	want := "Over 1..60 replicas the pods hold 100% of the usable permits; under the previous division, " + shortPercent(int64(prev), 2400) + "."
+	if !strings.Contains(stdout, want) {
+		t.Errorf("comparison lacks %q:\n%s", want, stdout)
 	}
 }
 
@@ -287,6 +438,13 @@ func TestBadInput(t *testing.T) {
 		{[]string{"backlog", "--arrival", "10", "--workers", "1", "--latency", "1s", "--target-rate", "0"}, "error: --target-rate: must be greater than 0, got 0"},
 		{[]string{"backlog", "--arrival", "0", "--workers", "1", "--latency", "1s"}, "error: --arrival: must be greater than 0, got 0"},
 		{[]string{"plna"}, `error: unknown command "plna" for "kubectl backpressure" Did you mean this? plan`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--compare"}, "error: --compare: needs --replicas-range MIN..MAX"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "half"}, `error: --cluster-share: must be calls in flight such as 20 or a percentage such as 40%, got "half"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "51"}, "error: --cluster-share: must be between 1 and the contract's concurrency 50, got 51"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "0%"}, "error: --cluster-share: must be between 1 and 100, got 0"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--demand-in-flight", "0"}, "error: --demand-in-flight: must be at least 1, got 0"},
+		{[]string{"plan", "-f", "testdata/shared-quota.yaml", "--replicas", "8"}, `error: testdata/shared-quota.yaml: spec.contractRef: the quota's part of the shared DownstreamContract "logistics" depends on the other callers; plan needs a quota with its own spec.contract`},
+		{[]string{"plan", "-f", "testdata/two-contracts.yaml", "--replicas", "8"}, `error: testdata/two-contracts.yaml: spec.contractRef: must not be given with spec.contract: exactly one of them, got contractRef "logistics"`},
 	}
 	for _, tt := range tests {
 		stdout, stderr, code := runCLI(t, tt.args...)
@@ -315,8 +473,9 @@ func TestBadInputNamesFileFieldWhenNoFlagGaveIt(t *testing.T) {
 
 func TestShedFractionIsAFraction(t *testing.T) {
 	var got planJSON
-	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "100")
+	// 50 × 1% = 0 permits: nothing is available, everything is shed.
+	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "100", "--safety-percent", "1")
 	if got.Demand == nil || got.Demand.ShedFraction != 1 || math.IsNaN(got.Demand.GoodputCeiling) {
-		t.Errorf("Strict at 100 replicas: demand %+v, want everything shed", got.Demand)
+		t.Errorf("no usable permit at 100 replicas: demand %+v, want everything shed", got.Demand)
 	}
 }

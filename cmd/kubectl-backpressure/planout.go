@@ -39,21 +39,37 @@ type diagnosticJSON struct {
 }
 
 type planJSON struct {
-	Replicas     int              `json:"replicas"`
-	TotalPermits int64            `json:"totalPermits"`
-	PerPod       perPodJSON       `json:"perPod"`
-	Demand       *demandJSON      `json:"demand"`
-	Diagnostics  []diagnosticJSON `json:"diagnostics"`
+	Replicas int `json:"replicas"`
+	// Usable is A, the permits handed out over the pods.
+	Usable int64 `json:"usable"`
+	// Base is floor(A / replicas); Extra pods hold Base+1.
+	Base  int64 `json:"base"`
+	Extra int64 `json:"extra"`
+	// TotalPermits is the permits the pods hold together: A, or the
+	// replica count when AtLeastOne raised every pod to 1.
+	TotalPermits int64 `json:"totalPermits"`
+	// PreviousTotalPermits is what the previous division, Base for every
+	// pod, held: Base × replicas.
+	PreviousTotalPermits int64            `json:"previousTotalPermits"`
+	PerPod               perPodJSON       `json:"perPod"`
+	PerPodExtra          *perPodJSON      `json:"perPodExtra"`
+	Demand               *demandJSON      `json:"demand"`
+	Diagnostics          []diagnosticJSON `json:"diagnostics"`
 }
 
 type sweepRowJSON struct {
-	Replicas     int        `json:"replicas"`
-	TotalPermits int64      `json:"totalPermits"`
-	PerPod       perPodJSON `json:"perPod"`
-	Reasons      []string   `json:"reasons"`
+	Replicas             int         `json:"replicas"`
+	Base                 int64       `json:"base"`
+	Extra                int64       `json:"extra"`
+	TotalPermits         int64       `json:"totalPermits"`
+	PreviousTotalPermits int64       `json:"previousTotalPermits"`
+	PerPod               perPodJSON  `json:"perPod"`
+	PerPodExtra          *perPodJSON `json:"perPodExtra"`
+	Reasons              []string    `json:"reasons"`
 }
 
 type sweepJSON struct {
+	Usable         int64          `json:"usable"`
 	Sweep          []sweepRowJSON `json:"sweep"`
 	LastWithPermit int            `json:"lastWithPermit"`
 	FirstBelowOne  *int           `json:"firstBelowOne"`
@@ -73,12 +89,31 @@ func perPodJSONOf(p sizing.PerPod) perPodJSON {
 	}
 }
 
+func perPodExtraJSONOf(r sizing.PlanResult) *perPodJSON {
+	if r.PerPodExtra == nil {
+		return nil
+	}
+	out := perPodJSONOf(*r.PerPodExtra)
+	return &out
+}
+
+// previousTotal is what the division before the exact one held: Base for
+// every pod (floor(C·s/N) is floor(floor(C·s)/N)), raised to 1 by
+// AtLeastOne as it is now.
+func previousTotal(r sizing.PlanResult, replicas int) int64 { return r.Base * int64(replicas) }
+
 func planJSONOf(p quotaplan.Plan) planJSON {
+	r := p.Result
 	out := planJSON{
-		Replicas:     p.Input.Divisor,
-		TotalPermits: p.Result.TotalPermits,
-		PerPod:       perPodJSONOf(p.Result.PerPod),
-		Diagnostics:  []diagnosticJSON{},
+		Replicas:             p.Input.Divisor,
+		Usable:               r.Usable,
+		Base:                 r.Base,
+		Extra:                r.Extra,
+		TotalPermits:         r.TotalPermits,
+		PreviousTotalPermits: previousTotal(r, p.Input.Divisor),
+		PerPod:               perPodJSONOf(r.PerPod),
+		PerPodExtra:          perPodExtraJSONOf(r),
+		Diagnostics:          []diagnosticJSON{},
 	}
 	if d := p.Result.Demand; d != nil {
 		out.Demand = &demandJSON{
@@ -100,16 +135,23 @@ func planJSONOf(p quotaplan.Plan) planJSON {
 
 func sweepJSONOf(s sizing.SweepResult) sweepJSON {
 	out := sweepJSON{Sweep: make([]sweepRowJSON, 0, len(s.Rows)), LastWithPermit: s.LastWithPermit}
+	if len(s.Rows) > 0 {
+		out.Usable = s.Rows[0].Plan.Usable
+	}
 	if s.FirstBelowOne > 0 {
 		first := s.FirstBelowOne
 		out.FirstBelowOne = &first
 	}
 	for _, row := range s.Rows {
 		out.Sweep = append(out.Sweep, sweepRowJSON{
-			Replicas:     row.Replicas,
-			TotalPermits: row.Plan.TotalPermits,
-			PerPod:       perPodJSONOf(row.Plan.PerPod),
-			Reasons:      reasons(row.Plan.Diagnostics),
+			Replicas:             row.Replicas,
+			Base:                 row.Plan.Base,
+			Extra:                row.Plan.Extra,
+			TotalPermits:         row.Plan.TotalPermits,
+			PreviousTotalPermits: previousTotal(row.Plan, row.Replicas),
+			PerPod:               perPodJSONOf(row.Plan.PerPod),
+			PerPodExtra:          perPodExtraJSONOf(row.Plan),
+			Reasons:              reasons(row.Plan.Diagnostics),
 		})
 	}
 	return out
@@ -123,10 +165,10 @@ func reasons(diags []sizing.Diagnostic) []string {
 	return out
 }
 
-// writePlanTable prints the plan with the formula behind each number.
+// writePlanTable prints the division and each pod's share with the formula
+// behind each number.
 func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) error {
 	in, res := p.Input, p.Result
-	pp := res.PerPod
 	n := in.Divisor
 
 	subject := "Plan"
@@ -136,34 +178,14 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 			subject += " → " + downstream
 		}
 	}
-	fmt.Fprintf(out, "%s: %d in flight × %d%% safety over %s (below one: %s)\n\n",
-		subject, in.Concurrency, in.SafetyPercent, replicaCount(n), in.BelowOne)
+	fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n\n",
+		subject, contractText(in), in.SafetyPercent, replicaCount(n), in.BelowOne)
 
-	t := newTable(out, "PER POD", "VALUE", "FORMULA")
-	t.row("permits", fmt.Sprint(pp.Permits), permitsFormula(in, res))
-	if in.RatePerSecond == 0 {
-		t.row("rate", "none", "the contract has no rate")
-		t.row("burst", "none", "the contract has no rate")
-	} else {
-		t.row("rate", perSec(pp.RatePerSecond), fmt.Sprintf("rate × safety / replicas = %s × %d%% / %d", perSec(in.RatePerSecond), in.SafetyPercent, n))
-		t.row("burst", fmt.Sprint(pp.Burst), fmt.Sprintf("max(1, floor(burst × safety / replicas)) = max(1, floor(%d × %d%% / %d))", in.Burst, in.SafetyPercent, n))
+	if err := writeDivision(out, in, res); err != nil {
+		return err
 	}
-	t.row("capacity", perSec(pp.CapacityPerSecond), fmt.Sprintf("permits / latency = %d / %s", pp.Permits, in.Latency))
-	t.row("max queue wait", pp.MaxQueueWait.String(), queueWaitFormula(in, res))
-	t.row("queue capacity", fmt.Sprint(pp.QueueCapacity), fmt.Sprintf("floor(permits × max queue wait / latency) = floor(%d × %s / %s)", pp.Permits, pp.MaxQueueWait, in.Latency))
-	if in.AcquireTimeout != nil {
-		t.row("acquire timeout", pp.AcquireTimeout.String(), fmt.Sprintf("min(acquire timeout, max queue wait) = min(%s, %s)", *in.AcquireTimeout, pp.MaxQueueWait))
-	} else {
-		t.row("acquire timeout", pp.AcquireTimeout.String(), "max queue wait (no acquire timeout given)")
-	}
-	if in.DemandPerSecond > 0 {
-		t.row("workers", fmt.Sprint(pp.Workers), fmt.Sprintf("min(permits, ceil(demand / replicas × latency)) = min(%d, ceil(%s / %d × %s) = %d)",
-			pp.Permits, perSec(in.DemandPerSecond), n, in.Latency, res.DemandWorkers))
-	} else {
-		t.row("workers", fmt.Sprint(pp.Workers), "permits (no demand given)")
-	}
-	t.row("retry budget", perSec(pp.RetryBudgetPerSecond), fmt.Sprintf("budget / replicas = %s / %d", perSec(in.RetryBudgetPerSecond), n))
-	if err := t.flush(); err != nil {
+	fmt.Fprintln(out)
+	if err := writeShares(out, in, res); err != nil {
 		return err
 	}
 
@@ -174,7 +196,7 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 		if in.WorstLatency > 0 {
 			t.row("in flight, worst", num(d.WorstInFlight), fmt.Sprintf("demand × worst latency = %s × %s", perSec(in.DemandPerSecond), in.WorstLatency))
 		}
-		t.row("available", fmt.Sprint(d.Available), fmt.Sprintf("min(permits × replicas, concurrency) = min(%d × %d, %d)", pp.Permits, n, in.Concurrency))
+		t.row("available", fmt.Sprint(d.Available), fmt.Sprintf("min(in use, concurrency) = min(%d, %d)", res.TotalPermits, in.Concurrency))
 		t.row("goodput ceiling", perSec(d.GoodputCeilingPerSecond), fmt.Sprintf("available / latency = %d / %s", d.Available, in.Latency))
 		t.row("shed", percent(d.ShedFraction), fmt.Sprintf("max(0, 1 − available / in flight) = max(0, 1 − %d / %s)", d.Available, num(d.InFlight)))
 		if in.WorstLatency > 0 {
@@ -190,23 +212,196 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 		_, err := fmt.Fprintln(out, "No diagnostics.")
 		return err
 	}
-	t = newTable(out, "DIAGNOSTIC", "FINDING")
+	t := newTable(out, "DIAGNOSTIC", "FINDING")
 	for _, d := range res.Diagnostics {
 		t.row(d.Reason, d.Message)
 	}
 	return t.flush()
 }
 
-func permitsFormula(in sizing.Input, res sizing.PlanResult) string {
-	f := fmt.Sprintf("floor(concurrency × safety / replicas) = floor(%d × %d%% / %d) = floor(%s)",
-		in.Concurrency, in.SafetyPercent, in.Divisor, truncated(res.Share))
-	if res.Share < 1 {
-		if in.BelowOne == sizing.AtLeastOne {
-			return f + ", raised to 1 by AtLeastOne"
-		}
-		return f + ", left at 0 by Strict"
+// contractText states the contract and this cluster's part of it.
+func contractText(in sizing.Input) string {
+	if clusterShared(in) {
+		return fmt.Sprintf("%d in flight, %d of them for this cluster,", in.Concurrency, in.ClusterConcurrency)
+	}
+	return fmt.Sprintf("%d in flight", in.Concurrency)
+}
+
+func clusterShared(in sizing.Input) bool {
+	return in.ClusterConcurrency > 0 && in.ClusterConcurrency < in.Concurrency
+}
+
+// writeDivision prints how the usable permits are divided over the pods.
+func writeDivision(out io.Writer, in sizing.Input, res sizing.PlanResult) error {
+	n := int64(in.Divisor)
+	t := newTable(out, "DIVISION", "VALUE", "FORMULA")
+	t.row("usable", fmt.Sprint(res.Usable), usableFormula(in))
+	t.row("base", fmt.Sprint(res.Base), baseFormula(in, res))
+	if res.TotalPermits > res.Usable {
+		t.row("extra", fmt.Sprint(res.Extra), "none: AtLeastOne gives every pod 1 permit")
+	} else {
+		t.row("extra", fmt.Sprint(res.Extra), fmt.Sprintf("usable mod replicas = %d mod %d: the pods holding base + 1", res.Usable, n))
+	}
+	t.row("in use", fmt.Sprint(res.TotalPermits), inUseFormula(in, res))
+	prev := previousTotal(res, in.Divisor)
+	t.row("previous", fmt.Sprint(prev), fmt.Sprintf("base × replicas = %d × %d, the division before every permit was handed out (%s)", res.Base, n, ofUsable(prev, res.Usable)))
+	if res.UsableRatePerSecond > 0 {
+		rule, values := scaledFormula("rate", perSec(in.RatePerSecond), in)
+		t.row("usable rate", perSec(res.UsableRatePerSecond), rule+" = "+values)
+		rule, values = scaledFormula("burst", fmt.Sprint(in.Burst), in)
+		t.row("usable burst", fmt.Sprint(res.UsableBurst), "floor("+rule+") = floor("+values+")")
+	}
+	return t.flush()
+}
+
+func usableFormula(in sizing.Input) string {
+	if clusterShared(in) {
+		return fmt.Sprintf("floor(cluster share × safety) = floor(%d × %d%%)", in.ClusterConcurrency, in.SafetyPercent)
+	}
+	return fmt.Sprintf("floor(concurrency × safety) = floor(%d × %d%%)", in.Concurrency, in.SafetyPercent)
+}
+
+// scaledFormula states a contract figure scaled to this cluster and the
+// safety percentage: the rule, and the rule with the values.
+func scaledFormula(what, value string, in sizing.Input) (string, string) {
+	if clusterShared(in) {
+		return what + " × cluster share / concurrency × safety", fmt.Sprintf("%s × %d / %d × %d%%", value, in.ClusterConcurrency, in.Concurrency, in.SafetyPercent)
+	}
+	return what + " × safety", fmt.Sprintf("%s × %d%%", value, in.SafetyPercent)
+}
+
+func baseFormula(in sizing.Input, res sizing.PlanResult) string {
+	f := fmt.Sprintf("floor(usable / replicas) = floor(%d / %d)", res.Usable, in.Divisor)
+	if res.Usable < int64(in.Divisor) && in.BelowOne == sizing.AtLeastOne {
+		return f + " = 0, raised to 1 by AtLeastOne"
 	}
 	return f
+}
+
+// inUseFormula states what the pods hold together: "2 permits × 19 pods +
+// 1 permit × 2 pods = 40".
+func inUseFormula(in sizing.Input, res sizing.PlanResult) string {
+	n := int64(in.Divisor)
+	terms := fmt.Sprintf("%s × %s", permitsWord(res.Base), podsWord(n))
+	if res.Extra > 0 {
+		terms = fmt.Sprintf("%s × %s + %s × %s", permitsWord(res.Base+1), podsWord(res.Extra), permitsWord(res.Base), podsWord(n-res.Extra))
+	}
+	f := fmt.Sprintf("%s = %d", terms, res.TotalPermits)
+	switch {
+	case res.TotalPermits > res.Usable:
+		return f + fmt.Sprintf(", %d above usable: AtLeastOne over-commits", res.TotalPermits-res.Usable)
+	case res.Usable > 0:
+		return f + ", every usable permit"
+	}
+	return f
+}
+
+func permitsWord(n int64) string {
+	if n == 1 {
+		return "1 permit"
+	}
+	return fmt.Sprintf("%d permits", n)
+}
+
+func podsWord(n int64) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
+}
+
+// ofUsable states a count of permits as a percentage of the usable ones.
+func ofUsable(n, usable int64) string {
+	if usable == 0 {
+		return "no usable permit"
+	}
+	return shortPercent(n, usable) + " of usable"
+}
+
+// writeShares prints the share of a pod at base and, when some pods hold
+// one more, at base+1, side by side.
+func writeShares(out io.Writer, in sizing.Input, res sizing.PlanResult) error {
+	shares := []sizing.PerPod{res.PerPod}
+	header := []string{"PER POD", "VALUE"}
+	if res.PerPodExtra != nil {
+		shares = append(shares, *res.PerPodExtra)
+		n := int64(in.Divisor)
+		header = []string{"PER POD", fmt.Sprintf("BASE (%s)", strings.ToUpper(podsWord(n-res.Extra))), fmt.Sprintf("BASE+1 (%s)", strings.ToUpper(podsWord(res.Extra)))}
+	}
+	t := newTable(out, append(header, "FORMULA")...)
+	row := func(name string, value func(sizing.PerPod) string, formula string) {
+		cells := []string{name}
+		for _, s := range shares {
+			cells = append(cells, value(s))
+		}
+		t.row(append(cells, formula)...)
+	}
+	// each joins a formula's numbers for every share: "2 / 220ms, 3 / 220ms".
+	each := func(f func(sizing.PerPod) string) string {
+		parts := make([]string, 0, len(shares))
+		for _, s := range shares {
+			parts = append(parts, f(s))
+		}
+		return strings.Join(parts, ", ")
+	}
+
+	zeroNote := ""
+	if res.PerPod.Permits == 0 {
+		zeroNote = "; 0 without permits"
+	}
+	permitsRule := "base"
+	if len(shares) > 1 {
+		permitsRule = "base, base + 1"
+	}
+	row("permits", func(s sizing.PerPod) string { return fmt.Sprint(s.Permits) }, permitsRule)
+	if res.UsableRatePerSecond == 0 {
+		row("rate", func(sizing.PerPod) string { return "none" }, "the contract has no rate")
+		row("burst", func(sizing.PerPod) string { return "none" }, "the contract has no rate")
+	} else {
+		row("rate", func(s sizing.PerPod) string { return perSec(s.RatePerSecond) },
+			"usable rate × permits / in use = "+each(func(s sizing.PerPod) string {
+				return fmt.Sprintf("%s × %d / %d", perSec(res.UsableRatePerSecond), s.Permits, res.TotalPermits)
+			}))
+		row("burst", func(s sizing.PerPod) string { return fmt.Sprint(s.Burst) },
+			"max(1, floor(usable burst × permits / in use)) = "+each(func(s sizing.PerPod) string {
+				return fmt.Sprintf("max(1, floor(%d × %d / %d))", res.UsableBurst, s.Permits, res.TotalPermits)
+			})+zeroNote)
+	}
+	row("capacity", func(s sizing.PerPod) string { return perSec(s.CapacityPerSecond) },
+		"permits / latency = "+each(func(s sizing.PerPod) string { return fmt.Sprintf("%d / %s", s.Permits, in.Latency) }))
+	pp := res.PerPod
+	row("max queue wait", func(s sizing.PerPod) string { return s.MaxQueueWait.String() }, queueWaitFormula(in, res))
+	row("queue capacity", func(s sizing.PerPod) string { return fmt.Sprint(s.QueueCapacity) },
+		"floor(permits × max queue wait / latency) = "+each(func(s sizing.PerPod) string {
+			return fmt.Sprintf("floor(%d × %s / %s)", s.Permits, s.MaxQueueWait, in.Latency)
+		}))
+	if in.AcquireTimeout != nil {
+		row("acquire timeout", func(s sizing.PerPod) string { return s.AcquireTimeout.String() },
+			fmt.Sprintf("min(acquire timeout, max queue wait) = min(%s, %s)", *in.AcquireTimeout, pp.MaxQueueWait))
+	} else {
+		row("acquire timeout", func(s sizing.PerPod) string { return s.AcquireTimeout.String() }, "max queue wait (no acquire timeout given)")
+	}
+	if in.DemandPerSecond > 0 {
+		first := true
+		row("workers", func(s sizing.PerPod) string { return fmt.Sprint(s.Workers) },
+			"min(permits, ceil(demand / replicas × latency)) = "+each(func(s sizing.PerPod) string {
+				if first {
+					first = false
+					return fmt.Sprintf("min(%d, ceil(%s / %d × %s) = %d)", s.Permits, perSec(in.DemandPerSecond), in.Divisor, in.Latency, res.DemandWorkers)
+				}
+				return fmt.Sprintf("min(%d, %d)", s.Permits, res.DemandWorkers)
+			}))
+	} else {
+		row("workers", func(s sizing.PerPod) string { return fmt.Sprint(s.Workers) }, "permits (no demand given)")
+	}
+	budgetRule := "no permit in use, no retry budget"
+	if res.TotalPermits > 0 {
+		budgetRule = "usable budget × permits / in use = " + each(func(s sizing.PerPod) string {
+			return fmt.Sprintf("%s × %d / %d", perSec(res.UsableRetryBudgetPerSecond), s.Permits, res.TotalPermits)
+		})
+	}
+	row("retry budget", func(s sizing.PerPod) string { return perSec(s.RetryBudgetPerSecond) }, budgetRule)
+	return t.flush()
 }
 
 func queueWaitFormula(in sizing.Input, res sizing.PlanResult) string {
@@ -229,43 +424,113 @@ func replicaCount(n int) string {
 	return fmt.Sprintf("%d replicas", n)
 }
 
-// writeSweepTable prints one row per divisor.
-func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.SweepResult) error {
+// writeSweepHeader states the usable permits and where a pod's share
+// falls below one permit.
+func writeSweepHeader(out io.Writer, name string, in sizing.Input, s sizing.SweepResult) {
 	subject := "Sweep"
 	if name != "" {
 		subject = name
 	}
-	handedOut := float64(in.Concurrency) * float64(in.SafetyPercent) / 100
-	fmt.Fprintf(out, "%s: %d in flight × %d%% safety = %s permits to divide (below one: %s)\n",
-		subject, in.Concurrency, in.SafetyPercent, num(handedOut), in.BelowOne)
+	usable := int64(s.LastWithPermit)
+	fmt.Fprintf(out, "%s: %s to divide (below one: %s)\n", subject, usableText(in, usable), in.BelowOne)
 	switch {
 	case s.LastWithPermit == 0:
 		fmt.Fprintln(out, "No replica count gives a pod a whole permit.")
-	case s.FirstBelowOne > 0:
-		fmt.Fprintf(out, "Each pod gets a whole permit up to %s; from %d replicas on the share is below one permit.\n",
+	case s.FirstBelowOne > 0 && in.BelowOne == sizing.AtLeastOne:
+		fmt.Fprintf(out, "Every pod holds at least one permit up to %s; from %d replicas on AtLeastOne gives every pod 1 and over-commits.\n",
 			replicaCount(s.LastWithPermit), s.FirstBelowOne)
+	case s.FirstBelowOne > 0:
+		fmt.Fprintf(out, "Every pod holds at least one permit up to %s; from %d replicas on Strict gives %d pods 1 permit and the others none.\n",
+			replicaCount(s.LastWithPermit), s.FirstBelowOne, usable)
 	default:
-		fmt.Fprintf(out, "Each pod gets a whole permit up to %s: at every count in this range.\n", replicaCount(s.LastWithPermit))
+		fmt.Fprintf(out, "Every pod holds at least one permit up to %s: at every count in this range.\n", replicaCount(s.LastWithPermit))
 	}
 	fmt.Fprintln(out)
+}
 
-	t := newTable(out, "REPLICAS", "PERMITS", "IN FLIGHT", "QUEUE", "MAX WAIT", "WORKERS", "RATE", "BURST", "RETRY BUDGET", "DIAGNOSTICS")
+// writeSweepTable prints one row per divisor.
+func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.SweepResult) error {
+	writeSweepHeader(out, name, in, s)
+	t := newTable(out, "REPLICAS", "BASE", "+1 PODS", "IN USE", "PREVIOUS", "QUEUE", "MAX WAIT", "WORKERS", "RATE", "BURST", "RETRY BUDGET", "DIAGNOSTICS")
 	for _, row := range s.Rows {
-		pp := row.Plan.PerPod
-		rate, burst := "none", "none"
-		if in.RatePerSecond > 0 {
-			rate, burst = perSec(pp.RatePerSecond), fmt.Sprint(pp.Burst)
+		r := row.Plan
+		// both formats a figure at base and, when some pods hold one more
+		// and it differs there, at base+1 after a bar.
+		both := func(f func(sizing.PerPod) string) string {
+			if r.PerPodExtra == nil || f(r.PerPod) == f(*r.PerPodExtra) {
+				return f(r.PerPod)
+			}
+			return f(r.PerPod) + "|" + f(*r.PerPodExtra)
 		}
-		diags := strings.Join(reasons(row.Plan.Diagnostics), ", ")
+		rate, burst := "none", "none"
+		if r.UsableRatePerSecond > 0 {
+			rate = both(func(p sizing.PerPod) string { return perSec(p.RatePerSecond) })
+			burst = both(func(p sizing.PerPod) string { return fmt.Sprint(p.Burst) })
+		}
+		diags := strings.Join(reasons(r.Diagnostics), ", ")
 		if diags == "" {
 			diags = "-"
 		}
-		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(pp.Permits), fmt.Sprint(row.Plan.TotalPermits), fmt.Sprint(pp.QueueCapacity),
-			pp.MaxQueueWait.String(), fmt.Sprint(pp.Workers), rate, burst, perSec(pp.RetryBudgetPerSecond), diags)
+		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra), fmt.Sprint(r.TotalPermits), fmt.Sprint(previousTotal(r, row.Replicas)),
+			both(func(p sizing.PerPod) string { return fmt.Sprint(p.QueueCapacity) }), r.PerPod.MaxQueueWait.String(),
+			both(func(p sizing.PerPod) string { return fmt.Sprint(p.Workers) }), rate, burst,
+			both(func(p sizing.PerPod) string { return perSec(p.RetryBudgetPerSecond) }), diags)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(out, "\nIN FLIGHT is permits × replicas, what all pods may hold at once.")
+	_, err := fmt.Fprintln(out, `
+BASE is every pod's permits and +1 PODS the number holding one more; a cell
+"a|b" gives a pod's figure at BASE, then at BASE+1. IN USE is what all pods hold
+at once; PREVIOUS what they held when every pod got BASE.`)
 	return err
+}
+
+// writeCompareTable prints the permits in use at each divisor, now and
+// under the previous division, and what the range adds up to.
+func writeCompareTable(out io.Writer, name string, in sizing.Input, s sizing.SweepResult) error {
+	writeSweepHeader(out, name, in, s)
+	t := newTable(out, "REPLICAS", "BASE", "+1 PODS", "IN USE", "PREVIOUS", "GAINED")
+	var now, before, usable int64
+	for _, row := range s.Rows {
+		r := row.Plan
+		prev := previousTotal(r, row.Replicas)
+		now, before, usable = now+r.TotalPermits, before+prev, usable+r.Usable
+		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra),
+			fmt.Sprintf("%d (%s)", r.TotalPermits, shortPercent(r.TotalPermits, r.Usable)),
+			fmt.Sprintf("%d (%s)", prev, shortPercent(prev, r.Usable)), fmt.Sprint(r.TotalPermits-prev))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "\nOver %d..%d replicas the pods hold %s of the usable permits; under the previous division, %s.\n",
+		s.Rows[0].Replicas, s.Rows[len(s.Rows)-1].Replicas, shortPercent(now, usable), shortPercent(before, usable))
+	return err
+}
+
+// shortPercent states n of total as a percentage: "70%", "52.5%".
+func shortPercent(n, total int64) string {
+	if total == 0 {
+		return "-"
+	}
+	p := percent(float64(n) / float64(total))
+	if trimmed, ok := strings.CutSuffix(p, ".0%"); ok {
+		return trimmed + "%"
+	}
+	return p
+}
+
+// usableText states A with its arithmetic: "50 × 80% = 40 permits", with
+// floor() when the product is not whole.
+func usableText(in sizing.Input, usable int64) string {
+	product := fmt.Sprintf("%d in flight × %d%% safety", in.Concurrency, in.SafetyPercent)
+	c := in.Concurrency
+	if clusterShared(in) {
+		product = fmt.Sprintf("%d of %d in flight for this cluster × %d%% safety", in.ClusterConcurrency, in.Concurrency, in.SafetyPercent)
+		c = in.ClusterConcurrency
+	}
+	if int64(c)*int64(in.SafetyPercent)%100 != 0 {
+		product = "floor(" + product + ")"
+	}
+	return product + " = " + permitsWord(usable)
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +19,6 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
-	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
@@ -70,11 +68,15 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	}
 
 	epoch := string(dc.UID)
-	usable := int64(quotaplan.ClusterConcurrency(dc.Spec.Contract)) * int64(safetyOf(dc)) / 100
-	parts, rates, reasons := split(dc, sharers, usable)
+	usable := quotaplan.ContractUsable(dc.Spec)
+	in := make([]quotaplan.Caller, len(sharers))
+	for i, s := range sharers {
+		in[i] = quotaplan.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving}
+	}
+	parts := quotaplan.Split(dc.Spec, in)
 	var callers []caller
 	for i, s := range sharers {
-		p, err := quotaplan.ComputePart(s.quota.Spec, dc.Spec, parts[i], int32(max(s.serving, 1)))
+		p, err := quotaplan.ComputePart(s.quota.Spec, dc.Spec, parts[i].Part, int32(max(s.serving, 1)))
 		if err != nil {
 			s.in.invalid = err
 			continue
@@ -94,14 +96,15 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	result := reconcile.Result{RequeueAfter: h.recheck}
 	ci := 0
 	for i, s := range sharers {
+		part := parts[i]
 		cs := v1alpha1.CallerStatus{
 			Namespace: s.quota.Namespace, Quota: s.quota.Name,
 			Workload: s.quota.Spec.WorkloadRef.Kind + "/" + s.quota.Spec.WorkloadRef.Name,
-			Weight:   weightOf(s.quota), ReadyPods: int32(s.serving),
-			Permits: int32(parts[i].Permits), RatePerSecond: quotaplan.Quantity(rates[i]), Reason: reasons[i],
+			Weight:   part.Weight, ReadyPods: int32(s.serving),
+			Permits: int32(part.Part.Permits), RatePerSecond: quotaplan.Quantity(part.Part.RatePerSecond), Reason: part.Reason,
 		}
-		if d := demandOf(s.quota, s.serving); d != division.Unbounded {
-			cs.Demand = ptrInt32(d)
+		if part.Demand != division.Unbounded {
+			cs.Demand = ptrInt32(part.Demand)
 		}
 		status.Callers = append(status.Callers, cs)
 		if s.plan == nil {
@@ -202,99 +205,6 @@ func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamC
 		return false, ctrl.IgnoreNotFound(err)
 	}
 	return sel.Matches(labels.Set(ns.Labels)), nil
-}
-
-// split divides usable permits over the sharers by weighted max-min
-// fairness capped at each one's demand (a caller without serving pods
-// demands nothing), and the usable rate, burst and retry budget with them.
-// It returns each caller's part, its rate, and the reason, with the
-// arithmetic.
-func split(dc *v1alpha1.DownstreamContract, sharers []*sharer, usable int64) ([]sizing.Part, []float64, []string) {
-	claims := make([]division.Claim, len(sharers))
-	rateClaims := make([]division.ClaimFloat, len(sharers))
-	for i, s := range sharers {
-		key := s.quota.Namespace + "/" + s.quota.Name
-		d := demandOf(s.quota, s.serving)
-		claims[i] = division.Claim{Name: key, Weight: int64(weightOf(s.quota)), Demand: d}
-		rd := math.Inf(1)
-		switch {
-		case s.serving == 0:
-			rd = 0
-		case s.quota.Spec.Demand != nil && s.quota.Spec.Demand.RatePerSecond > 0:
-			rd = float64(s.quota.Spec.Demand.RatePerSecond)
-		case d != division.Unbounded && s.quota.Spec.Latency.Typical.Duration > 0:
-			rd = float64(d) / s.quota.Spec.Latency.Typical.Seconds()
-		}
-		rateClaims[i] = division.ClaimFloat{Name: key, Weight: int64(weightOf(s.quota)), Demand: rd}
-	}
-	parts := make([]sizing.Part, len(sharers))
-	rates := make([]float64, len(sharers))
-	reasons := make([]string, len(sharers))
-	if len(sharers) == 0 {
-		return parts, rates, reasons
-	}
-	permits := division.FairShare(usable, claims)
-	c := dc.Spec.Contract
-	cc := int64(quotaplan.ClusterConcurrency(c))
-	safety := int64(safetyOf(dc))
-	var usableRate float64
-	var usableBurst int64
-	if c.RatePerSecond > 0 {
-		usableRate = float64(c.RatePerSecond) * float64(cc*safety) / float64(100*int64(c.Concurrency))
-		usableBurst = int64(c.Burst) * cc * safety / (100 * int64(c.Concurrency))
-		rates = division.FairShareFloat(usableRate, rateClaims)
-	}
-	var weights int64
-	for _, cl := range claims {
-		weights += cl.Weight
-	}
-	for i := range sharers {
-		parts[i].Permits = int(permits[i])
-		if usableRate > 0 {
-			parts[i].RatePerSecond = rates[i]
-			parts[i].Burst = int(float64(usableBurst) * rates[i] / usableRate)
-		}
-		if usable > 0 {
-			parts[i].RetryBudgetPerSecond = float64(dc.Spec.RetryBudgetPerSecond) * float64(permits[i]) / float64(usable)
-		}
-		cl := claims[i]
-		switch {
-		case cl.Demand == 0:
-			reasons[i] = fmt.Sprintf("no Ready pods: demands nothing, gets %d", permits[i])
-		case cl.Demand != division.Unbounded && permits[i] == cl.Demand:
-			reasons[i] = fmt.Sprintf("its demand of %d in flight is met (weight %d of %d)", cl.Demand, cl.Weight, weights)
-		default:
-			reasons[i] = fmt.Sprintf("weighted max-min fair share of %d usable permits at weight %d of %d: %d", usable, cl.Weight, weights, permits[i])
-		}
-	}
-	return parts, rates, reasons
-}
-
-// demandOf returns the calls in flight a caller can use: spec.demand.inFlight,
-// or its rate × typical latency rounded up, or Unbounded; 0 without serving
-// pods.
-func demandOf(q *v1alpha1.DownstreamQuota, serving int64) int64 {
-	d := q.Spec.Demand
-	switch {
-	case serving == 0:
-		return 0
-	case d == nil:
-		return division.Unbounded
-	case d.InFlight != nil:
-		return int64(*d.InFlight)
-	case d.RatePerSecond > 0:
-		return int64(math.Ceil(float64(d.RatePerSecond) * q.Spec.Latency.Typical.Seconds()))
-	}
-	return division.Unbounded
-}
-
-func weightOf(q *v1alpha1.DownstreamQuota) int32 { return max(q.Spec.Weight, 1) }
-
-func safetyOf(dc *v1alpha1.DownstreamContract) int32 {
-	if dc.Spec.SafetyPercent == 0 {
-		return quotaplan.DefaultSafetyPercent
-	}
-	return dc.Spec.SafetyPercent
 }
 
 func ptrInt32(v int64) *int32 { x := int32(v); return &x }

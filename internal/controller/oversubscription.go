@@ -54,7 +54,7 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, q *v1a
 		all = append(all, claimant{
 			name:        "DownstreamContract " + c.Name,
 			concurrency: c.Spec.Contract.Concurrency,
-			usable:      int64(quotaplan.ClusterConcurrency(c.Spec.Contract)) * int64(safetyOf(c)) / 100,
+			usable:      quotaplan.ContractUsable(c.Spec),
 		})
 	}
 	if len(all) < 2 {

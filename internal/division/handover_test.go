@@ -142,26 +142,29 @@ func TestStepFirst(t *testing.T) {
 	}
 }
 
-// TestHandoverInvariants plays 10,000 random worlds from a fixed seed:
-// pods come, turn Ready and not, leave, apply plans late, acknowledge or
-// not. At every tick the calls really in flight and the controller's Σ
-// max(Told, Holds) stay within the total; once the world is still, every
-// permit is held by Ready pods.
+// TestHandoverInvariants plays 10,000 random worlds from a fixed seed, half
+// of them with two callers whose demands change: pods come, turn Ready and
+// not, leave, apply plans late, acknowledge or not. At every tick the calls
+// really in flight and the controller's Σ max(Told, Holds) stay within the
+// total; once the world is still, every permit is held by Ready pods, and
+// each caller's pods hold exactly its part of the fair split.
 func TestHandoverInvariants(t *testing.T) {
 	cases := 10000
 	if testing.Short() {
 		cases = 1000
 	}
 	for c := range cases {
-		runWorld(t, uint64(c), int64(c%41), 40, 6+c%5, 7)
+		runWorld(t, uint64(c), int64(c%41), 40, 6+c%5, 7, 1+c%2)
 	}
 }
 
 // runWorld plays one world of ticks random ticks with an event every tick
 // of probability events/10, acksShare in 10 pods acknowledging, then stills
 // it and checks that the division converges.
-func runWorld(t testing.TB, seed uint64, total int64, ticks, events, acksShare int) {
+func runWorld(t testing.TB, seed uint64, total int64, ticks, events, acksShare, callers int) {
 	s := newSim(seed, total)
+	s.callers = callers
+	s.weight = [2]int64{1 + int64(seed%3), 1}
 	check := func(phase string, tick int) {
 		if f := s.inFlight(); f > total {
 			t.Fatalf("seed %d, %s tick %d: %d calls in flight against a total of %d", seed, phase, tick, f, total)
@@ -209,13 +212,31 @@ func runWorld(t testing.TB, seed uint64, total int64, ticks, events, acksShare i
 	if serving > 0 && held != total {
 		t.Fatalf("seed %d: still world: Ready pods hold %d of %d: %+v", seed, held, total, s.records)
 	}
+	// Each caller's pods hold its part of the split, exactly.
+	for c := range s.callers {
+		var got int64
+		var servingHere bool
+		for _, p := range s.pods {
+			if p.caller == c && p.ready {
+				got += s.records[p.key].Told
+				servingHere = true
+			}
+		}
+		if servingHere && got != s.parts[c] {
+			t.Fatalf("seed %d: still world: caller %d's pods hold %d, its part is %d (parts %v, demands %v)", seed, c, got, s.parts[c], s.parts, s.demand)
+		}
+	}
 }
 
 // FuzzHandover plays a world chosen by the fuzzer.
 func FuzzHandover(f *testing.F) {
-	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(7))
-	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(0))
-	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, acks uint8) {
-		runWorld(t, seed, int64(total%100), int(ticks%120), int(events%11), int(acks%11))
+	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(7), false)
+	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(0), true)
+	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, acks uint8, twoCallers bool) {
+		callers := 1
+		if twoCallers {
+			callers = 2
+		}
+		runWorld(t, seed, int64(total%100), int(ticks%120), int(events%11), int(acks%11), callers)
 	})
 }

@@ -20,6 +20,7 @@ const (
 // simPod is one pod and its process.
 type simPod struct {
 	key      string
+	caller   int
 	ready    bool
 	leaving  bool
 	acks     bool // acknowledges plans (else relies on the delay)
@@ -43,6 +44,11 @@ type sim struct {
 	pods     []*simPod
 	nextName int
 
+	callers int      // callers sharing the total (1 or 2)
+	demand  [2]int64 // each caller's demand in flight
+	weight  [2]int64
+	parts   []int64 // the last split over callers
+
 	revision  int64
 	records   map[string]Record
 	published map[int64]map[string]int64 // revision → pod → permits
@@ -52,6 +58,9 @@ type sim struct {
 
 func newSim(seed uint64, total int64) *sim {
 	return &sim{
+		callers:   1,
+		demand:    [2]int64{Unbounded, Unbounded},
+		weight:    [2]int64{1, 1},
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
 		total:     total,
@@ -62,7 +71,7 @@ func newSim(seed uint64, total int64) *sim {
 }
 
 func (s *sim) addPod(acks bool) *simPod {
-	p := &simPod{key: fmt.Sprintf("pod-%03d", s.nextName), acks: acks, lagTicks: s.rng.IntN(4), seenSince: map[int64]time.Time{}}
+	p := &simPod{key: fmt.Sprintf("pod-%03d", s.nextName), caller: s.rng.IntN(s.callers), acks: acks, lagTicks: s.rng.IntN(4), seenSince: map[int64]time.Time{}}
 	s.nextName++
 	s.pods = append(s.pods, p)
 	p.read(s, s.latest) // a new process reads the current plan: it is not named, so 0
@@ -87,11 +96,37 @@ func (p *simPod) read(s *sim, rev int64) {
 // publish.
 func (s *sim) controller() Result {
 	slices.SortFunc(s.pods, func(a, b *simPod) int { return compareStrings(a.key, b.key) })
-	members := make([]Member, len(s.pods))
-	for i, p := range s.pods {
-		members[i] = Member{Key: p.key, Serving: p.ready && !p.leaving, Told: s.records[p.key].Told}
+	// The split over callers: a caller without serving pods takes no
+	// part, not even of a surplus.
+	var claims []Claim
+	var who []int
+	for c := range s.callers {
+		for _, p := range s.pods {
+			if p.caller == c && p.ready && !p.leaving {
+				claims = append(claims, Claim{Name: fmt.Sprint("caller-", c), Weight: s.weight[c], Demand: s.demand[c]})
+				who = append(who, c)
+				break
+			}
+		}
 	}
-	targets := Targets(s.total, members)
+	s.parts = make([]int64, s.callers)
+	for i, part := range FairShare(s.total, claims) {
+		s.parts[who[i]] = part
+	}
+	targets := make([]int64, len(s.pods))
+	for c := range s.callers {
+		var members []Member
+		var idx []int
+		for i, p := range s.pods {
+			if p.caller == c {
+				members = append(members, Member{Key: p.key, Serving: p.ready && !p.leaving, Told: s.records[p.key].Told})
+				idx = append(idx, i)
+			}
+		}
+		for j, t := range Targets(s.parts[c], members) {
+			targets[idx[j]] = t
+		}
+	}
 	in := Input{Total: s.total, Revision: s.revision, Now: s.now, UnacknowledgedDelay: simDelay}
 	for i, p := range s.pods {
 		in.Pods = append(in.Pods, Pod{Key: p.key, Target: targets[i], Leaving: p.leaving, Acked: p.acked, Released: p.released, Record: s.records[p.key]})
@@ -182,6 +217,14 @@ func (s *sim) event(acksShare int) {
 			p.leaving = true
 		} else if !p.closed {
 			p.closed = true
+		}
+	case k < 9 && s.callers > 1 && s.rng.IntN(2) == 0:
+		// A caller's demand changes.
+		c := s.rng.IntN(s.callers)
+		if s.rng.IntN(3) == 0 {
+			s.demand[c] = Unbounded
+		} else {
+			s.demand[c] = s.rng.Int64N(s.total + 2)
 		}
 	case k < 9 && len(s.pods) > 0:
 		// A leaving pod is gone: after its grace period, whatever it held

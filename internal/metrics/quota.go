@@ -29,16 +29,22 @@ var (
 	descSafety = prometheus.NewDesc("backpressure_quota_safety_ratio",
 		"The part of the contract handed out to pods (spec.safetyPercent / 100).", quotaLabels, nil)
 	descDivisor = prometheus.NewDesc("backpressure_quota_divisor",
-		"The replica count the contract is divided by: the largest of the workload's spec replicas, the HPA's desired replicas and the pods that still exist (status.replicas.divisor).",
+		"The number of pods the usable permits are divided over: the Ready pods that are not terminating (status.replicas.divisor).",
 		quotaLabels, nil)
 	descPermits = prometheus.NewDesc("backpressure_quota_permits",
-		"Each pod's in-flight limit in the published plan (status.perPod.permits).", quotaLabels, nil)
+		"The base share of each Ready pod, in permits (status.perPod.permits); status.division.extra pods hold one more.", quotaLabels, nil)
+	descUsable = prometheus.NewDesc("backpressure_quota_permits_usable",
+		"The permits the quota hands out once the handover is done (status.division.usable).", quotaLabels, nil)
+	descHandedOut = prometheus.NewDesc("backpressure_quota_permits_handed_out",
+		"The permits the published plan gives the pods (status.division.handedOut).", quotaLabels, nil)
+	descHeld = prometheus.NewDesc("backpressure_quota_permits_held",
+		"Σ over pods of the larger of what each is told and what it may still hold (status.division.held).", quotaLabels, nil)
 	descQueue = prometheus.NewDesc("backpressure_quota_queue_capacity",
 		"Each pod's waiting room size in the published plan (status.perPod.queueCapacity).", quotaLabels, nil)
 	descRolloutPods = prometheus.NewDesc("backpressure_quota_rollout_pods",
 		"The workload's existing pods (status.rollout.total).", quotaLabels, nil)
 	descRolloutAcked = prometheus.NewDesc("backpressure_quota_rollout_acknowledged_pods",
-		"The workload's pods whose applied.backpressure.dev annotation carries the published plan's hash (status.rollout.acknowledged).",
+		"The workload's pods whose applied.backpressure.dev annotation acknowledges the published revision (status.rollout.acknowledged).",
 		quotaLabels, nil)
 	descReady = prometheus.NewDesc("backpressure_quota_ready",
 		"1 when the quota's Ready condition is True, else 0.", quotaLabels, nil)
@@ -104,7 +110,7 @@ func NewQuotaCollector(reader client.Reader, opts ...Option) *QuotaCollector {
 // Describe sends the descriptors of every metric the collector exports.
 func (c *QuotaCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		descInfo, descConcurrency, descSafety, descDivisor, descPermits, descQueue,
+		descInfo, descConcurrency, descSafety, descDivisor, descPermits, descUsable, descHandedOut, descHeld, descQueue,
 		descRolloutPods, descRolloutAcked, descReady, descCondition, descDiagnostic, descStale, descUp,
 	} {
 		ch <- d
@@ -158,7 +164,9 @@ func collectQuota(ch chan<- prometheus.Metric, q *v1alpha1.DownstreamQuota) {
 		configMap = spec.WorkloadRef.Name + v1alpha1.ConfigMapSuffix
 	}
 	gauge(descInfo, 1, spec.Downstream, spec.WorkloadRef.Kind, spec.WorkloadRef.Name, configMap)
-	gauge(descConcurrency, float64(spec.Contract.Concurrency))
+	if spec.Contract != nil {
+		gauge(descConcurrency, float64(spec.Contract.Concurrency))
+	}
 	if spec.SafetyPercent > 0 {
 		gauge(descSafety, float64(spec.SafetyPercent)/100)
 	}
@@ -168,6 +176,11 @@ func collectQuota(ch chan<- prometheus.Metric, q *v1alpha1.DownstreamQuota) {
 	if st.PerPod != nil {
 		gauge(descPermits, float64(st.PerPod.Permits))
 		gauge(descQueue, float64(st.PerPod.QueueCapacity))
+	}
+	if d := st.Division; d != nil {
+		gauge(descUsable, float64(d.Usable))
+		gauge(descHandedOut, float64(d.HandedOut))
+		gauge(descHeld, float64(d.Held))
 	}
 	if st.Rollout != nil {
 		gauge(descRolloutPods, float64(st.Rollout.Total))

@@ -41,6 +41,7 @@ func published() *v1alpha1.DownstreamQuota {
 			ObservedGeneration: 3,
 			Replicas:           &v1alpha1.ReplicaStatus{Spec: 8, ExistingPods: 8, Divisor: 8, DivisorSource: v1alpha1.DivisorWorkloadSpec},
 			PerPod:             &v1alpha1.PerPodPlan{Permits: 5, QueueCapacity: 0},
+			Division:           &v1alpha1.DivisionStatus{Usable: 40, HandedOut: 38, Held: 40},
 			Diagnostics: []v1alpha1.Diagnostic{
 				{Reason: "DemandExceedsQuota", Message: "demand 1900/s × typical latency 220ms = 418 calls in flight against 40 available"},
 				{Reason: "WorstLatencyExceedsDeadline", Message: "worst latency 1.8s exceeds the deadline 300ms"},
@@ -127,7 +128,7 @@ backpressure_quota_contract_concurrency{namespace="shop",quota="pricing"} 200
 backpressure_quota_diagnostic{namespace="payments",quota="fraud-check",reason="Overcommitted"} 1
 backpressure_quota_diagnostic{namespace="shop",quota="logistics-api",reason="DemandExceedsQuota"} 1
 backpressure_quota_diagnostic{namespace="shop",quota="logistics-api",reason="WorstLatencyExceedsDeadline"} 1
-# HELP backpressure_quota_divisor The replica count the contract is divided by: the largest of the workload's spec replicas, the HPA's desired replicas and the pods that still exist (status.replicas.divisor).
+# HELP backpressure_quota_divisor The number of pods the usable permits are divided over: the Ready pods that are not terminating (status.replicas.divisor).
 # TYPE backpressure_quota_divisor gauge
 backpressure_quota_divisor{namespace="payments",quota="fraud-check"} 12
 backpressure_quota_divisor{namespace="shop",quota="logistics-api"} 8
@@ -136,10 +137,19 @@ backpressure_quota_divisor{namespace="shop",quota="logistics-api"} 8
 backpressure_quota_info{configmap="ledger-limits",downstream="fraud.example.com",namespace="payments",quota="fraud-check",workload="ledger",workload_kind="StatefulSet"} 1
 backpressure_quota_info{configmap="search-gateway-backpressure",downstream="logistics.example.com",namespace="shop",quota="logistics-api",workload="search-gateway",workload_kind="Deployment"} 1
 backpressure_quota_info{configmap="search-gateway-backpressure",downstream="pricing.internal",namespace="shop",quota="pricing",workload="search-gateway",workload_kind="Deployment"} 1
-# HELP backpressure_quota_permits Each pod's in-flight limit in the published plan (status.perPod.permits).
+# HELP backpressure_quota_permits The base share of each Ready pod, in permits (status.perPod.permits); status.division.extra pods hold one more.
 # TYPE backpressure_quota_permits gauge
 backpressure_quota_permits{namespace="payments",quota="fraud-check"} 1
 backpressure_quota_permits{namespace="shop",quota="logistics-api"} 5
+# HELP backpressure_quota_permits_handed_out The permits the published plan gives the pods (status.division.handedOut).
+# TYPE backpressure_quota_permits_handed_out gauge
+backpressure_quota_permits_handed_out{namespace="shop",quota="logistics-api"} 38
+# HELP backpressure_quota_permits_held Σ over pods of the larger of what each is told and what it may still hold (status.division.held).
+# TYPE backpressure_quota_permits_held gauge
+backpressure_quota_permits_held{namespace="shop",quota="logistics-api"} 40
+# HELP backpressure_quota_permits_usable The permits the quota hands out once the handover is done (status.division.usable).
+# TYPE backpressure_quota_permits_usable gauge
+backpressure_quota_permits_usable{namespace="shop",quota="logistics-api"} 40
 # HELP backpressure_quota_queue_capacity Each pod's waiting room size in the published plan (status.perPod.queueCapacity).
 # TYPE backpressure_quota_queue_capacity gauge
 backpressure_quota_queue_capacity{namespace="payments",quota="fraud-check"} 2
@@ -149,7 +159,7 @@ backpressure_quota_queue_capacity{namespace="shop",quota="logistics-api"} 0
 backpressure_quota_ready{namespace="payments",quota="fraud-check"} 0
 backpressure_quota_ready{namespace="shop",quota="logistics-api"} 1
 backpressure_quota_ready{namespace="shop",quota="pricing"} 0
-# HELP backpressure_quota_rollout_acknowledged_pods The workload's pods whose applied.backpressure.dev annotation carries the published plan's hash (status.rollout.acknowledged).
+# HELP backpressure_quota_rollout_acknowledged_pods The workload's pods whose applied.backpressure.dev annotation acknowledges the published revision (status.rollout.acknowledged).
 # TYPE backpressure_quota_rollout_acknowledged_pods gauge
 backpressure_quota_rollout_acknowledged_pods{namespace="shop",quota="logistics-api"} 6
 # HELP backpressure_quota_rollout_pods The workload's existing pods (status.rollout.total).

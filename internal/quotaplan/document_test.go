@@ -20,7 +20,7 @@ func designQuota() *v1alpha1.DownstreamQuota {
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef:    v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "search-gateway"},
 			Downstream:     "logistics.example.com",
-			Contract:       v1alpha1.Contract{Concurrency: 50},
+			Contract:       &v1alpha1.Contract{Concurrency: 50},
 			Latency:        v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
 			Deadline:       metav1.Duration{Duration: 2 * time.Second},
 			MaxQueueWait:   &metav1.Duration{Duration: 100 * time.Millisecond},
@@ -39,9 +39,13 @@ func TestPlanDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := p.Document(q.Name, q.Spec.Downstream, q.Generation)
+	// A document that gives every pod the same share (a hand-written one):
+	// the base share is the plan's share at 5 permits.
+	div := Division{Epoch: "0f1e-uid", Revision: 7, Base: 5}
+	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, div)
 	want := plan.Document{
-		Version: 1, Gate: "logistics-api", Downstream: "logistics.example.com", Generation: 3,
+		Version: plan.CurrentVersion, Gate: "logistics-api", Downstream: "logistics.example.com", Generation: 3,
+		Epoch: "0f1e-uid", Revision: 7,
 		Permits: 5, QueueCapacity: 2, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1,
 		LatencySeconds: 0.22, DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25,
 	}
@@ -54,7 +58,56 @@ func TestPlanDocument(t *testing.T) {
 	}
 
 	q.Generation = 4
-	if again := p.Document(q.Name, q.Spec.Downstream, q.Generation); again.Hash != got.Hash || again.Generation != 4 {
+	if again := p.Document(q.Name, q.Spec.Downstream, q.Generation, div); again.Hash != got.Hash || again.Generation != 4 {
 		t.Errorf("a new generation of the same plan: hash %s generation %d, want hash %s generation 4", again.Hash, again.Generation, got.Hash)
+	}
+	div.Revision = 8
+	if again := p.Document(q.Name, q.Spec.Downstream, q.Generation, div); again.Hash == got.Hash {
+		t.Errorf("a new revision has the same hash %s", got.Hash)
+	}
+}
+
+func TestPlanDocumentNamesPods(t *testing.T) {
+	q := designQuota()
+	q.Spec.Demand = nil
+	// 40 over 7 pods: five at 6 permits, two at 5; the operator names them
+	// and gives a pod it does not name nothing.
+	p, err := Compute(q.Spec, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]int{"gw-a": 6, "gw-b": 6, "gw-c": 6, "gw-d": 6, "gw-e": 6, "gw-f": 5, "gw-g": 5}
+	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, Division{Epoch: "e", Revision: 1, Pods: pods})
+	if got.Permits != 0 || got.Workers != 0 || got.QueueCapacity != 0 || got.RetryBudgetPerSecond != 0 {
+		t.Errorf("base share = %d permits, %d workers, queue %d, retries %v; want nothing for a pod not named",
+			got.Permits, got.Workers, got.QueueCapacity, got.RetryBudgetPerSecond)
+	}
+	if len(got.Pods) != len(pods) {
+		t.Fatalf("document names %d pods, want %d", len(got.Pods), len(pods))
+	}
+	// Each pod's share is the plan's ShareFor its permits, and the retry
+	// budget is handed out in full: 10/s × 6/40 and 10/s × 5/40.
+	var permits int
+	var retries float64
+	for name, n := range pods {
+		s, want := got.Pods[name], p.Result.ShareFor(n)
+		if s != (plan.PodShare{Permits: want.Permits, RatePerSecond: want.RatePerSecond, Burst: want.Burst, QueueCapacity: want.QueueCapacity,
+			Workers: want.Workers, RetryBudgetPerSecond: want.RetryBudgetPerSecond}) {
+			t.Errorf("pod %s: share %+v, want ShareFor(%d) = %+v", name, s, n, want)
+		}
+		permits += s.Permits
+		retries += s.RetryBudgetPerSecond
+	}
+	if permits != 40 || retries < 10-1e-9 || retries > 10+1e-9 {
+		t.Errorf("pods hold %d permits and %v retries/s, want 40 and 10", permits, retries)
+	}
+	if got.Pods["gw-a"].Permits != 6 || got.Pods["gw-a"].QueueCapacity != 2 || got.Pods["gw-a"].RetryBudgetPerSecond != 1.5 {
+		t.Errorf("gw-a = %+v, want 6 permits, queue floor(6 × 100ms/220ms) = 2, 1.5 retries/s", got.Pods["gw-a"])
+	}
+	if _, err := plan.Marshal(got); err != nil {
+		t.Errorf("Marshal(Document): %v", err)
+	}
+	if got.Hash != plan.Hash(got) {
+		t.Errorf("hash %s is not the document's", got.Hash)
 	}
 }

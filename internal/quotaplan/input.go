@@ -3,6 +3,10 @@ package quotaplan
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
+	"strings"
+	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
@@ -29,6 +33,9 @@ const (
 	MinReplicasField = "minReplicas"
 	// MaxReplicasField names a sweep's upper bound.
 	MaxReplicasField = "maxReplicas"
+	// SharedContractField prefixes the fields of a DownstreamContract's
+	// contract in PartInput's errors.
+	SharedContractField = "downstreamContract.spec.contract"
 )
 
 // fieldPaths maps sizing's input names to the spec's field paths.
@@ -47,9 +54,14 @@ var fieldPaths = map[string]string{
 	"MaxRetries":           "spec.retry.maxRetries",
 	"RetryBudgetPerSecond": "spec.retry.budgetPerSecond",
 	"ClusterConcurrency":   "spec.contract.clusterShare",
-	"BelowOne":             "spec.belowOne",
-	"MinReplicas":          MinReplicasField,
-	"MaxReplicas":          MaxReplicasField,
+	// A shared contract caller's part, computed by the operator.
+	"Part.Permits":              "part.permits",
+	"Part.RatePerSecond":        "part.ratePerSecond",
+	"Part.Burst":                "part.burst",
+	"Part.RetryBudgetPerSecond": "part.retryBudgetPerSecond",
+	"BelowOne":                  "spec.belowOne",
+	"MinReplicas":               MinReplicasField,
+	"MaxReplicas":               MaxReplicasField,
 }
 
 // FieldError is a value no plan can be computed from.
@@ -104,6 +116,9 @@ func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, erro
 	if spec.Contract == nil {
 		return sizing.Input{}, &FieldError{Field: "spec.contract", Detail: "required: a quota names its contract, or its workload's part of a shared one comes from spec.contractRef"}
 	}
+	if spec.ContractRef != nil {
+		return sizing.Input{}, &FieldError{Field: "spec.contractRef", Detail: fmt.Sprintf("must not be given with spec.contract: exactly one of them, got contractRef %q", spec.ContractRef.Name)}
+	}
 	return input(spec, *spec.Contract, spec.SafetyPercent, nil, divisor)
 }
 
@@ -113,11 +128,23 @@ func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, erro
 // from the quota.
 func PartInput(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (sizing.Input, error) {
 	spec = Default(spec)
+	if spec.Contract != nil {
+		return sizing.Input{}, &FieldError{Field: "spec.contract", Detail: "must not be given with a shared contract: the quota's part comes from its DownstreamContract"}
+	}
+	if err := validateClusterShare(contract.Contract, SharedContractField+".clusterShare"); err != nil {
+		return sizing.Input{}, err
+	}
 	safety := contract.SafetyPercent
 	if safety == 0 {
 		safety = DefaultSafetyPercent
 	}
-	return input(spec, contract.Contract, safety, &part, divisor)
+	in, err := input(spec, contract.Contract, safety, &part, divisor)
+	var fe *FieldError
+	if errors.As(err, &fe) && (strings.HasPrefix(fe.Field, "spec.contract.") || fe.Field == "spec.safetyPercent") {
+		// These come from the DownstreamContract, not from the quota.
+		return sizing.Input{}, &FieldError{Field: "downstreamContract." + fe.Field, Detail: fe.Detail}
+	}
+	return in, err
 }
 
 // ClusterConcurrency returns the concurrency this cluster may use of c:
@@ -164,8 +191,7 @@ func input(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.Contract, safety
 	if d := spec.Demand; d != nil {
 		in.DemandPerSecond = float64(d.RatePerSecond)
 		if d.RatePerSecond == 0 && d.InFlight != nil && in.Latency > 0 {
-			// Little's law backwards: λ = L / W.
-			in.DemandPerSecond = float64(*d.InFlight) / in.Latency.Seconds()
+			in.DemandPerSecond = rateForInFlight(*d.InFlight, in.Latency)
 		}
 	}
 	switch spec.BelowOne {
@@ -183,6 +209,19 @@ func input(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.Contract, safety
 		return sizing.Input{}, err
 	}
 	return in, nil
+}
+
+// rateForInFlight is Little's law backwards, λ = L / W, rounded down to a
+// float64: sizing computes λ·W exactly and rounds once, so the demand's
+// in-flight calls come back as L, never L plus a rounding error that the
+// status's whole calls would round up to L+1.
+func rateForInFlight(inFlight int32, latency time.Duration) float64 {
+	exact := new(big.Rat).SetFrac(big.NewInt(int64(inFlight)*int64(time.Second)), big.NewInt(int64(latency)))
+	f, _ := exact.Float64()
+	if new(big.Rat).SetFloat64(f).Cmp(exact) > 0 {
+		f = math.Nextafter(f, 0)
+	}
+	return f
 }
 
 // validateSchemaRules checks the rules of the API's schema that sizing does
@@ -204,19 +243,29 @@ func validateSchemaRules(spec v1alpha1.DownstreamQuotaSpec) error {
 			return &FieldError{Field: "spec.demand.inFlight", Detail: fmt.Sprintf("must be at least 1, got %d", *d.InFlight)}
 		}
 	}
-	if c := spec.Contract; c != nil && c.ClusterShare != nil {
-		cs := c.ClusterShare
-		switch {
-		case (cs.Concurrency == nil) == (cs.Percent == nil):
-			return &FieldError{Field: "spec.contract.clusterShare", Detail: "exactly one of concurrency and percent must be given"}
-		case cs.Concurrency != nil && (*cs.Concurrency < 1 || *cs.Concurrency > c.Concurrency):
-			return &FieldError{Field: "spec.contract.clusterShare.concurrency", Detail: fmt.Sprintf("must be between 1 and the contract's concurrency %d, got %d", c.Concurrency, *cs.Concurrency)}
-		case cs.Percent != nil && (*cs.Percent < 1 || *cs.Percent > 100):
-			return &FieldError{Field: "spec.contract.clusterShare.percent", Detail: fmt.Sprintf("must be between 1 and 100, got %d", *cs.Percent)}
+	if c := spec.Contract; c != nil {
+		if err := validateClusterShare(*c, "spec.contract.clusterShare"); err != nil {
+			return err
 		}
 	}
 	if r := spec.Retry.MaxRetries; r > MaxRetries {
 		return &FieldError{Field: "spec.retry.maxRetries", Detail: fmt.Sprintf("must be at most %d, got %d", MaxRetries, r)}
+	}
+	return nil
+}
+
+// validateClusterShare checks c's clusterShare, at path.
+func validateClusterShare(c v1alpha1.Contract, path string) error {
+	cs := c.ClusterShare
+	switch {
+	case cs == nil:
+		return nil
+	case (cs.Concurrency == nil) == (cs.Percent == nil):
+		return &FieldError{Field: path, Detail: "exactly one of concurrency and percent must be given"}
+	case cs.Concurrency != nil && (*cs.Concurrency < 1 || *cs.Concurrency > c.Concurrency):
+		return &FieldError{Field: path + ".concurrency", Detail: fmt.Sprintf("must be between 1 and the contract's concurrency %d, got %d", c.Concurrency, *cs.Concurrency)}
+	case cs.Percent != nil && (*cs.Percent < 1 || *cs.Percent > 100):
+		return &FieldError{Field: path + ".percent", Detail: fmt.Sprintf("must be between 1 and 100, got %d", *cs.Percent)}
 	}
 	return nil
 }

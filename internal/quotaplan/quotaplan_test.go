@@ -26,7 +26,7 @@ func designSpec() v1alpha1.DownstreamQuotaSpec {
 	return v1alpha1.DownstreamQuotaSpec{
 		WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "search-gateway"},
 		Downstream:  "logistics.example.com",
-		Contract:    v1alpha1.Contract{Concurrency: 50},
+		Contract:    &v1alpha1.Contract{Concurrency: 50},
 		Latency: v1alpha1.Latency{
 			Typical: metav1.Duration{Duration: 220 * time.Millisecond},
 			Worst:   duration(1800 * time.Millisecond),
@@ -57,7 +57,7 @@ func TestComputeDesignExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// permits floor(50·0.8/8) = 5, capacity 5/0.22 = 22.727/s, queue
+	// A = 50 × 80% = 40 = 5·8: permits 5, capacity 5/0.22 = 22.727/s, queue
 	// floor(22.727 × 0.1) = 2, retry budget 10/8 = 1.25/s; demand 1900 × 0.22
 	// = 418 in flight, 1900 × 1.8 = 3420 at worst, ceiling 40/0.22 = 181.818/s,
 	// shed 1 − 40/418 = 0.904.
@@ -205,7 +205,35 @@ func TestComputeRejectsInvalidSpecs(t *testing.T) {
 		{"acquire timeout", func(s *v1alpha1.DownstreamQuotaSpec) { s.AcquireTimeout.Duration = -time.Second }, 8,
 			"spec.acquireTimeout: must not be negative, got -1s"},
 		{"demand", func(s *v1alpha1.DownstreamQuotaSpec) { s.Demand.RatePerSecond = 0 }, 8,
-			"spec.demand.ratePerSecond: must be at least 1, got 0"},
+			"spec.demand: at least one of ratePerSecond and inFlight must be given"},
+		{"negative demand", func(s *v1alpha1.DownstreamQuotaSpec) { s.Demand.RatePerSecond = -1 }, 8,
+			"spec.demand.ratePerSecond: must not be negative, got -1"},
+		{"demand in flight", func(s *v1alpha1.DownstreamQuotaSpec) { s.Demand = &v1alpha1.Demand{InFlight: ptr[int32](0)} }, 8,
+			"spec.demand.inFlight: must be at least 1, got 0"},
+		{"no contract", func(s *v1alpha1.DownstreamQuotaSpec) { s.Contract = nil }, 8,
+			"spec.contract: required: a quota names its contract, or its workload's part of a shared one comes from spec.contractRef"},
+		{"contract and contractRef", func(s *v1alpha1.DownstreamQuotaSpec) {
+			s.ContractRef = &v1alpha1.ContractReference{Name: "logistics"}
+		}, 8,
+			`spec.contractRef: must not be given with spec.contract: exactly one of them, got contractRef "logistics"`},
+		{"cluster share with neither", func(s *v1alpha1.DownstreamQuotaSpec) { s.Contract.ClusterShare = &v1alpha1.ClusterShare{} }, 8,
+			"spec.contract.clusterShare: exactly one of concurrency and percent must be given"},
+		{"cluster share with both", func(s *v1alpha1.DownstreamQuotaSpec) {
+			s.Contract.ClusterShare = &v1alpha1.ClusterShare{Concurrency: ptr[int32](10), Percent: ptr[int32](10)}
+		}, 8,
+			"spec.contract.clusterShare: exactly one of concurrency and percent must be given"},
+		{"cluster share above the contract", func(s *v1alpha1.DownstreamQuotaSpec) {
+			s.Contract.ClusterShare = &v1alpha1.ClusterShare{Concurrency: ptr[int32](51)}
+		}, 8,
+			"spec.contract.clusterShare.concurrency: must be between 1 and the contract's concurrency 50, got 51"},
+		{"cluster share of 0", func(s *v1alpha1.DownstreamQuotaSpec) {
+			s.Contract.ClusterShare = &v1alpha1.ClusterShare{Concurrency: ptr[int32](0)}
+		}, 8,
+			"spec.contract.clusterShare.concurrency: must be between 1 and the contract's concurrency 50, got 0"},
+		{"cluster share percent", func(s *v1alpha1.DownstreamQuotaSpec) {
+			s.Contract.ClusterShare = &v1alpha1.ClusterShare{Percent: ptr[int32](101)}
+		}, 8,
+			"spec.contract.clusterShare.percent: must be between 1 and 100, got 101"},
 		{"retries", func(s *v1alpha1.DownstreamQuotaSpec) { s.Retry.MaxRetries = 11 }, 8,
 			"spec.retry.maxRetries: must be at most 10, got 11"},
 		{"negative retries", func(s *v1alpha1.DownstreamQuotaSpec) { s.Retry.MaxRetries = -1 }, 8,
@@ -265,9 +293,173 @@ func TestSweep(t *testing.T) {
 		}
 	}
 	bad := designSpec()
-	bad.Contract.Concurrency = 0
+	bad.Contract = &v1alpha1.Contract{}
 	if _, _, err := Sweep(bad, 1, 4); err == nil || err.Error() != "spec.contract.concurrency: must be at least 1, got 0" {
 		t.Errorf("Sweep of an invalid spec: error = %v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestClusterConcurrency(t *testing.T) {
+	for _, tt := range []struct {
+		share *v1alpha1.ClusterShare
+		want  int32
+	}{
+		{nil, 50},
+		{&v1alpha1.ClusterShare{Concurrency: ptr[int32](20)}, 20},
+		{&v1alpha1.ClusterShare{Concurrency: ptr[int32](80)}, 50},
+		{&v1alpha1.ClusterShare{Percent: ptr[int32](30)}, 15},
+		{&v1alpha1.ClusterShare{Percent: ptr[int32](33)}, 16}, // 16.5 rounded down
+		{&v1alpha1.ClusterShare{Percent: ptr[int32](1)}, 1},   // 0.5, but at least 1
+		{&v1alpha1.ClusterShare{Percent: ptr[int32](100)}, 50},
+	} {
+		c := v1alpha1.Contract{Concurrency: 50, ClusterShare: tt.share}
+		if got := ClusterConcurrency(c); got != tt.want {
+			t.Errorf("ClusterConcurrency(%+v) = %d, want %d", tt.share, got, tt.want)
+		}
+	}
+}
+
+func TestComputeClusterShare(t *testing.T) {
+	spec := designSpec()
+	spec.Demand = nil
+	spec.Contract.ClusterShare = &v1alpha1.ClusterShare{Percent: ptr[int32](40)}
+	// 20 of 50 for this cluster × 80% = 16 = 5·3 + 1.
+	got, err := Compute(spec, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.Result; got.Input.ClusterConcurrency != 20 || r.Usable != 16 || r.Base != 5 || r.Extra != 1 || got.PerPod.Permits != 5 {
+		t.Errorf("cluster share 40%%: C' %d, A %d, base %d, extra %d, per pod %d; want 20, 16, 5, 1, 5",
+			got.Input.ClusterConcurrency, r.Usable, r.Base, r.Extra, got.PerPod.Permits)
+	}
+}
+
+func TestComputeDemandInFlight(t *testing.T) {
+	// Little's law backwards: 418 in flight at 220ms is 1900/s, the same
+	// plan as the rate.
+	byRate, err := Compute(designSpec(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := designSpec()
+	spec.Demand = &v1alpha1.Demand{InFlight: ptr[int32](418)}
+	byInFlight, err := Compute(spec, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(byRate, byInFlight, quantityText); diff != "" {
+		t.Errorf("demand inFlight 418 planned differently from 1900/s (-rate +inFlight):\n%s", diff)
+	}
+	// The status shows the in-flight calls given, never one more from a
+	// rounding of L/W·W: every L and a spread of latencies.
+	for l := int32(1); l <= 500; l++ {
+		for w := time.Millisecond; w <= 3*time.Second; w += 37*time.Millisecond + 13 {
+			spec := designSpec()
+			spec.Latency = v1alpha1.Latency{Typical: metav1.Duration{Duration: w}}
+			spec.Deadline = metav1.Duration{Duration: 10 * time.Second}
+			spec.MaxQueueWait = nil
+			spec.Demand = &v1alpha1.Demand{InFlight: ptr(l)}
+			got, err := Compute(spec, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Demand.InFlight != l {
+				t.Fatalf("demand inFlight %d at %s: status shows %d", l, w, got.Demand.InFlight)
+			}
+		}
+	}
+}
+
+func sharedSpec() v1alpha1.DownstreamQuotaSpec {
+	spec := designSpec()
+	spec.Contract = nil
+	spec.ContractRef = &v1alpha1.ContractReference{Name: "logistics"}
+	spec.Demand = nil
+	spec.Retry = v1alpha1.RetryPolicy{MaxRetries: 1}
+	spec.Latency.Worst = nil
+	return spec
+}
+
+func sharedContract() v1alpha1.DownstreamContractSpec {
+	return v1alpha1.DownstreamContractSpec{
+		Downstream: "logistics.example.com",
+		Contract:   v1alpha1.Contract{Concurrency: 50, RatePerSecond: 100, Burst: 20},
+	}
+}
+
+func TestComputePart(t *testing.T) {
+	// A caller's part of 21 of the 40 usable permits over 4 pods: 5·4 + 1.
+	part := sizing.Part{Permits: 21, RatePerSecond: 42, Burst: 8, RetryBudgetPerSecond: 2.1}
+	got, err := ComputePart(sharedSpec(), sharedContract(), part, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := got.Result
+	if r.Usable != 21 || r.Base != 5 || r.Extra != 1 || r.PerPodExtra == nil || r.PerPodExtra.Permits != 6 {
+		t.Fatalf("part of 21 over 4: A %d, base %d, extra %d, extra share %+v; want 21, 5, 1, 6 permits", r.Usable, r.Base, r.Extra, r.PerPodExtra)
+	}
+	// 42/s × 5/21 = 10/s, burst floor(8 × 5/21) = 1, retries 2.1 × 5/21 = 0.5/s.
+	if got.PerPod.RatePerSecond.String() != "10" || got.PerPod.Burst != 1 || got.PerPod.RetryBudgetPerSecond.String() != "500m" {
+		t.Errorf("per pod rate %s, burst %d, retry budget %s; want 10, 1, 500m", &got.PerPod.RatePerSecond, got.PerPod.Burst, &got.PerPod.RetryBudgetPerSecond)
+	}
+	if got.Input.SafetyPercent != 80 {
+		t.Errorf("safety %d%%, want the default 80%% of the DownstreamContract", got.Input.SafetyPercent)
+	}
+	// The part's retry budget is what the pods spend: no RetriesWithoutBudget.
+	if got.Diagnostics != nil {
+		t.Errorf("Diagnostics = %+v, want none", got.Diagnostics)
+	}
+}
+
+func TestComputePartRejectsInvalidInput(t *testing.T) {
+	tests := []struct {
+		name     string
+		spec     func(*v1alpha1.DownstreamQuotaSpec)
+		contract func(*v1alpha1.DownstreamContractSpec)
+		part     sizing.Part
+		want     string
+	}{
+		{"part above the usable permits", nil, nil, sizing.Part{Permits: 41},
+			"part.permits: must not exceed the contract's usable 40 permits, got 41"},
+		{"negative part", nil, nil, sizing.Part{Permits: -1},
+			"part.permits: must be at least 0, got -1"},
+		{"part burst without rate", nil, nil, sizing.Part{Permits: 1, Burst: 2},
+			"part.burst: requires a rate greater than 0, got 2 with no rate"},
+		{"part retry budget", nil, nil, sizing.Part{Permits: 1, RetryBudgetPerSecond: -1},
+			"part.retryBudgetPerSecond: must not be negative, got -1"},
+		{"quota with its own contract", func(s *v1alpha1.DownstreamQuotaSpec) { s.Contract = &v1alpha1.Contract{Concurrency: 5} }, nil, sizing.Part{},
+			"spec.contract: must not be given with a shared contract: the quota's part comes from its DownstreamContract"},
+		{"contract concurrency", nil, func(c *v1alpha1.DownstreamContractSpec) { c.Contract.Concurrency = 0 }, sizing.Part{},
+			"downstreamContract.spec.contract.concurrency: must be at least 1, got 0"},
+		{"contract safety", nil, func(c *v1alpha1.DownstreamContractSpec) { c.SafetyPercent = 101 }, sizing.Part{},
+			"downstreamContract.spec.safetyPercent: must be between 1 and 100, got 101"},
+		{"contract cluster share", nil, func(c *v1alpha1.DownstreamContractSpec) {
+			c.Contract.ClusterShare = &v1alpha1.ClusterShare{Percent: ptr[int32](0)}
+		}, sizing.Part{},
+			"downstreamContract.spec.contract.clusterShare.percent: must be between 1 and 100, got 0"},
+		{"quota latency", func(s *v1alpha1.DownstreamQuotaSpec) { s.Latency.Typical.Duration = 0 }, nil, sizing.Part{},
+			"spec.latency.typical: must be greater than 0, got 0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec, contract := sharedSpec(), sharedContract()
+			if tt.spec != nil {
+				tt.spec(&spec)
+			}
+			if tt.contract != nil {
+				tt.contract(&contract)
+			}
+			got, err := ComputePart(spec, contract, tt.part, 4)
+			var fe *FieldError
+			if !errors.As(err, &fe) || err.Error() != tt.want {
+				t.Fatalf("ComputePart() error = %v, want the *FieldError %q", err, tt.want)
+			}
+			if diff := cmp.Diff(Plan{}, got, quantityText); diff != "" {
+				t.Errorf("ComputePart() returned a plan with its error (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

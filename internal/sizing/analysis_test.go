@@ -226,11 +226,24 @@ func TestSweep(t *testing.T) {
 	if got.LastWithPermit != 40 || got.FirstBelowOne != 41 || len(got.Rows) != 47 {
 		t.Errorf("LastWithPermit %d, FirstBelowOne %d, %d rows; want 40, 41, 47", got.LastWithPermit, got.FirstBelowOne, len(got.Rows))
 	}
-	permits := map[int]int{4: 10, 8: 5, 16: 2, 20: 2, 21: 1, 40: 1, 41: 0, 50: 0}
+	// Base and the pods holding Base+1; every replica count uses all 40.
+	type split struct{ base, extra int64 }
+	splits := map[int]split{4: {10, 0}, 7: {5, 5}, 8: {5, 0}, 14: {2, 12}, 16: {2, 8}, 20: {2, 0}, 21: {1, 19}, 40: {1, 0}, 41: {0, 40}, 50: {0, 40}}
 	for _, row := range got.Rows {
-		if want, ok := permits[row.Replicas]; ok && row.Plan.PerPod.Permits != want {
-			t.Errorf("%d replicas: %d permits, want %d", row.Replicas, row.Plan.PerPod.Permits, want)
+		if want, ok := splits[row.Replicas]; ok && (row.Plan.Base != want.base || row.Plan.Extra != want.extra || row.Plan.PerPod.Permits != int(want.base)) {
+			t.Errorf("%d replicas: base %d, extra %d, per pod %d; want %d, %d", row.Replicas, row.Plan.Base, row.Plan.Extra, row.Plan.PerPod.Permits, want.base, want.extra)
 		}
+		if row.Plan.TotalPermits != 40 {
+			t.Errorf("%d replicas: %d permits in use, want all 40", row.Replicas, row.Plan.TotalPermits)
+		}
+	}
+	// This cluster's 20 of the 50: 16 usable, a whole permit up to 16 pods.
+	if got, err := Sweep(with(in, func(in *Input) { in.ClusterConcurrency = 20 }), 10, 20); err != nil || got.LastWithPermit != 16 || got.FirstBelowOne != 17 {
+		t.Errorf("Sweep with a cluster share = LastWithPermit %d, FirstBelowOne %d, %v; want 16, 17", got.LastWithPermit, got.FirstBelowOne, err)
+	}
+	// A caller's part of 9 permits.
+	if got, err := Sweep(with(in, func(in *Input) { in.Part = &Part{Permits: 9} }), 5, 12); err != nil || got.LastWithPermit != 9 || got.FirstBelowOne != 10 {
+		t.Errorf("Sweep with a part = LastWithPermit %d, FirstBelowOne %d, %v; want 9, 10", got.LastWithPermit, got.FirstBelowOne, err)
 	}
 
 	if got, err := Sweep(in, 1, 40); err != nil || got.FirstBelowOne != 0 {

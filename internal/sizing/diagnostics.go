@@ -12,8 +12,8 @@ import (
 // holds them equal); the rest are findings the API has no condition reason
 // for. All are CamelCase and stable: alerts and scripts match them.
 const (
-	// ReasonQuotaTooSmall means the share is below one permit per pod and the
-	// Strict policy left every pod at 0.
+	// ReasonQuotaTooSmall means there are fewer usable permits A than pods
+	// and the Strict policy gave A pods one permit and left the rest at 0.
 	ReasonQuotaTooSmall = "QuotaTooSmall"
 	// ReasonOvercommitted means the AtLeastOne policy raised every pod to 1
 	// permit; the message states the real global total.

@@ -8,8 +8,10 @@ import (
 
 // FuzzPlan checks the package's guarantees on arbitrary inputs: no panic,
 // an *InputError for invalid input, and for valid input every invariant of
-// checkPlan (permits within the contract unless AtLeastOne said so, no
-// negative, NaN or infinite figure, queue and timeouts within the deadline).
+// checkPlan (Base·N + Extra = A ≤ C'·s ≤ C unless AtLeastOne said so, the
+// shares summing to the usable totals, workers and waiting room following
+// each pod's permits, no negative, NaN or infinite figure, queue and
+// timeouts within the deadline).
 func FuzzPlan(f *testing.F) {
 	type seed struct {
 		c, burst, pct, n           int64
@@ -17,6 +19,10 @@ func FuzzPlan(f *testing.F) {
 		w, wmax, d, mqw, acq       int64
 		hasMQW, hasAcq, atLeastOne bool
 		retries                    int64
+		cluster                    int64
+		hasPart                    bool
+		partPermits, partBurst     int64
+		partRate, partBudget       float64
 	}
 	ms := int64(time.Millisecond)
 	for _, s := range []seed{
@@ -33,15 +39,28 @@ func FuzzPlan(f *testing.F) {
 		{c: 50, burst: 4, pct: 80, n: 8, rate: 1000, w: 220 * ms, d: 300 * ms},
 		{c: MaxCount, burst: MaxCount, pct: 100, n: 1, rate: MaxRate, demand: MaxRate, budget: MaxRate, w: 1, wmax: math.MaxInt64, d: math.MaxInt64, retries: MaxCount},
 		{c: MaxCount, pct: 100, n: MaxCount, w: math.MaxInt64, d: math.MaxInt64, mqw: math.MaxInt64, hasMQW: true},
+		// Exact division with pods at Base+1; A < N under Strict with a
+		// rate whose burst is raised to one.
+		{c: 50, pct: 80, n: 7, w: 220 * ms, d: 300 * ms},
+		{c: 50, pct: 80, n: 21, rate: 100, burst: 20, demand: 100, budget: 3, w: 220 * ms, d: 300 * ms},
+		{c: 50, burst: 20, pct: 80, n: 100, rate: 100, w: 220 * ms, d: 300 * ms},
+		// A cluster's share, a caller's part.
+		{c: 50, pct: 80, n: 3, cluster: 20, rate: 100, burst: 20, w: 220 * ms, d: 300 * ms},
+		{c: 50, pct: 80, n: 4, hasPart: true, partPermits: 21, partRate: 30, partBurst: 5, partBudget: 6, w: 220 * ms, d: 2000 * ms},
+		{c: 50, pct: 80, n: 4, hasPart: true, w: 220 * ms, d: 300 * ms},
 		// Invalid.
+		{c: 50, pct: 80, n: 4, cluster: 51, w: 220 * ms, d: 300 * ms},
+		{c: 50, pct: 80, n: 4, hasPart: true, partPermits: 41, w: 220 * ms, d: 300 * ms},
 		{c: 0, pct: 80, n: 8, w: 220 * ms, d: 300 * ms},
 		{c: 50, pct: 80, n: 8, rate: math.NaN(), w: 220 * ms, d: 300 * ms},
 		{c: 50, pct: 80, n: -1, w: 220 * ms, d: 300 * ms},
 	} {
-		f.Add(s.c, s.rate, s.burst, s.pct, s.n, s.w, s.wmax, s.d, s.mqw, s.hasMQW, s.acq, s.hasAcq, s.demand, s.retries, s.budget, s.atLeastOne)
+		f.Add(s.c, s.rate, s.burst, s.pct, s.n, s.w, s.wmax, s.d, s.mqw, s.hasMQW, s.acq, s.hasAcq, s.demand, s.retries, s.budget, s.atLeastOne,
+			s.cluster, s.hasPart, s.partPermits, s.partRate, s.partBurst, s.partBudget)
 	}
 	f.Fuzz(func(t *testing.T, c int64, rate float64, burst, pct, n, w, wmax, d, mqw int64, hasMQW bool,
-		acq int64, hasAcq bool, demand float64, retries int64, budget float64, atLeastOne bool) {
+		acq int64, hasAcq bool, demand float64, retries int64, budget float64, atLeastOne bool,
+		cluster int64, hasPart bool, partPermits int64, partRate float64, partBurst int64, partBudget float64) {
 		in := Input{
 			Concurrency:          clampInt(c),
 			RatePerSecond:        rate,
@@ -54,6 +73,10 @@ func FuzzPlan(f *testing.F) {
 			DemandPerSecond:      demand,
 			MaxRetries:           clampInt(retries),
 			RetryBudgetPerSecond: budget,
+			ClusterConcurrency:   clampInt(cluster),
+		}
+		if hasPart {
+			in.Part = &Part{Permits: clampInt(partPermits), RatePerSecond: partRate, Burst: clampInt(partBurst), RetryBudgetPerSecond: partBudget}
 		}
 		if hasMQW {
 			in.MaxQueueWait = dur(time.Duration(mqw))

@@ -84,8 +84,9 @@ type Input struct {
 	// most Concurrency). The rate and burst scale by C'/C.
 	ClusterConcurrency int
 	// Part, when set, is this caller's part of a shared contract, already
-	// after safety and cluster share: Plan divides it over Divisor instead
-	// of the contract (which then serves only the diagnostics).
+	// after safety and cluster share (so at most floor(C'·s) permits): Plan
+	// divides it over Divisor instead of the contract (which then serves
+	// only the diagnostics).
 	Part *Part
 }
 
@@ -182,11 +183,18 @@ func (in Input) Validate() error {
 		if err := countIn("Part.Permits", pt.Permits, 0); err != nil {
 			return err
 		}
+		// A part is of the usable permits; it cannot be more than all of them.
+		if usable := int64(in.clusterConcurrency()) * int64(in.SafetyPercent) / 100; int64(pt.Permits) > usable {
+			return inputErr("Part.Permits", "must not exceed the contract's usable %d permits, got %d", usable, pt.Permits)
+		}
 		if err := rateIn("Part.RatePerSecond", pt.RatePerSecond); err != nil {
 			return err
 		}
 		if err := countIn("Part.Burst", pt.Burst, 0); err != nil {
 			return err
+		}
+		if pt.Burst > 0 && pt.RatePerSecond == 0 {
+			return inputErr("Part.Burst", "requires a rate greater than 0, got %d with no rate", pt.Burst)
 		}
 		if err := rateIn("Part.RetryBudgetPerSecond", pt.RetryBudgetPerSecond); err != nil {
 			return err

@@ -37,6 +37,8 @@ var inputNames = map[string]bool{
 	"Divisor": true, "Latency": true, "WorstLatency": true, "Deadline": true,
 	"MaxQueueWait": true, "AcquireTimeout": true, "DemandPerSecond": true,
 	"MaxRetries": true, "RetryBudgetPerSecond": true, "BelowOne": true,
+	"ClusterConcurrency": true, "Part.Permits": true, "Part.RatePerSecond": true,
+	"Part.Burst": true, "Part.RetryBudgetPerSecond": true,
 }
 
 func hasReason(diags []Diagnostic, reason string) (Diagnostic, bool) {
@@ -81,57 +83,174 @@ func checkPlanOrError(t *testing.T, in Input, got PlanResult, err error) {
 	checkPlan(t, in, got)
 }
 
+// usableWant returns A and the usable rate, burst and retry budget that in
+// asks for, computed independently of Plan with exact rationals.
+func usableWant(in Input) (a int64, rate *big.Rat, burst int64, budget *big.Rat) {
+	if pt := in.Part; pt != nil {
+		return int64(pt.Permits), ratOf(pt.RatePerSecond), int64(pt.Burst), ratOf(pt.RetryBudgetPerSecond)
+	}
+	c, cc, pct := int64(in.Concurrency), int64(in.Concurrency), int64(in.SafetyPercent)
+	if in.ClusterConcurrency > 0 {
+		cc = int64(in.ClusterConcurrency)
+	}
+	a = cc * pct / 100
+	rate = new(big.Rat)
+	if in.RatePerSecond > 0 {
+		rate.Mul(ratOf(in.RatePerSecond), big.NewRat(cc*pct, 100*c))
+		b := new(big.Int).Mul(big.NewInt(int64(in.Burst)), big.NewInt(cc*pct))
+		burst = b.Quo(b, big.NewInt(100*c)).Int64()
+	}
+	return a, rate, burst, ratOf(in.RetryBudgetPerSecond)
+}
+
+func ratOf(f float64) *big.Rat { return new(big.Rat).SetFloat64(f) }
+
+// group is a number of pods holding the same permits.
+type group struct{ pods, permits int64 }
+
+// groups returns the pods of the division: N − Extra at Base, Extra at
+// Base+1 (empty groups left out).
+func groups(got PlanResult, n int64) []group {
+	var gs []group
+	if n-got.Extra > 0 {
+		gs = append(gs, group{n - got.Extra, got.Base})
+	}
+	if got.Extra > 0 {
+		gs = append(gs, group{got.Extra, got.Base + 1})
+	}
+	return gs
+}
+
+// closeTo reports whether sum is total up to the rounding of one float64
+// per pod: each share is rounded once to the nearest float64, so it is off
+// by at most half an ulp of itself (2^-53 relative), or by 2^-1075 when it
+// is subnormal.
+func closeTo(sum, total *big.Rat, pods int64) bool {
+	diff := new(big.Rat).Sub(sum, total)
+	diff.Abs(diff)
+	slack := new(big.Rat).Mul(total, big.NewRat(1, 1<<52))
+	tiny := new(big.Rat).SetFrac(big.NewInt(pods), new(big.Int).Lsh(big.NewInt(1), 1074))
+	slack.Add(slack, tiny)
+	return diff.Cmp(slack) <= 0
+}
+
 // checkPlan asserts the guarantees of the package doc on one valid plan.
 func checkPlan(t *testing.T, in Input, got PlanResult) {
 	t.Helper()
 	pp := got.PerPod
 	c, n, pct := int64(in.Concurrency), int64(in.Divisor), int64(in.SafetyPercent)
 
-	// Permits: floor(C·s/N), and within the contract unless AtLeastOne said so.
-	share := c * pct / (100 * n)
+	// The exact division: Base·N + Extra = A ≤ C'·s ≤ C, unless AtLeastOne
+	// raised every pod to one permit and said so.
+	a, wantRate, wantBurst, wantBudget := usableWant(in)
+	if got.Usable != a {
+		t.Fatalf("Usable = %d, want %d", got.Usable, a)
+	}
+	if in.Part == nil {
+		cc := c
+		if in.ClusterConcurrency > 0 {
+			cc = int64(in.ClusterConcurrency)
+		}
+		if 100*a > cc*pct || cc > c {
+			t.Errorf("A = %d above C'·s = %d·%d%% or C' above C = %d", a, cc, pct, c)
+		}
+	}
 	_, tooSmall := hasReason(got.Diagnostics, ReasonQuotaTooSmall)
 	over, overcommitted := hasReason(got.Diagnostics, ReasonOvercommitted)
 	switch {
-	case share >= 1:
-		if int64(pp.Permits) != share || tooSmall || overcommitted {
-			t.Errorf("permits = %d (tooSmall %v, overcommitted %v), want floor(%d·%d%%/%d) = %d and no below-one diagnostic",
-				pp.Permits, tooSmall, overcommitted, c, pct, n, share)
+	case a >= n || in.BelowOne == Strict:
+		if got.Base != a/n || got.Extra != a%n || got.TotalPermits != a || got.Base*n+got.Extra != a {
+			t.Errorf("Base %d, Extra %d, TotalPermits %d; want %d·%d + %d = A = %d", got.Base, got.Extra, got.TotalPermits, a/n, n, a%n, a)
 		}
-		if int64(pp.Permits)*n > c*pct/100 {
-			t.Errorf("permits %d × %d replicas exceed C·s = %d·%d%%", pp.Permits, n, c, pct)
-		}
-	case in.BelowOne == Strict:
-		if pp.Permits != 0 || !tooSmall || overcommitted {
-			t.Errorf("Strict below one: permits = %d, QuotaTooSmall %v, Overcommitted %v; want 0, true, false", pp.Permits, tooSmall, overcommitted)
+		if overcommitted || tooSmall != (a < n) {
+			t.Errorf("A = %d over %d pods: QuotaTooSmall %v, Overcommitted %v; want %v, false", a, n, tooSmall, overcommitted, a < n)
 		}
 	default:
-		if pp.Permits != 1 || !overcommitted || tooSmall {
-			t.Errorf("AtLeastOne below one: permits = %d, Overcommitted %v, QuotaTooSmall %v; want 1, true, false", pp.Permits, overcommitted, tooSmall)
+		if got.Base != 1 || got.Extra != 0 || got.TotalPermits != n || !overcommitted || tooSmall {
+			t.Errorf("AtLeastOne below one: Base %d, Extra %d, TotalPermits %d, Overcommitted %v, QuotaTooSmall %v; want 1, 0, %d, true, false",
+				got.Base, got.Extra, got.TotalPermits, overcommitted, tooSmall, n)
 		}
 		if want := fmt.Sprintf("hold up to %d in flight", n); !strings.Contains(over.Message, want) {
 			t.Errorf("Overcommitted message %q does not state the real total %q", over.Message, want)
 		}
 	}
-	if got.TotalPermits != int64(pp.Permits)*n {
-		t.Errorf("TotalPermits = %d, want %d × %d", got.TotalPermits, pp.Permits, n)
+	if want := float64(a) / float64(n); got.Share != want {
+		t.Errorf("Share = %v, want %d/%d", got.Share, a, n)
 	}
 	if got.TotalPermits > c && !overcommitted {
 		t.Errorf("pods hold %d in flight over a contract of %d without an Overcommitted diagnostic", got.TotalPermits, c)
 	}
 
+	// PerPod and PerPodExtra are the shares at Base and Base+1.
+	if int64(pp.Permits) != got.Base {
+		t.Errorf("PerPod.Permits = %d, want Base %d", pp.Permits, got.Base)
+	}
+	if diff := cmp.Diff(got.ShareFor(int(got.Base)), pp); diff != "" {
+		t.Errorf("PerPod is not ShareFor(Base) (-ShareFor +PerPod):\n%s", diff)
+	}
+	switch {
+	case (got.Extra > 0) != (got.PerPodExtra != nil):
+		t.Errorf("Extra = %d with PerPodExtra %+v; want a share at Base+1 exactly when Extra > 0", got.Extra, got.PerPodExtra)
+	case got.PerPodExtra != nil:
+		if diff := cmp.Diff(got.ShareFor(int(got.Base+1)), *got.PerPodExtra); diff != "" {
+			t.Errorf("PerPodExtra is not ShareFor(Base+1) (-ShareFor +PerPodExtra):\n%s", diff)
+		}
+	}
+
+	// The usable totals.
+	if ratOf(got.UsableRatePerSecond).Cmp(wantRate) != 0 && !closeTo(ratOf(got.UsableRatePerSecond), wantRate, 1) {
+		t.Errorf("UsableRatePerSecond = %v, want %s", got.UsableRatePerSecond, wantRate.FloatString(6))
+	}
+	if got.UsableBurst != wantBurst {
+		t.Errorf("UsableBurst = %d, want %d", got.UsableBurst, wantBurst)
+	}
+	if ratOf(got.UsableRetryBudgetPerSecond).Cmp(wantBudget) != 0 {
+		t.Errorf("UsableRetryBudgetPerSecond = %v, want %s", got.UsableRetryBudgetPerSecond, wantBudget.FloatString(6))
+	}
+
+	// Summed over the pods, the shares hand out the usable totals: the
+	// permits exactly, the rate and retry budget up to one rounding per pod,
+	// the burst never more unless BurstRaisedToOne said so.
+	rateSum, budgetSum := new(big.Rat), new(big.Rat)
+	var permitSum, burstSum int64
+	for _, g := range groups(got, n) {
+		s := got.ShareFor(int(g.permits))
+		checkShare(t, in, got, s)
+		permitSum += g.pods * int64(s.Permits)
+		burstSum += g.pods * int64(s.Burst)
+		rateSum.Add(rateSum, new(big.Rat).Mul(ratOf(s.RatePerSecond), big.NewRat(g.pods, 1)))
+		budgetSum.Add(budgetSum, new(big.Rat).Mul(ratOf(s.RetryBudgetPerSecond), big.NewRat(g.pods, 1)))
+	}
+	if permitSum != got.TotalPermits {
+		t.Errorf("Σ permits over %d pods = %d, want TotalPermits %d", n, permitSum, got.TotalPermits)
+	}
+	usableRate, usableBudget := ratOf(got.UsableRatePerSecond), ratOf(got.UsableRetryBudgetPerSecond)
+	if got.TotalPermits == 0 {
+		usableRate, usableBudget = new(big.Rat), new(big.Rat)
+	}
+	if !closeTo(rateSum, usableRate, n) {
+		t.Errorf("Σ rate over %d pods = %s, want the usable rate %v", n, rateSum.FloatString(12), got.UsableRatePerSecond)
+	}
+	if !closeTo(budgetSum, usableBudget, n) {
+		t.Errorf("Σ retry budget over %d pods = %s, want the usable %v", n, budgetSum.FloatString(12), got.UsableRetryBudgetPerSecond)
+	}
+	raised, burstRaised := hasReason(got.Diagnostics, ReasonBurstRaisedToOne)
+	if burstSum > got.UsableBurst && !burstRaised {
+		t.Errorf("Σ burst over %d pods = %d above the usable burst %d without BurstRaisedToOne", n, burstSum, got.UsableBurst)
+	}
+	if burstRaised {
+		if want := fmt.Sprintf("may burst %d against a usable burst of %d", burstSum, got.UsableBurst); !strings.Contains(raised.Message, want) {
+			t.Errorf("BurstRaisedToOne message %q does not state %q", raised.Message, want)
+		}
+	}
+
 	// Every figure is finite and not negative; every count in range.
 	for name, f := range map[string]float64{
-		"RatePerSecond": pp.RatePerSecond, "CapacityPerSecond": pp.CapacityPerSecond,
-		"RetryBudgetPerSecond": pp.RetryBudgetPerSecond, "Share": got.Share,
+		"Share": got.Share, "UsableRatePerSecond": got.UsableRatePerSecond, "UsableRetryBudgetPerSecond": got.UsableRetryBudgetPerSecond,
 	} {
 		checkFloat(t, name, f)
 	}
-	for name, v := range map[string]int{
-		"Permits": pp.Permits, "Burst": pp.Burst, "QueueCapacity": pp.QueueCapacity,
-		"Workers": pp.Workers, "DemandWorkers": got.DemandWorkers,
-	} {
-		checkCount(t, name, v)
-	}
+	checkCount(t, "DemandWorkers", got.DemandWorkers)
 	if pp.MaxQueueWait < 0 || pp.AcquireTimeout < 0 {
 		t.Errorf("MaxQueueWait = %s, AcquireTimeout = %s, want both ≥ 0", pp.MaxQueueWait, pp.AcquireTimeout)
 	}
@@ -158,32 +277,10 @@ func checkPlan(t *testing.T, in Input, got PlanResult) {
 	if in.AcquireTimeout != nil && pp.AcquireTimeout > *in.AcquireTimeout {
 		t.Errorf("AcquireTimeout = %s, above the %s given", pp.AcquireTimeout, *in.AcquireTimeout)
 	}
-	wantQueue := new(big.Int).Mul(big.NewInt(int64(pp.Permits)), big.NewInt(int64(pp.MaxQueueWait)))
-	wantQueue.Quo(wantQueue, big.NewInt(int64(in.Latency)))
-	if wantQueue.Cmp(big.NewInt(MaxCount)) > 0 {
-		wantQueue.SetInt64(MaxCount)
-	}
-	if int64(pp.QueueCapacity) != wantQueue.Int64() {
-		t.Errorf("QueueCapacity = %d, want floor(%d × %s / %s) = %s", pp.QueueCapacity, pp.Permits, pp.MaxQueueWait, in.Latency, wantQueue)
-	}
 	if in.WorstLatency > 0 && in.Deadline > in.Latency && in.WorstLatency > in.Deadline-pp.MaxQueueWait {
 		if _, ok := hasReason(got.Diagnostics, ReasonWorstLatencyExceedsDeadline); !ok {
 			t.Errorf("queue wait %s + worst latency %s exceed deadline %s without a diagnostic", pp.MaxQueueWait, in.WorstLatency, in.Deadline)
 		}
-	}
-
-	// Workers, rate, burst.
-	if pp.Workers > pp.Permits {
-		t.Errorf("Workers %d > Permits %d", pp.Workers, pp.Permits)
-	}
-	if pp.Permits > 0 && pp.Workers < 1 {
-		t.Errorf("Workers = %d with %d permits, want at least 1", pp.Workers, pp.Permits)
-	}
-	if (in.RatePerSecond == 0) != (pp.Burst == 0) {
-		t.Errorf("rate %v gave burst %d; want burst 0 exactly when there is no rate", in.RatePerSecond, pp.Burst)
-	}
-	if in.RatePerSecond > 0 && pp.RatePerSecond > in.RatePerSecond {
-		t.Errorf("per-pod rate %v above the contract's %v", pp.RatePerSecond, in.RatePerSecond)
 	}
 
 	// Demand.
@@ -208,6 +305,9 @@ func checkPlan(t *testing.T, in Input, got PlanResult) {
 		}
 	}
 
+	if _, ok := hasReason(got.Diagnostics, ReasonRetriesWithoutBudget); ok != (in.MaxRetries > 0 && got.UsableRetryBudgetPerSecond == 0) {
+		t.Errorf("RetriesWithoutBudget reported %v with %d retries and a usable budget of %v", ok, in.MaxRetries, got.UsableRetryBudgetPerSecond)
+	}
 	for _, d := range got.Diagnostics {
 		if !knownReasons[d.Reason] || d.Message == "" || strings.Contains(d.Message, "%!") ||
 			strings.Contains(d.Message, "NaN") || strings.Contains(d.Message, "Inf") {
@@ -222,6 +322,51 @@ func checkPlan(t *testing.T, in Input, got PlanResult) {
 	}
 	if diff := cmp.Diff(got, again); diff != "" {
 		t.Errorf("Plan() is not deterministic (-first +second):\n%s", diff)
+	}
+}
+
+// checkShare asserts the guarantees of one pod's share s (ShareFor):
+// figures in range, the waiting room and workers sized for its own permits,
+// a rate and burst exactly when the plan has a rate and s has permits.
+func checkShare(t *testing.T, in Input, got PlanResult, s PerPod) {
+	t.Helper()
+	for name, f := range map[string]float64{
+		"RatePerSecond": s.RatePerSecond, "CapacityPerSecond": s.CapacityPerSecond, "RetryBudgetPerSecond": s.RetryBudgetPerSecond,
+	} {
+		checkFloat(t, name, f)
+	}
+	for name, v := range map[string]int{
+		"Permits": s.Permits, "Burst": s.Burst, "QueueCapacity": s.QueueCapacity, "Workers": s.Workers,
+	} {
+		checkCount(t, name, v)
+	}
+	wantQueue := new(big.Int).Mul(big.NewInt(int64(s.Permits)), big.NewInt(int64(s.MaxQueueWait)))
+	wantQueue.Quo(wantQueue, big.NewInt(int64(in.Latency)))
+	if wantQueue.Cmp(big.NewInt(MaxCount)) > 0 {
+		wantQueue.SetInt64(MaxCount)
+	}
+	if int64(s.QueueCapacity) != wantQueue.Int64() {
+		t.Errorf("QueueCapacity = %d, want floor(%d × %s / %s) = %s", s.QueueCapacity, s.Permits, s.MaxQueueWait, in.Latency, wantQueue)
+	}
+	if s.Workers > s.Permits {
+		t.Errorf("Workers %d > Permits %d", s.Workers, s.Permits)
+	}
+	if s.Permits > 0 && s.Workers < 1 {
+		t.Errorf("Workers = %d with %d permits, want at least 1", s.Workers, s.Permits)
+	}
+	if got.DemandWorkers > 0 && s.Workers != min(s.Permits, got.DemandWorkers) {
+		t.Errorf("Workers = %d, want min(%d permits, %d by Little's law)", s.Workers, s.Permits, got.DemandWorkers)
+	}
+	hasRate := got.UsableRatePerSecond > 0 && s.Permits > 0
+	if hasRate != (s.Burst > 0) || (!hasRate && s.RatePerSecond != 0) {
+		t.Errorf("usable rate %v, %d permits: rate %v, burst %d; want a rate and a burst ≥ 1 exactly when both are positive",
+			got.UsableRatePerSecond, s.Permits, s.RatePerSecond, s.Burst)
+	}
+	if s.RatePerSecond > got.UsableRatePerSecond || int64(s.Burst) > max(got.UsableBurst, 1) {
+		t.Errorf("share rate %v, burst %d above the usable %v, %d", s.RatePerSecond, s.Burst, got.UsableRatePerSecond, got.UsableBurst)
+	}
+	if in.RatePerSecond > 0 && in.Part == nil && s.RatePerSecond > in.RatePerSecond {
+		t.Errorf("per-pod rate %v above the contract's %v", s.RatePerSecond, in.RatePerSecond)
 	}
 }
 
@@ -297,6 +442,23 @@ func randomInput(r *rand.Rand) Input {
 	if r.IntN(2) == 0 {
 		in.AcquireTimeout = dur(duration())
 	}
+	switch r.IntN(4) {
+	case 0:
+		// This cluster's part of a contract shared across clusters.
+		if in.Concurrency > 0 {
+			in.ClusterConcurrency = 1 + r.IntN(in.Concurrency)
+		}
+	case 1:
+		// A caller's part of a shared contract.
+		pt := &Part{RatePerSecond: rate(), RetryBudgetPerSecond: rate()}
+		if usable := in.Concurrency * in.SafetyPercent / 100; usable >= 0 && in.SafetyPercent <= 100 {
+			pt.Permits = r.IntN(usable + 1)
+		}
+		if pt.RatePerSecond > 0 {
+			pt.Burst = count() - 1
+		}
+		in.Part = pt
+	}
 	if r.IntN(10) == 0 {
 		corrupt(r, &in)
 	}
@@ -305,7 +467,16 @@ func randomInput(r *rand.Rand) Input {
 
 // corrupt makes one field of in invalid.
 func corrupt(r *rand.Rand, in *Input) {
-	switch r.IntN(10) {
+	switch r.IntN(13) {
+	case 10:
+		in.ClusterConcurrency = in.Concurrency + 1 + r.IntN(3)
+	case 11:
+		in.Part = &Part{Permits: -1 - r.IntN(3)}
+		if r.IntN(2) == 0 {
+			in.Part.Permits = in.Concurrency + 1
+		}
+	case 12:
+		in.Part = &Part{Permits: 1, Burst: 1 + r.IntN(3)}
 	case 0:
 		in.Concurrency = -r.IntN(3)
 	case 1:
@@ -331,8 +502,8 @@ func corrupt(r *rand.Rand, in *Input) {
 
 func TestPlanInvariantsRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(20260511, 3))
-	const cases = 10000
-	var valid, belowOne, overcommitted int
+	const cases = 20000
+	var valid, extra, strictBelowOne, overcommitted, burstRaised, cluster, part int
 	for i := range cases {
 		in := randomInput(r)
 		got, err := Plan(in)
@@ -340,20 +511,34 @@ func TestPlanInvariantsRandom(t *testing.T) {
 		if t.Failed() {
 			t.Fatalf("case %d failed: %+v", i, in)
 		}
-		if err == nil {
-			valid++
-			if _, ok := hasReason(got.Diagnostics, ReasonQuotaTooSmall); ok {
-				belowOne++
-			}
-			if _, ok := hasReason(got.Diagnostics, ReasonOvercommitted); ok {
-				overcommitted++
-			}
+		if err != nil {
+			continue
+		}
+		valid++
+		if got.Extra > 0 && got.Base > 0 {
+			extra++
+		}
+		if got.Base == 0 && got.Extra > 0 {
+			strictBelowOne++
+		}
+		if _, ok := hasReason(got.Diagnostics, ReasonOvercommitted); ok {
+			overcommitted++
+		}
+		if _, ok := hasReason(got.Diagnostics, ReasonBurstRaisedToOne); ok {
+			burstRaised++
+		}
+		if in.ClusterConcurrency > 0 && in.ClusterConcurrency < in.Concurrency {
+			cluster++
+		}
+		if in.Part != nil {
+			part++
 		}
 	}
 	// The generator must reach the interesting regions, or the invariants
 	// above prove little.
-	if valid < cases*8/10 || belowOne < 100 || overcommitted < 100 {
-		t.Errorf("random inputs: %d valid, %d QuotaTooSmall, %d Overcommitted; the generator misses cases", valid, belowOne, overcommitted)
+	if valid < cases*8/10 || extra < 500 || strictBelowOne < 100 || overcommitted < 100 || burstRaised < 100 || cluster < 1000 || part < 1000 {
+		t.Errorf("random inputs: %d valid, %d with Base+1 pods, %d Strict with A < N, %d Overcommitted, %d BurstRaisedToOne, %d with a cluster share, %d with a part; the generator misses cases",
+			valid, extra, strictBelowOne, overcommitted, burstRaised, cluster, part)
 	}
 }
 
@@ -386,6 +571,10 @@ func TestSweepInvariantsRandom(t *testing.T) {
 			}
 			if first == 0 && row.Plan.Share < 1 {
 				first = row.Replicas
+			}
+			// Under Strict every replica count uses all of A.
+			if in.BelowOne == Strict && row.Plan.TotalPermits != row.Plan.Usable {
+				t.Fatalf("Strict at %d replicas: %d permits in use of A = %d", row.Replicas, row.Plan.TotalPermits, row.Plan.Usable)
 			}
 			if i > 0 && row.Plan.PerPod.Permits > got.Rows[i-1].Plan.PerPod.Permits {
 				t.Fatalf("permits rose from %d to %d as replicas grew to %d", got.Rows[i-1].Plan.PerPod.Permits, row.Plan.PerPod.Permits, row.Replicas)

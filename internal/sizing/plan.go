@@ -218,16 +218,21 @@ func (p *planner) permits() {
 	}
 }
 
-// usableText states how A was computed.
+// usableText states how A was computed: "50 × 80% = 40 permits", with
+// floor() when the product is not whole.
 func (p *planner) usableText() string {
 	in := p.in
-	switch {
-	case in.Part != nil:
+	if in.Part != nil {
 		return fmt.Sprintf("this caller's part of %d permits", p.out.Usable)
-	case in.ClusterConcurrency > 0 && in.ClusterConcurrency < in.Concurrency:
-		return fmt.Sprintf("%d of %d for this cluster × %d%% = %d permits", in.ClusterConcurrency, in.Concurrency, in.SafetyPercent, p.out.Usable)
 	}
-	return fmt.Sprintf("%d × %d%% = %d permits", in.Concurrency, in.SafetyPercent, p.out.Usable)
+	product := fmt.Sprintf("%d × %d%%", in.Concurrency, in.SafetyPercent)
+	if in.ClusterConcurrency > 0 && in.ClusterConcurrency < in.Concurrency {
+		product = fmt.Sprintf("%d of %d for this cluster × %d%%", in.ClusterConcurrency, in.Concurrency, in.SafetyPercent)
+	}
+	if int64(in.clusterConcurrency())*int64(in.SafetyPercent)%100 != 0 {
+		product = "floor(" + product + ")"
+	}
+	return fmt.Sprintf("%s = %s", product, permitsText(p.out.Usable))
 }
 
 func overcommit(total, contract int64, handedOut float64, pct int64) string {
@@ -238,15 +243,31 @@ func overcommit(total, contract int64, handedOut float64, pct int64) string {
 		num(float64(total)-handedOut), num(handedOut), pct)
 }
 
-// rate notes a burst too small for every pod holding permits to get one.
+// rate notes a burst too small for every pod holding permits to get one:
+// the pod holding the fewest permits (Base, or 1 when Strict gives A < N
+// pods one permit each) gets the smallest part of the usable burst.
 func (p *planner) rate() {
-	if p.out.UsableRatePerSecond == 0 || p.out.Base == 0 {
+	if p.out.UsableRatePerSecond == 0 || p.out.TotalPermits == 0 {
 		return
 	}
-	if burst := mulDivFloor(p.out.UsableBurst, p.out.Base, p.out.TotalPermits); burst < 1 {
-		p.diagnose(ReasonBurstRaisedToOne, "usable burst %d × %d of %d permits is %s per pod; raised to 1 so each pod's token bucket admits a call, so the pods together may burst %d against a usable burst of %d",
-			p.out.UsableBurst, p.out.Base, p.out.TotalPermits, num(float64(p.out.UsableBurst*p.out.Base)/float64(p.out.TotalPermits)), p.in.Divisor, p.out.UsableBurst)
+	least := max(p.out.Base, 1)
+	if burst := mulDivFloor(p.out.UsableBurst, least, p.out.TotalPermits); burst < 1 {
+		p.diagnose(ReasonBurstRaisedToOne, "usable burst %d × %d of %d permits is %s for a pod holding %s; raised to 1 so each pod's token bucket admits a call, so the pods together may burst %d against a usable burst of %d",
+			p.out.UsableBurst, least, p.out.TotalPermits, num(float64(p.out.UsableBurst)*float64(least)/float64(p.out.TotalPermits)),
+			permitsText(least), p.out.totalBurst(int64(p.in.Divisor)), p.out.UsableBurst)
 	}
+}
+
+// totalBurst returns the sum of the bursts ShareFor gives the n pods of the
+// division: n − Extra pods at Base and Extra pods at Base+1.
+func (r PlanResult) totalBurst(n int64) int64 {
+	burst := func(permits int64) int64 {
+		if permits == 0 || r.UsableRatePerSecond == 0 || r.TotalPermits == 0 {
+			return 0
+		}
+		return max(1, mulDivFloor(r.UsableBurst, permits, r.TotalPermits))
+	}
+	return (n-r.Extra)*burst(r.Base) + r.Extra*burst(r.Base+1)
 }
 
 // queue chooses the queue wait budget, the waiting room and the acquire
@@ -388,7 +409,7 @@ func permitsText(n int64) string {
 
 // retries notes retries that cannot happen; ShareFor divides the budget.
 func (p *planner) retries() {
-	if p.in.MaxRetries > 0 && p.in.RetryBudgetPerSecond == 0 {
+	if p.in.MaxRetries > 0 && p.out.UsableRetryBudgetPerSecond == 0 {
 		p.diagnose(ReasonRetriesWithoutBudget, "max retries %d with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
 			p.in.MaxRetries)
 	}

@@ -74,10 +74,14 @@ func TestPlan(t *testing.T) {
 				Workers:              5,
 				RetryBudgetPerSecond: 1.25,
 			},
-			Share:         5,
-			TotalPermits:  40,
-			QueueWaitRule: QueueWaitGiven,
-			DemandWorkers: 53,
+			Usable:                     40,
+			Base:                       5,
+			Share:                      5,
+			TotalPermits:               40,
+			QueueWaitRule:              QueueWaitGiven,
+			DemandWorkers:              53,
+			UsableRetryBudgetPerSecond: 10,
+			Latency:                    220 * time.Millisecond,
 			Demand: &Demand{
 				InFlight:                418,
 				WorstInFlight:           3420,
@@ -103,16 +107,21 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           5,
 			},
+			Usable:        40,
+			Base:          5,
 			Share:         5,
 			TotalPermits:  40,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonWorstLatencyExceedsDeadline,
 				Message: "worst latency 1.8s exceeds the deadline 300ms: calls at worst latency miss it even without queueing",
 			}},
 		},
 	}, {
-		name: "rounding down loses permits: 40 over 7 replicas",
+		// 40 = 5 × 7 + 5: five pods hold 6 permits, two hold 5. The pod at 6
+		// has a waiting room of floor(6 × 40/220) = 1.
+		name: "exact division: 40 over 7 replicas",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 7; in.WorstLatency = 0 }),
 		want: PlanResult{
 			PerPod: PerPod{
@@ -122,11 +131,25 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           5,
 			},
+			PerPodExtra: &PerPod{
+				Permits:           6,
+				CapacityPerSecond: 6 / 0.22,
+				QueueCapacity:     1,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           6,
+			},
+			Usable:        40,
+			Base:          5,
+			Extra:         5,
 			Share:         40.0 / 7,
-			TotalPermits:  35,
+			TotalPermits:  40,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
 		},
 	}, {
+		// 40 permits over 100 pods: 40 pods hold 1, 60 hold none. The 40
+		// permits in use cover the demand's 2.2 in flight.
 		name: "below one, Strict",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.DemandPerSecond = 10 }),
 		want: PlanResult{
@@ -134,16 +157,64 @@ func TestPlan(t *testing.T) {
 				MaxQueueWait:   40 * time.Millisecond,
 				AcquireTimeout: 40 * time.Millisecond,
 			},
+			PerPodExtra: &PerPod{
+				Permits:           1,
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           1,
+			},
+			Usable:        40,
+			Extra:         40,
 			Share:         0.4,
+			TotalPermits:  40,
 			QueueWaitRule: QueueWaitDerived,
 			DemandWorkers: 1,
-			Demand:        &Demand{InFlight: 2.2, ShedFraction: 1},
+			Demand:        &Demand{InFlight: 2.2, Available: 40, GoodputCeilingPerSecond: 40 / 0.22},
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonQuotaTooSmall,
-				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream; each pod gets a whole permit only up to 40 replicas",
+				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; Strict gives 40 of the pods 1 permit each and leaves the other 60 at 0, so they shed every call; each pod gets a whole permit only up to 40 replicas",
+			}},
+		},
+	}, {
+		// The same with a rate: 80/s and a burst of 16 over 40 permits give
+		// a pod holding 1 permit a burst of floor(16/40) = 0, raised to 1.
+		name: "below one, Strict, burst raised to one",
+		in: with(sampleQuota(), func(in *Input) {
+			in.Divisor = 100
+			in.WorstLatency = 0
+			in.RatePerSecond = 100
+			in.Burst = 20
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				MaxQueueWait:   40 * time.Millisecond,
+				AcquireTimeout: 40 * time.Millisecond,
+			},
+			PerPodExtra: &PerPod{
+				Permits:           1,
+				RatePerSecond:     2,
+				Burst:             1,
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           1,
+			},
+			Usable:              40,
+			Extra:               40,
+			Share:               0.4,
+			TotalPermits:        40,
+			QueueWaitRule:       QueueWaitDerived,
+			UsableRatePerSecond: 80,
+			UsableBurst:         16,
+			Latency:             220 * time.Millisecond,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQuotaTooSmall,
+				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; Strict gives 40 of the pods 1 permit each and leaves the other 60 at 0, so they shed every call; each pod gets a whole permit only up to 40 replicas",
 			}, {
-				Reason:  ReasonDemandExceedsQuota,
-				Message: "demand 10/s × typical latency 220ms = 2.2 calls in flight against 0 available (0 permits × 100 replicas): goodput ceiling 0 / 220ms = 0/s, so 100.0% of the demand will be shed",
+				Reason:  ReasonBurstRaisedToOne,
+				Message: "usable burst 16 × 1 of 40 permits is 0.4 for a pod holding 1 permit; raised to 1 so each pod's token bucket admits a call, so the pods together may burst 40 against a usable burst of 16",
 			}},
 		},
 	}, {
@@ -157,9 +228,12 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           1,
 			},
+			Usable:        40,
+			Base:          1,
 			Share:         0.4,
 			TotalPermits:  100,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonOvercommitted,
 				Message: "50 × 80% = 40 permits over 100 replicas is 0.4 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 100 in flight against a contract of 50: overcommitted by 50 (2× the contract)",
@@ -176,9 +250,12 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           1,
 			},
+			Usable:        40,
+			Base:          1,
 			Share:         40.0 / 45,
 			TotalPermits:  45,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonOvercommitted,
 				Message: "50 × 80% = 40 permits over 45 replicas is 0.89 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
@@ -189,11 +266,11 @@ func TestPlan(t *testing.T) {
 		in:   Input{Concurrency: 1, SafetyPercent: 50, Divisor: 1, Latency: time.Second, Deadline: 3 * time.Second},
 		want: PlanResult{
 			PerPod:        PerPod{MaxQueueWait: time.Second, AcquireTimeout: time.Second},
-			Share:         0.5,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       time.Second,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonQuotaTooSmall,
-				Message: "1 × 50% = 0.5 permits over 1 replica is 0.5 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream; no replica count gives a pod a whole permit at this safety percentage",
+				Message: "floor(1 × 50%) = 0 permits over 1 replica is 0 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream",
 			}},
 		},
 	}, {
@@ -208,9 +285,12 @@ func TestPlan(t *testing.T) {
 				CapacityPerSecond: 5 / 0.22,
 				Workers:           5,
 			},
+			Usable:        40,
+			Base:          5,
 			Share:         5,
 			TotalPermits:  40,
 			QueueWaitRule: QueueWaitNone,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonDeadlineBelowLatency,
 				Message: "deadline 200ms − typical latency 220ms = -20ms leaves no time to queue: max queue wait and queue capacity are 0",
@@ -232,9 +312,12 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    80 * time.Millisecond,
 				Workers:           5,
 			},
+			Usable:        40,
+			Base:          5,
 			Share:         5,
 			TotalPermits:  40,
 			QueueWaitRule: QueueWaitClamped,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonQueueWaitClamped,
 				Message: "max queue wait 100ms + typical latency 220ms = 320ms exceeds the deadline 300ms: queue wait budget lowered to 300ms − 220ms = 80ms",
@@ -244,7 +327,8 @@ func TestPlan(t *testing.T) {
 			}},
 		},
 	}, {
-		// rate = 100 × 0.8 / 8 = 10/s; burst = floor(20 × 0.8 / 8) = 2;
+		// usable rate 100 × 80% = 80/s, burst floor(20 × 80%) = 16; a pod at
+		// 5 of 40 permits gets 10/s and floor(16 × 5/40) = 2;
 		// R·W = 22 fits 50, R·Wmax = 180 does not.
 		name: "rate and burst",
 		in: with(sampleQuota(), func(in *Input) {
@@ -263,9 +347,14 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    890 * time.Millisecond,
 				Workers:           5,
 			},
-			Share:         5,
-			TotalPermits:  40,
-			QueueWaitRule: QueueWaitDerived,
+			Usable:              40,
+			Base:                5,
+			Share:               5,
+			TotalPermits:        40,
+			QueueWaitRule:       QueueWaitDerived,
+			UsableRatePerSecond: 80,
+			UsableBurst:         16,
+			Latency:             220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonWorstLatencyExceedsDeadline,
 				Message: "queue wait 890ms + worst latency 1.8s = 2.69s exceeds the deadline 2s: calls that queue and then meet the worst latency miss it",
@@ -291,12 +380,17 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           5,
 			},
-			Share:         5,
-			TotalPermits:  40,
-			QueueWaitRule: QueueWaitDerived,
+			Usable:              40,
+			Base:                5,
+			Share:               5,
+			TotalPermits:        40,
+			QueueWaitRule:       QueueWaitDerived,
+			UsableRatePerSecond: 800,
+			UsableBurst:         3,
+			Latency:             220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonBurstRaisedToOne,
-				Message: "burst 4 × 80% over 8 replicas is 0.4 per pod; raised to 1 so each pod's token bucket admits a call, so the pods together may burst 8 against a contract burst of 4",
+				Message: "usable burst 3 × 5 of 40 permits is 0.38 for a pod holding 5 permits; raised to 1 so each pod's token bucket admits a call, so the pods together may burst 8 against a usable burst of 3",
 			}, {
 				Reason:  ReasonRateAllowsExcessInFlight,
 				Message: "rate 1000/s × typical latency 220ms = 220 calls in flight, above the concurrency 50: the rate limit alone does not bound in-flight calls; the permits do",
@@ -320,10 +414,13 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    465 * time.Millisecond,
 				Workers:           7,
 			},
+			Usable:        50,
+			Base:          50,
 			Share:         50,
 			TotalPermits:  50,
 			QueueWaitRule: QueueWaitDerived,
 			DemandWorkers: 7,
+			Latency:       70 * time.Millisecond,
 			Demand: &Demand{
 				InFlight:                7,
 				Available:               50,
@@ -345,10 +442,14 @@ func TestPlan(t *testing.T) {
 				Workers:              3, // ceil(100/8 × 0.22) = ceil(2.75)
 				RetryBudgetPerSecond: 1.25,
 			},
-			Share:         5,
-			TotalPermits:  40,
-			QueueWaitRule: QueueWaitGiven,
-			DemandWorkers: 3,
+			Usable:                     40,
+			Base:                       5,
+			Share:                      5,
+			TotalPermits:               40,
+			QueueWaitRule:              QueueWaitGiven,
+			DemandWorkers:              3,
+			UsableRetryBudgetPerSecond: 10,
+			Latency:                    220 * time.Millisecond,
 			Demand: &Demand{
 				InFlight:                22,
 				WorstInFlight:           180,
@@ -372,9 +473,12 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    40 * time.Millisecond,
 				Workers:           5,
 			},
+			Usable:        40,
+			Base:          5,
 			Share:         5,
 			TotalPermits:  40,
 			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonRetriesWithoutBudget,
 				Message: "max retries 2 with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
@@ -393,9 +497,176 @@ func TestPlan(t *testing.T) {
 				AcquireTimeout:    44 * time.Millisecond,
 				Workers:           5,
 			},
+			Usable:        40,
+			Base:          5,
 			Share:         5,
 			TotalPermits:  40,
 			QueueWaitRule: QueueWaitGiven,
+			Latency:       220 * time.Millisecond,
+		},
+	}, {
+		// This cluster uses 20 of the 50: A = 20 × 80% = 16 = 5·3 + 1; the
+		// rate and burst scale by 20/50 too: 100 × 16/50 = 32/s, burst
+		// floor(20 × 16/50) = 6. A pod at 5 of 16 permits gets 10/s and
+		// floor(6 × 5/16) = 1; at 6, 12/s and floor(36/16) = 2.
+		name: "cluster share",
+		in: with(sampleQuota(), func(in *Input) {
+			in.ClusterConcurrency = 20
+			in.Divisor = 3
+			in.WorstLatency = 0
+			in.RatePerSecond = 100
+			in.Burst = 20
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:           5,
+				RatePerSecond:     10,
+				Burst:             1,
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           5,
+			},
+			PerPodExtra: &PerPod{
+				Permits:           6,
+				RatePerSecond:     12,
+				Burst:             2,
+				CapacityPerSecond: 6 / 0.22,
+				QueueCapacity:     1,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           6,
+			},
+			Usable:              16,
+			Base:                5,
+			Extra:               1,
+			Share:               16.0 / 3,
+			TotalPermits:        16,
+			QueueWaitRule:       QueueWaitDerived,
+			UsableRatePerSecond: 32,
+			UsableBurst:         6,
+			Latency:             220 * time.Millisecond,
+		},
+	}, {
+		// Too small for this cluster's share: floor(3 × 80%) = 2 permits
+		// over 4 pods.
+		name: "cluster share below one",
+		in: with(sampleQuota(), func(in *Input) {
+			in.ClusterConcurrency = 3
+			in.Divisor = 4
+			in.WorstLatency = 0
+		}),
+		want: PlanResult{
+			PerPod: PerPod{MaxQueueWait: 40 * time.Millisecond, AcquireTimeout: 40 * time.Millisecond},
+			PerPodExtra: &PerPod{
+				Permits:           1,
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
+				Workers:           1,
+			},
+			Usable:        2,
+			Extra:         2,
+			Share:         0.5,
+			TotalPermits:  2,
+			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQuotaTooSmall,
+				Message: "floor(3 of 50 for this cluster × 80%) = 2 permits over 4 replicas is 0.5 per pod; Strict gives 2 of the pods 1 permit each and leaves the other 2 at 0, so they shed every call; each pod gets a whole permit only up to 2 replicas",
+			}},
+		},
+	}, {
+		// A caller's part of a shared contract: 21 permits, 30/s, burst 5,
+		// retry budget 6/s over 4 pods: 5·4 + 1. A pod at 5 of 21 permits
+		// gets 30 × 5/21/s, burst max(1, floor(25/21)) = 1, 6 × 5/21 retries;
+		// at 6, 30 × 6/21/s, floor(30/21) = 1, 6 × 6/21.
+		name: "caller's part of a shared contract",
+		in: with(designExample(), func(in *Input) {
+			in.Divisor = 4
+			in.DemandPerSecond = 0
+			in.RatePerSecond = 100
+			in.Burst = 20
+			in.Part = &Part{Permits: 21, RatePerSecond: 30, Burst: 5, RetryBudgetPerSecond: 6}
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:              5,
+				RatePerSecond:        30.0 * 5 / 21,
+				Burst:                1,
+				CapacityPerSecond:    5 / 0.22,
+				QueueCapacity:        2,
+				MaxQueueWait:         100 * time.Millisecond,
+				AcquireTimeout:       100 * time.Millisecond,
+				Workers:              5,
+				RetryBudgetPerSecond: 6.0 * 5 / 21,
+			},
+			PerPodExtra: &PerPod{
+				Permits:              6,
+				RatePerSecond:        30.0 * 6 / 21,
+				Burst:                1,
+				CapacityPerSecond:    6 / 0.22,
+				QueueCapacity:        2,
+				MaxQueueWait:         100 * time.Millisecond,
+				AcquireTimeout:       100 * time.Millisecond,
+				Workers:              6,
+				RetryBudgetPerSecond: 6.0 * 6 / 21,
+			},
+			Usable:                     21,
+			Base:                       5,
+			Extra:                      1,
+			Share:                      21.0 / 4,
+			TotalPermits:               21,
+			QueueWaitRule:              QueueWaitGiven,
+			UsableRatePerSecond:        30,
+			UsableBurst:                5,
+			UsableRetryBudgetPerSecond: 6,
+			Latency:                    220 * time.Millisecond,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonRateAllowsExcessInFlight,
+				Message: "rate 100/s × worst latency 1.8s = 180 calls in flight, above the concurrency 50: when latency rises the rate limit alone does not bound in-flight calls; the permits do",
+			}},
+		},
+	}, {
+		name: "caller's part of 0 permits",
+		in: with(sampleQuota(), func(in *Input) {
+			in.WorstLatency = 0
+			in.Part = &Part{}
+		}),
+		want: PlanResult{
+			PerPod:        PerPod{MaxQueueWait: 40 * time.Millisecond, AcquireTimeout: 40 * time.Millisecond},
+			QueueWaitRule: QueueWaitDerived,
+			Latency:       220 * time.Millisecond,
+			Diagnostics: []Diagnostic{{
+				Reason:  ReasonQuotaTooSmall,
+				Message: "this caller's part of 0 permits over 8 replicas is 0 per pod; Strict leaves every pod at 0 permits, so no call reaches the downstream",
+			}},
+		},
+	}, {
+		// The retry budget of a caller's part is what its pods spend: the
+		// contract's own budget (here 0) does not matter.
+		name: "caller's part with a retry budget",
+		in: with(sampleQuota(), func(in *Input) {
+			in.WorstLatency = 0
+			in.MaxRetries = 2
+			in.Part = &Part{Permits: 8, RetryBudgetPerSecond: 4}
+		}),
+		want: PlanResult{
+			PerPod: PerPod{
+				Permits:              1,
+				CapacityPerSecond:    1 / 0.22,
+				MaxQueueWait:         40 * time.Millisecond,
+				AcquireTimeout:       40 * time.Millisecond,
+				Workers:              1,
+				RetryBudgetPerSecond: 0.5,
+			},
+			Usable:                     8,
+			Base:                       1,
+			Share:                      1,
+			TotalPermits:               8,
+			QueueWaitRule:              QueueWaitDerived,
+			UsableRetryBudgetPerSecond: 4,
+			Latency:                    220 * time.Millisecond,
 		},
 	}}
 	for _, tt := range tests {
@@ -437,6 +708,15 @@ func TestPlanRejectsInvalidInput(t *testing.T) {
 		{"MaxRetries", func(in *Input) { in.MaxRetries = -1 }},
 		{"RetryBudgetPerSecond", func(in *Input) { in.RetryBudgetPerSecond = -0.5 }},
 		{"BelowOne", func(in *Input) { in.BelowOne = 7 }},
+		{"ClusterConcurrency", func(in *Input) { in.ClusterConcurrency = -1 }},
+		{"ClusterConcurrency", func(in *Input) { in.ClusterConcurrency = 51 }},
+		{"Part.Permits", func(in *Input) { in.Part = &Part{Permits: -1} }},
+		{"Part.Permits", func(in *Input) { in.Part = &Part{Permits: 41} }},
+		{"Part.Permits", func(in *Input) { in.ClusterConcurrency = 10; in.Part = &Part{Permits: 9} }},
+		{"Part.RatePerSecond", func(in *Input) { in.Part = &Part{RatePerSecond: nan()} }},
+		{"Part.Burst", func(in *Input) { in.Part = &Part{RatePerSecond: 1, Burst: -1} }},
+		{"Part.Burst", func(in *Input) { in.Part = &Part{Burst: 2} }},
+		{"Part.RetryBudgetPerSecond", func(in *Input) { in.Part = &Part{RetryBudgetPerSecond: -1} }},
 	}
 	for _, tt := range tests {
 		in := with(designExample(), tt.change)

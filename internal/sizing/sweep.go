@@ -13,8 +13,9 @@ type SweepRow struct {
 type SweepResult struct {
 	// Rows holds one plan per divisor, in increasing order.
 	Rows []SweepRow
-	// LastWithPermit is floor(C·s), the largest divisor at which each pod
-	// still gets a whole permit; 0 when none does.
+	// LastWithPermit is A, the usable permits (floor(C'·s), or a shared
+	// contract caller's part): the largest divisor at which each pod still
+	// gets a whole permit; 0 when none does.
 	LastWithPermit int
 	// FirstBelowOne is the first divisor of the sweep at which the share
 	// falls below one permit per pod; 0 when every divisor of the sweep
@@ -41,13 +42,7 @@ func Sweep(in Input, minReplicas, maxReplicas int) (SweepResult, error) {
 		return SweepResult{}, err
 	}
 
-	res := SweepResult{
-		Rows:           make([]SweepRow, 0, maxReplicas-minReplicas+1),
-		LastWithPermit: int(int64(in.Concurrency) * int64(in.SafetyPercent) / 100),
-	}
-	if first := max(minReplicas, res.LastWithPermit+1); first <= maxReplicas {
-		res.FirstBelowOne = first
-	}
+	res := SweepResult{Rows: make([]SweepRow, 0, maxReplicas-minReplicas+1)}
 	for n := minReplicas; n <= maxReplicas; n++ {
 		in.Divisor = n
 		plan, err := Plan(in)
@@ -55,6 +50,11 @@ func Sweep(in Input, minReplicas, maxReplicas int) (SweepResult, error) {
 			return SweepResult{}, err
 		}
 		res.Rows = append(res.Rows, SweepRow{Replicas: n, Plan: plan})
+	}
+	// A does not depend on the divisor.
+	res.LastWithPermit = int(res.Rows[0].Plan.Usable)
+	if first := max(minReplicas, res.LastWithPermit+1); first <= maxReplicas {
+		res.FirstBelowOne = first
 	}
 	return res, nil
 }
