@@ -64,6 +64,9 @@ type RunData struct {
 	Acks map[string]string
 	// Laggard names the pod that applied plans late, if any.
 	Laggard string
+	// PermitsCheck compares the logged permits of the pods running at the
+	// end with their gates' metrics (operator only).
+	PermitsCheck *PermitsCheck
 	// Scales are the autoscaler's steps as they happened.
 	Scales []ScaleEvent
 }
@@ -133,6 +136,7 @@ func Analyze(d *RunData) *VariantReport {
 		r.ScaleSteps = scaleSteps(d)
 		r.Capacity = capacity(d, r.Timeline)
 		r.Laggard = d.Laggard
+		r.PermitsCheck = d.PermitsCheck
 	}
 	return r
 }

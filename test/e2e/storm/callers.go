@@ -259,7 +259,8 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		}
 		run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 			args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName,
-				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge"}
+				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge",
+				"--metrics-listen", "127.0.0.1:0"}
 			args = append(args, GatewayRetryArgs...)
 			proc, err := h.procs.Start(ProcessSpec{
 				Name:    c.Namespace + "/" + pod.Name,
@@ -268,8 +269,11 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 				LogPath: filepath.Join(logDir, pod.Name+".log"),
 				OnLog: func(l LogLine) {
-					if l.Msg == MsgAppliedPlan {
+					switch l.Msg {
+					case MsgAppliedPlan:
 						cr.obs.Applied(pod.Name, l)
+					case MsgServingMetrics:
+						cr.obs.ServingMetrics(pod.Name, l.Address)
 					}
 					onLog(l)
 				},
@@ -418,6 +422,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	})
 	for _, cr := range runs {
 		data.Rollouts = append(data.Rollouts, rolloutOf(cr.obs, cr.w.Running()))
+		data.PermitsChecks = append(data.PermitsChecks, cr.obs.CheckPermits(ctx, QuotaName, cr.w.Running()))
 		if err := cr.w.Err(); err != nil {
 			return nil, err
 		}

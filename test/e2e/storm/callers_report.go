@@ -43,8 +43,9 @@ type CallersData struct {
 	Samples  []CallersSample
 	Final    DownstreamCounts
 	// Loads and Rollouts are per caller, in the scenario's order.
-	Loads    []*LoadResult
-	Rollouts []*RolloutReport
+	Loads         []*LoadResult
+	Rollouts      []*RolloutReport
+	PermitsChecks []*PermitsCheck
 	// Status is the contract's last status.
 	Status *v1alpha1.DownstreamContractStatus
 }
@@ -86,6 +87,9 @@ type CallerReport struct {
 	Scale []ScaleStep `json:"scale"`
 	// Rollout is whether its pods acknowledged its last plan.
 	Rollout *RolloutReport `json:"rollout"`
+	// PermitsCheck compares its pods' logged permits with their metrics
+	// at the end.
+	PermitsCheck *PermitsCheck `json:"permitsCheck,omitempty"`
 	// Load is what the harness sent it.
 	LoadAchievedPerSecond float64 `json:"loadAchievedPerSecond"`
 	LoadTargetPerSecond   float64 `json:"loadTargetPerSecond"`
@@ -148,6 +152,9 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 			FairPart: fair[i], StatusPart: parts[callerKey(c)], Scale: c.Scale}
 		if i < len(d.Rollouts) {
 			cr.Rollout = d.Rollouts[i]
+		}
+		if i < len(d.PermitsChecks) {
+			cr.PermitsCheck = d.PermitsChecks[i]
 		}
 		if i < len(d.Loads) && d.Loads[i] != nil {
 			cr.LoadAchievedPerSecond, cr.LoadTargetPerSecond = d.Loads[i].AchievedPerSecond(), d.Loads[i].Target
@@ -216,6 +223,14 @@ func evaluateCallers(r *CallersReport) []Goal {
 			add(c.Name+"'s running pods acknowledged its last plan", "acknowledged = total, 0 stale pods, at "+ro.Last,
 				fmt.Sprintf("%d/%d acknowledged, %d stale, status current: %t", ro.Acknowledged, ro.Total, ro.StalePods, ro.Current),
 				ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
+		}
+		if pc := c.PermitsCheck; pc != nil {
+			got := fmt.Sprintf("%d of %d pods agree", pc.Agree, pc.Pods)
+			if len(pc.Disagreements) > 0 {
+				got += ": " + strings.Join(pc.Disagreements, "; ")
+			}
+			add(c.Name+"'s pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
+				pc.Pods > 0 && pc.Agree == pc.Pods, true)
 		}
 		add(c.Name+": the harness kept up with the load", fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*LoadGoalFraction, c.LoadTargetPerSecond),
 			fmt.Sprintf("%.0f/s", c.LoadAchievedPerSecond), c.LoadAchievedPerSecond >= LoadGoalFraction*c.LoadTargetPerSecond, false)

@@ -51,6 +51,7 @@ func EvaluateGoals(r *Report) []Goal {
 					fmt.Sprintf("%.1f%% (previous division %.1f%%)", 100*c.HeldFraction, 100*c.PreviousHeldFraction), true, false)
 			}
 			rolloutGoal(add, name, v)
+			permitsCheckGoal(add, name, v)
 		case "operator":
 			add(name, "no downstream 429s", "0", fmt.Sprint(v.Downstream429), v.Downstream429 == 0, true)
 			var peaks []string
@@ -82,6 +83,7 @@ func EvaluateGoals(r *Report) []Goal {
 					fmt.Sprintf("%.3fs (p50 %.3fs, %d reloads)", rl.P99, rl.P50, rl.Count), rl.P99 < ReloadP99Goal, true)
 			}
 			rolloutGoal(add, name, v)
+			permitsCheckGoal(add, name, v)
 			if c := v.Capacity; c != nil {
 				add(name, "permits held by Ready pods, integrated over the run",
 					fmt.Sprintf("≥ %.0f%% of %d × %.1fs", 100*HeldGoalFraction, c.Usable, c.Seconds),
@@ -107,6 +109,21 @@ func EvaluateGoals(r *Report) []Goal {
 			v.Load.AchievedPerSecond >= LoadGoalFraction*v.Load.TargetPerSecond, false)
 	}
 	return gs
+}
+
+// permitsCheckGoal adds the goal that the pods' gates export the permits
+// their logs said, which the capacity figures count from.
+func permitsCheckGoal(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport) {
+	c := v.PermitsCheck
+	if c == nil {
+		return
+	}
+	got := fmt.Sprintf("%d of %d pods agree", c.Agree, c.Pods)
+	if len(c.Disagreements) > 0 {
+		got += ": " + strings.Join(c.Disagreements, "; ")
+	}
+	add(name, "the pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
+		c.Pods > 0 && c.Agree == c.Pods, true)
 }
 
 // rolloutGoal adds the goal that every running pod acknowledged the last

@@ -94,6 +94,34 @@ type Observations struct {
 	acks      []AckSample
 	lastAck   map[string]string // pod → its applied annotation's value
 	permits   map[string]int    // running pod → the permits it last applied
+	metrics   map[string]string // running pod → its /metrics address
+}
+
+// ServingMetrics records the address of a pod's /metrics listener.
+func (o *Observations) ServingMetrics(pod, addr string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.metrics == nil {
+		o.metrics = map[string]string{}
+	}
+	o.metrics[pod] = addr
+}
+
+// CheckPermits scrapes the pods among running whose metrics address is
+// known and compares their gate's permits with what their logs said.
+func (o *Observations) CheckPermits(ctx context.Context, gate string, running []string) *PermitsCheck {
+	o.mu.Lock()
+	addrs := map[string]string{}
+	for _, pod := range running {
+		if a, ok := o.metrics[pod]; ok {
+			addrs[pod] = a
+		}
+	}
+	o.mu.Unlock()
+	return checkPermits(ctx, gate, addrs, func(pod string) int {
+		n, _ := o.PermitsOf([]string{pod}, "")
+		return n
+	})
 }
 
 // Applied records a pod's "Applied plan" log line.
@@ -116,6 +144,7 @@ func (o *Observations) Exited(pod string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.permits, pod)
+	delete(o.metrics, pod)
 }
 
 // TotalPermits returns the sum of the permits of the running pods: the

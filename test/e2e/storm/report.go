@@ -89,6 +89,10 @@ type VariantReport struct {
 	Capacity *CapacityReport `json:"capacity,omitempty"`
 	// Laggard names the pod that applied every plan late, if any.
 	Laggard string `json:"laggard,omitempty"`
+	// PermitsCheck says whether the pods running at the end export, in
+	// backpressure_gate_permits, the permits their logs said (operator
+	// variants only): the capacity figures count from the logs.
+	PermitsCheck *PermitsCheck `json:"permitsCheck,omitempty"`
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`

@@ -109,7 +109,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		}
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
-				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
+				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge", "--metrics-listen", "127.0.0.1:0")
 		} else {
 			args = append(args, "--plan-dir", planDir)
 		}
@@ -121,8 +121,11 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: filepath.Join(logDir, pod.Name+".log"),
 			OnLog: func(l LogLine) {
-				if l.Msg == MsgAppliedPlan {
+				switch l.Msg {
+				case MsgAppliedPlan:
 					obs.Applied(pod.Name, l)
+				case MsgServingMetrics:
+					obs.ServingMetrics(pod.Name, l.Address)
 				}
 				onLog(l)
 			},
@@ -190,6 +193,9 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
 	data.Acks, data.Laggard = obs.LastAcks(), laggard
+	if v.Operator {
+		data.PermitsCheck = obs.CheckPermits(ctx, QuotaName, w.Running())
+	}
 	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
 		return nil, err
 	}
