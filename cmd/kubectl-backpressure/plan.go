@@ -41,9 +41,11 @@ var planFlagFields = map[string]string{
 var requiredWithoutFile = []string{"concurrency", "latency", "deadline"}
 
 type planOptions struct {
-	file          string
-	replicas      int32
-	replicasRange string
+	file           string
+	contract       string
+	callerReplicas map[string]int
+	replicas       int32
+	replicasRange  string
 
 	compare bool
 
@@ -81,7 +83,13 @@ The contract comes from -f FILE (a DownstreamQuota manifest), from flags, or
 both: flags override the file. --replicas gives the divisor; --replicas-range
 MIN..MAX plans every divisor an HPA may choose, with the permits in use at
 each and what the previous division (floor(A / N) for every pod) used;
---compare prints only that comparison.`,
+--compare prints only that comparison.
+
+--contract FILE reads a DownstreamContract shared by several workloads and
+splits it over the quotas of -f FILE that name it in contractRef, as the
+operator does: by weighted max-min fairness capped at each caller's demand,
+then exactly over each caller's Ready pods (--replicas for every caller,
+--caller-replicas NAMESPACE/NAME=COUNT for one).`,
 		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
   kubectl backpressure plan -f quota.yaml --replicas-range 2..60 -o json
   kubectl backpressure plan -f quota.yaml --replicas-range 1..60 --compare
@@ -93,7 +101,9 @@ each and what the previous division (floor(A / N) for every pod) used;
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON)")
+	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON); with --contract, the quotas sharing it")
+	f.StringVar(&o.contract, "contract", "", "DownstreamContract manifest to split over the quotas of -f that name it")
+	f.StringToIntVar(&o.callerReplicas, "caller-replicas", nil, "with --contract, Ready pods of one caller, NAMESPACE/NAME=COUNT (repeatable)")
 	f.Int32Var(&o.replicas, "replicas", 0, "replica count to divide the contract by")
 	f.StringVar(&o.replicasRange, "replicas-range", "", "plan every replica count MIN..MAX, such as 2..20")
 	f.BoolVar(&o.compare, "compare", false, "with --replicas-range, print only the permits in use at each count, now and under the previous division")
@@ -117,6 +127,12 @@ each and what the previous division (floor(A / N) for every pod) used;
 
 func (o *planOptions) run(cmd *cobra.Command, format string) error {
 	flags := cmd.Flags()
+	if o.contract != "" {
+		return o.runContract(cmd, format)
+	}
+	if flags.Changed("caller-replicas") {
+		return errors.New("--caller-replicas: needs --contract FILE")
+	}
 	switch {
 	case flags.Changed("replicas") && flags.Changed("replicas-range"):
 		return errors.New("--replicas, --replicas-range: give one, not both")

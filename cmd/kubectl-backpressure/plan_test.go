@@ -279,6 +279,71 @@ func TestPlanTable(t *testing.T) {
 	}
 }
 
+func TestPlanSharedContract(t *testing.T) {
+	args := []string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/callers.yaml", "--replicas", "8", "--caller-replicas", "reports/logistics-api=3"}
+	var got contractJSON
+	runJSON(t, &got, args...)
+	// 40 usable permits: the report batch can use 10 and gets them; the
+	// gateway, at weight 2 of 3 and no stated demand, the other 30. The
+	// retry budget of 10/s goes with the permits: 2.5/s and 7.5/s.
+	if got.Contract != "logistics" || got.Usable != 40 || len(got.Callers) != 2 {
+		t.Fatalf("contract %q, usable %d, %d callers; want logistics, 40, 2", got.Contract, got.Usable, len(got.Callers))
+	}
+	ten := int64(10)
+	wantCallers := []callerJSON{{
+		Caller: "reports/logistics-api", Weight: 1, Demand: &ten, ReadyPods: 3, Permits: 10, RetryBudgetPerSecond: 2.5,
+		Reason: "its demand of 10 in flight is met (weight 1 of 3)",
+	}, {
+		Caller: "shop/logistics-api", Weight: 2, ReadyPods: 8, Permits: 30, RetryBudgetPerSecond: 7.5,
+		Reason: "weighted max-min fair share of 40 usable permits at weight 2 of 3: 30",
+	}}
+	for i, want := range wantCallers {
+		c := got.Callers[i]
+		// Each caller's plan divides its part exactly over its pods.
+		if c.Plan.Usable != int64(c.Permits) || c.Plan.TotalPermits != int64(c.Permits) || c.Plan.Replicas != int(c.ReadyPods) {
+			t.Errorf("%s: plan usable %d, in use %d over %d replicas; want its part %d over %d", c.Caller, c.Plan.Usable, c.Plan.TotalPermits, c.Plan.Replicas, c.Permits, c.ReadyPods)
+		}
+		c.Plan = planJSON{}
+		if diff := cmp.Diff(want, c, approx); diff != "" {
+			t.Errorf("caller %d (-want +got):\n%s", i, diff)
+		}
+	}
+	// 10 over 3 pods: one at 4, two at 3; 30 over 8: six at 4, two at 3.
+	if r, s := got.Callers[0].Plan, got.Callers[1].Plan; r.Base != 3 || r.Extra != 1 || s.Base != 3 || s.Extra != 6 {
+		t.Errorf("divisions: reports base %d extra %d, shop base %d extra %d; want 3, 1, 3, 6", r.Base, r.Extra, s.Base, s.Extra)
+	}
+
+	stdout, stderr, code := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"logistics → logistics.example.com: 50 in flight × 80% safety = 40 permits to split over 2 callers by weighted max-min fairness, capped at each one's demand",
+		"reports/logistics-api 1 10 3 10 none none 2.5/s its demand of 10 in flight is met (weight 1 of 3)",
+		"shop/logistics-api 2 none given 8 30 none none 7.5/s weighted max-min fair share of 40 usable permits at weight 2 of 3: 30",
+		"shop/logistics-api: its part of the shared contract, 30 permits, over 8 replicas (below one: Strict)",
+		"in use 30 4 permits × 6 pods + 3 permits × 2 pods = 30, every usable permit",
+		"in use 10 4 permits × 1 pod + 3 permits × 2 pods = 10, every usable permit",
+	} {
+		if !containsSpaced(stdout, want) {
+			t.Errorf("shared contract output lacks %q:\n%s", want, stdout)
+		}
+	}
+
+	// The same contract and quotas in one file; a caller without Ready pods
+	// demands nothing and the other gets every permit.
+	bundle := t.TempDir() + "/both.yaml"
+	contract, _ := os.ReadFile("testdata/contract.yaml")
+	callers, _ := os.ReadFile("testdata/callers.yaml")
+	if err := os.WriteFile(bundle, append(append(contract, []byte("---\n")...), callers...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runJSON(t, &got, "plan", "--contract", bundle, "-f", bundle, "--replicas", "8", "--caller-replicas", "reports/logistics-api=0")
+	if got.Callers[0].Permits != 0 || got.Callers[1].Permits != 40 || got.Callers[0].Reason != "no Ready pods: demands nothing, gets 0" {
+		t.Errorf("caller without Ready pods: %+v", got.Callers)
+	}
+}
+
 func TestPlanClusterShare(t *testing.T) {
 	// This cluster uses 40% of the 50: 20 × 80% = 16 = 5 × 3 + 1. The rate
 	// and burst scale the same way: 100 × 20/50 × 80% = 32/s, burst
@@ -346,8 +411,8 @@ func TestSweep(t *testing.T) {
 		"logistics-api: 50 in flight × 80% safety = 40 permits to divide (below one: Strict)",
 		"Every pod holds at least one permit up to 40 replicas; from 41 replicas on Strict gives 40 pods 1 permit and the others none.",
 		"REPLICAS BASE +1 PODS IN USE PREVIOUS QUEUE MAX WAIT WORKERS RATE BURST RETRY BUDGET DIAGNOSTICS",
-		"39 1 1 40 39 0 40ms 1|2 none none 0.25/s|0.5/s WorstLatencyExceedsDeadline, DemandExceedsQuota",
-		"41 0 40 40 0 0 40ms 0|1 none none 0/s|0.25/s QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"39 1 1 40 (100%) 39 (97.5%) 0 40ms 1|2 none none 0.25/s|0.5/s WorstLatencyExceedsDeadline, DemandExceedsQuota",
+		"41 0 40 40 (100%) 0 (0%) 0 40ms 0|1 none none 0/s|0.25/s QuotaTooSmall, WorstLatencyExceedsDeadline, DemandExceedsQuota",
 	} {
 		if !containsSpaced(stdout, want) {
 			t.Errorf("sweep table lacks %q:\n%s", want, stdout)
@@ -439,6 +504,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"backlog", "--arrival", "0", "--workers", "1", "--latency", "1s"}, "error: --arrival: must be greater than 0, got 0"},
 		{[]string{"plna"}, `error: unknown command "plna" for "kubectl backpressure" Did you mean this? plan`},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--compare"}, "error: --compare: needs --replicas-range MIN..MAX"},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--caller-replicas", "shop/x=2"}, "error: --caller-replicas: needs --contract FILE"},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "--replicas", "8"}, "error: --filename: required with --contract: the quotas that share the contract"},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/callers.yaml"}, "error: --replicas: required with --contract, or --caller-replicas reports/logistics-api=COUNT for each caller"},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/callers.yaml", "--replicas", "8", "--concurrency", "60"}, "error: --concurrency: not with --contract: the contract comes from its file and each caller's settings from its quota"},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/callers.yaml", "--replicas", "8", "--caller-replicas", "shop/gateway=2"}, `error: --caller-replicas: shop/gateway is not a quota of testdata/callers.yaml sharing "logistics"`},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/callers.yaml", "--replicas", "8", "--caller-replicas", "shop/logistics-api=-1"}, "error: --caller-replicas: shop/logistics-api must be at least 0, got -1"},
+		{[]string{"plan", "--contract", "testdata/contract.yaml", "-f", "testdata/quota.yaml", "--replicas", "8"}, `error: testdata/quota.yaml: shop/logistics-api: spec.contractRef: must name the DownstreamContract "logistics" of --contract, got none`},
+		{[]string{"plan", "--contract", "testdata/contract-invalid.yaml", "-f", "testdata/callers.yaml", "--replicas", "8"}, "error: testdata/contract-invalid.yaml: downstreamContract.spec.contract.burst: requires a rate greater than 0, got 5 with no rate"},
+		{[]string{"plan", "--contract", "testdata/quota.yaml", "-f", "testdata/callers.yaml", "--replicas", "8"}, "error: testdata/quota.yaml: kind: none of its 1 documents is a DownstreamContract of backpressure.dev/v1alpha1"},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "half"}, `error: --cluster-share: must be calls in flight such as 20 or a percentage such as 40%, got "half"`},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "51"}, "error: --cluster-share: must be between 1 and the contract's concurrency 50, got 51"},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--cluster-share", "0%"}, "error: --cluster-share: must be between 1 and 100, got 0"},

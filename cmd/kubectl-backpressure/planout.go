@@ -178,8 +178,13 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 			subject += " → " + downstream
 		}
 	}
-	fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n\n",
-		subject, contractText(in), in.SafetyPercent, replicaCount(n), in.BelowOne)
+	if in.Part != nil {
+		fmt.Fprintf(out, "%s: its part of the shared contract, %s, over %s (below one: %s)\n\n",
+			subject, permitsWord(res.Usable), replicaCount(n), in.BelowOne)
+	} else {
+		fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n\n",
+			subject, contractText(in), in.SafetyPercent, replicaCount(n), in.BelowOne)
+	}
 
 	if err := writeDivision(out, in, res); err != nil {
 		return err
@@ -245,7 +250,11 @@ func writeDivision(out io.Writer, in sizing.Input, res sizing.PlanResult) error 
 	t.row("in use", fmt.Sprint(res.TotalPermits), inUseFormula(in, res))
 	prev := previousTotal(res, in.Divisor)
 	t.row("previous", fmt.Sprint(prev), fmt.Sprintf("base × replicas = %d × %d, the division before every permit was handed out (%s)", res.Base, n, ofUsable(prev, res.Usable)))
-	if res.UsableRatePerSecond > 0 {
+	switch {
+	case res.UsableRatePerSecond > 0 && in.Part != nil:
+		t.row("usable rate", perSec(res.UsableRatePerSecond), "this caller's part of the contract's usable rate")
+		t.row("usable burst", fmt.Sprint(res.UsableBurst), "this caller's part of the usable burst, with its part of the rate")
+	case res.UsableRatePerSecond > 0:
 		rule, values := scaledFormula("rate", perSec(in.RatePerSecond), in)
 		t.row("usable rate", perSec(res.UsableRatePerSecond), rule+" = "+values)
 		rule, values = scaledFormula("burst", fmt.Sprint(in.Burst), in)
@@ -255,6 +264,9 @@ func writeDivision(out io.Writer, in sizing.Input, res sizing.PlanResult) error 
 }
 
 func usableFormula(in sizing.Input) string {
+	if in.Part != nil {
+		return "this caller's part of the shared contract (see the split over callers)"
+	}
 	if clusterShared(in) {
 		return fmt.Sprintf("floor(cluster share × safety) = floor(%d × %d%%)", in.ClusterConcurrency, in.SafetyPercent)
 	}
@@ -471,7 +483,9 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 		if diags == "" {
 			diags = "-"
 		}
-		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra), fmt.Sprint(r.TotalPermits), fmt.Sprint(previousTotal(r, row.Replicas)),
+		prev := previousTotal(r, row.Replicas)
+		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra),
+			fmt.Sprintf("%d (%s)", r.TotalPermits, shortPercent(r.TotalPermits, r.Usable)), fmt.Sprintf("%d (%s)", prev, shortPercent(prev, r.Usable)),
 			both(func(p sizing.PerPod) string { return fmt.Sprint(p.QueueCapacity) }), r.PerPod.MaxQueueWait.String(),
 			both(func(p sizing.PerPod) string { return fmt.Sprint(p.Workers) }), rate, burst,
 			both(func(p sizing.PerPod) string { return perSec(p.RetryBudgetPerSecond) }), diags)
@@ -482,7 +496,8 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 	_, err := fmt.Fprintln(out, `
 BASE is every pod's permits and +1 PODS the number holding one more; a cell
 "a|b" gives a pod's figure at BASE, then at BASE+1. IN USE is what all pods hold
-at once; PREVIOUS what they held when every pod got BASE.`)
+at once, PREVIOUS what they held when every pod got BASE, each with its part of
+the usable permits.`)
 	return err
 }
 

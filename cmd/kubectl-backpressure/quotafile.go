@@ -18,7 +18,10 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
-const quotaKind = "DownstreamQuota"
+const (
+	quotaKind    = "DownstreamQuota"
+	contractKind = "DownstreamContract"
+)
 
 // durationFields are the spec's metav1.Duration fields. The JSON decoder
 // reports a malformed duration without saying which field held it, so they
@@ -29,6 +32,14 @@ var durationFields = [][]string{
 	{"spec", "deadline"},
 	{"spec", "maxQueueWait"},
 	{"spec", "acquireTimeout"},
+	{"spec", "handover", "unacknowledgedDelay"},
+	{"spec", "handover", "stalledAfter"},
+}
+
+// contractDurationFields are a DownstreamContract's metav1.Duration fields.
+var contractDurationFields = [][]string{
+	{"spec", "handover", "unacknowledgedDelay"},
+	{"spec", "handover", "stalledAfter"},
 }
 
 // loadQuota reads the DownstreamQuota in a YAML or JSON file. The file may
@@ -37,6 +48,74 @@ var durationFields = [][]string{
 // strict: unknown or duplicate fields are errors, and every error names the
 // file and the field.
 func loadQuota(path string) (*v1alpha1.DownstreamQuota, error) {
+	docs, err := readDocuments(path)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := pickQuota(docs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	q := &v1alpha1.DownstreamQuota{}
+	if err := decodeStrict(doc, q, durationFields); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return q, nil
+}
+
+// loadQuotas reads every DownstreamQuota of backpressure.dev/v1alpha1 in a
+// file, at least one; other documents are skipped.
+func loadQuotas(path string) ([]v1alpha1.DownstreamQuota, error) {
+	docs, err := readDocuments(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []v1alpha1.DownstreamQuota
+	for _, doc := range docs {
+		if m, err := typeMetaOf(doc); err != nil || checkTypeMeta(m, quotaKind) != nil {
+			continue
+		}
+		var q v1alpha1.DownstreamQuota
+		if err := decodeStrict(doc, &q, durationFields); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, q)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: kind: none of its %d documents is a %s of %s", path, len(docs), quotaKind, v1alpha1.GroupVersion)
+	}
+	return out, nil
+}
+
+// loadContract reads the one DownstreamContract of backpressure.dev/v1alpha1
+// in a file; other documents are skipped.
+func loadContract(path string) (*v1alpha1.DownstreamContract, error) {
+	docs, err := readDocuments(path)
+	if err != nil {
+		return nil, err
+	}
+	var found []byte
+	for _, doc := range docs {
+		if m, err := typeMetaOf(doc); err != nil || checkTypeMeta(m, contractKind) != nil {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("%s: kind: holds more than one %s; give one per file", path, contractKind)
+		}
+		found = doc
+	}
+	if found == nil {
+		return nil, fmt.Errorf("%s: kind: none of its %d documents is a %s of %s", path, len(docs), contractKind, v1alpha1.GroupVersion)
+	}
+	c := &v1alpha1.DownstreamContract{}
+	if err := decodeStrict(found, c, contractDurationFields); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// readDocuments reads a file's YAML or JSON documents as JSON.
+func readDocuments(path string) ([][]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -45,15 +124,13 @@ func loadQuota(path string) (*v1alpha1.DownstreamQuota, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	doc, err := pickQuota(docs)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	q, err := decodeQuota(doc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return q, nil
+	return docs, nil
+}
+
+func typeMetaOf(doc []byte) (typeMeta, error) {
+	var m typeMeta
+	err := json.Unmarshal(doc, &m)
+	return m, err
 }
 
 // splitDocuments returns the non-empty documents of a YAML stream as JSON.
@@ -98,11 +175,11 @@ func pickQuota(docs [][]byte) ([]byte, error) {
 		}
 	}
 	if len(docs) == 1 {
-		return docs[0], checkTypeMeta(metas[0])
+		return docs[0], checkTypeMeta(metas[0], quotaKind)
 	}
 	var found []byte
 	for i, m := range metas {
-		if checkTypeMeta(m) != nil {
+		if checkTypeMeta(m, quotaKind) != nil {
 			continue
 		}
 		if found != nil {
@@ -116,9 +193,9 @@ func pickQuota(docs [][]byte) ([]byte, error) {
 	return found, nil
 }
 
-func checkTypeMeta(m typeMeta) error {
-	if m.Kind != quotaKind {
-		return fmt.Errorf("kind: must be %s, got %q", quotaKind, m.Kind)
+func checkTypeMeta(m typeMeta, kind string) error {
+	if m.Kind != kind {
+		return fmt.Errorf("kind: must be %s, got %q", kind, m.Kind)
 	}
 	if m.APIVersion != v1alpha1.GroupVersion.String() {
 		return fmt.Errorf("apiVersion: must be %s, got %q", v1alpha1.GroupVersion, m.APIVersion)
@@ -126,34 +203,34 @@ func checkTypeMeta(m typeMeta) error {
 	return nil
 }
 
-// decodeQuota decodes one JSON document strictly.
-func decodeQuota(doc []byte) (*v1alpha1.DownstreamQuota, error) {
+// decodeStrict decodes one JSON document into v strictly, checking the
+// duration fields at durations first so that an error names the field.
+func decodeStrict(doc []byte, v any, durations [][]string) error {
 	var generic map[string]any
 	if err := json.Unmarshal(doc, &generic); err != nil {
-		return nil, err
+		return err
 	}
-	for _, path := range durationFields {
-		v, ok := lookup(generic, path)
+	for _, path := range durations {
+		val, ok := lookup(generic, path)
 		if !ok {
 			continue
 		}
-		s, isString := v.(string)
+		s, isString := val.(string)
 		if !isString {
-			return nil, fmt.Errorf("%s: must be a duration such as 220ms, got %v", strings.Join(path, "."), v)
+			return fmt.Errorf("%s: must be a duration such as 220ms, got %v", strings.Join(path, "."), val)
 		}
 		if _, err := time.ParseDuration(s); err != nil {
-			return nil, fmt.Errorf("%s: must be a duration such as 220ms, got %q", strings.Join(path, "."), s)
+			return fmt.Errorf("%s: must be a duration such as 220ms, got %q", strings.Join(path, "."), s)
 		}
 	}
-	q := &v1alpha1.DownstreamQuota{}
-	strict, err := sigsjson.UnmarshalStrict(doc, q)
+	strict, err := sigsjson.UnmarshalStrict(doc, v)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(strict) > 0 {
-		return nil, strict[0]
+		return strict[0]
 	}
-	return q, nil
+	return nil
 }
 
 // lookup follows path through nested objects.

@@ -74,9 +74,10 @@ func CallerWeight(spec v1alpha1.DownstreamQuotaSpec) int32 { return max(spec.Wei
 // weighted max-min fairness capped at each caller's demand
 // (division.FairShare), and the usable rate with them (FairShareFloat, the
 // demand in calls per second); each caller's burst follows its part of the
-// rate and its retry budget its part of the permits. The arithmetic is the
-// operator's (internal/controller's split), so that kubectl-backpressure
-// shows the parts the operator hands out. Parts are aligned with callers.
+// rate and its retry budget its part of the permits. A caller without
+// serving pods gets nothing. The operator's DownstreamContract controller
+// and kubectl-backpressure both call it, so the CLI shows the parts the
+// operator hands out. Parts are aligned with callers.
 func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerPart {
 	out := make([]CallerPart, len(callers))
 	if len(callers) == 0 {
@@ -136,6 +137,32 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 		}
 	}
 	return out
+}
+
+// ValidateContract checks a DownstreamContract's spec as its schema does,
+// so that a file that did not pass through an API server gets the same
+// answer; the first problem is a *FieldError naming
+// downstreamContract.spec.<field>.
+func ValidateContract(c v1alpha1.DownstreamContractSpec) error {
+	k := c.Contract
+	field := func(name, format string, args ...any) error {
+		return &FieldError{Field: "downstreamContract.spec." + name, Detail: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case k.Concurrency < 1:
+		return field("contract.concurrency", "must be at least 1, got %d", k.Concurrency)
+	case k.RatePerSecond < 0:
+		return field("contract.ratePerSecond", "must not be negative, got %d", k.RatePerSecond)
+	case k.Burst < 0:
+		return field("contract.burst", "must be at least 0, got %d", k.Burst)
+	case k.Burst > 0 && k.RatePerSecond == 0:
+		return field("contract.burst", "requires a rate greater than 0, got %d with no rate", k.Burst)
+	case c.SafetyPercent < 0 || c.SafetyPercent > 100:
+		return field("safetyPercent", "must be between 1 and 100, got %d", c.SafetyPercent)
+	case c.RetryBudgetPerSecond < 0:
+		return field("retryBudgetPerSecond", "must not be negative, got %d", c.RetryBudgetPerSecond)
+	}
+	return validateClusterShare(k, SharedContractField+".clusterShare")
 }
 
 // fairShareOfServing is division.FairShare over the callers with serving
