@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,14 +100,24 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 
 	endpoints := &Endpoints{Timeout: RequestTimeout}
 	defer endpoints.Close()
-	var laggard string // the first pod started, when the variant has one
+	// The laggard is the first pod started, when the variant has one; pods
+	// start from their own goroutines.
+	var lagMu sync.Mutex
+	var laggardName string
+	laggard := func() string {
+		lagMu.Lock()
+		defer lagMu.Unlock()
+		return laggardName
+	}
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
-		if v.Laggard > 0 && laggard == "" {
-			laggard = pod.Name
+		lagMu.Lock()
+		if v.Laggard > 0 && laggardName == "" {
+			laggardName = pod.Name
 			args = append(args, "--apply-delay", v.Laggard.String())
 			h.logf("[%s] Pod %s applies every new plan %v late", v.Name, pod.Name, v.Laggard)
 		}
+		lagMu.Unlock()
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
 				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge", "--metrics-listen", "127.0.0.1:0")
@@ -180,7 +191,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Running the schedule: %v at %.0f requests/s", v.Name, s.Duration, s.RequestsPerSecond)
-	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs, func() string { return laggard })
+	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs, laggard)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +203,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		})
 	}
 	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
-	data.Acks, data.Laggard = obs.LastAcks(), laggard
+	data.Acks, data.Laggard = obs.LastAcks(), laggard()
 	if v.Operator {
 		data.PermitsCheck = obs.CheckPermits(ctx, QuotaName, w.Running())
 	}
