@@ -1,6 +1,7 @@
 // Package e2e holds the end-to-end suite of the project: the 429 storm of
 // the README's story, reproduced without the operator and prevented with
-// it, against a real API server, the manager as a process and one
+// it, a pod that applies every plan late, and two workloads sharing one
+// contract, against a real API server, the manager as a process and one
 // examples/gateway process per pod (see package storm for the harness).
 //
 // The suite is behind the e2e build tag, so that `go test ./...` does not

@@ -21,6 +21,14 @@ type Sample struct {
 	Latency time.Duration
 	// Permits is the sum of the running pods' permits.
 	Permits int
+	// ReadyPermits is the sum of the permits of the pods in the endpoints,
+	// as each pod's gate enforces them.
+	ReadyPermits int
+	// LaggardRunning and LaggardReady say whether the variant's laggard pod
+	// runs (not terminating) and is in the endpoints.
+	LaggardRunning, LaggardReady bool
+	// LaggardPermits is the permits the laggard's gate enforces.
+	LaggardPermits int
 }
 
 // ScaleEvent is the autoscaler changing the replica count.
@@ -51,6 +59,14 @@ type RunData struct {
 	Rollout   []RolloutSample
 	// Alive names the pods still running at the end of the load.
 	Alive []string
+	// Acks are each alive pod's applied annotation at the end (operator
+	// only).
+	Acks map[string]string
+	// Laggard names the pod that applied plans late, if any.
+	Laggard string
+	// PermitsCheck compares the logged permits of the pods running at the
+	// end with their gates' metrics (operator only).
+	PermitsCheck *PermitsCheck
 	// Scales are the autoscaler's steps as they happened.
 	Scales []ScaleEvent
 }
@@ -118,6 +134,9 @@ func Analyze(d *RunData) *VariantReport {
 		r.Plans = plans(d)
 		r.Rollout = rollout(d)
 		r.ScaleSteps = scaleSteps(d)
+		r.Capacity = capacity(d, r.Timeline)
+		r.Laggard = d.Laggard
+		r.PermitsCheck = d.PermitsCheck
 	}
 	return r
 }
@@ -185,6 +204,8 @@ func timeline(samples []Sample) []TimelinePoint {
 			Ready:          s.Pods.Ready,
 			LatencySeconds: s.Latency.Seconds(),
 			Permits:        s.Permits,
+			ReadyPermits:   s.ReadyPermits,
+			LaggardPermits: s.LaggardPermits,
 		})
 		prev = s.Downstream
 	}
@@ -242,22 +263,18 @@ func plans(d *RunData) []PlanReport {
 
 func rollout(d *RunData) *RolloutReport {
 	r := &RolloutReport{}
-	var last string
+	var last Published
 	if n := len(d.Published); n > 0 {
-		last = d.Published[n-1].Hash
+		last = d.Published[n-1]
+		r.Last = last.Ack().String()
 	}
 	if n := len(d.Rollout); n > 0 {
 		s := d.Rollout[n-1]
-		r.Acknowledged, r.Total, r.Current = s.Acknowledged, s.Total, s.Hash == last
-	}
-	lastApplied := map[string]Applied{}
-	for _, a := range d.Applied {
-		if cur, ok := lastApplied[a.Pod]; !ok || !a.Time.Before(cur.Time) {
-			lastApplied[a.Pod] = a
-		}
+		r.Acknowledged, r.Total = s.Acknowledged, s.Total
+		r.Current = s.Epoch == last.Epoch && s.Revision == last.Revision
 	}
 	for _, pod := range d.Alive {
-		if lastApplied[pod].Hash != last {
+		if d.Acks[pod] != r.Last {
 			r.StalePods++
 		}
 	}
@@ -293,7 +310,7 @@ func scaleSteps(d *RunData) []ScaleStepReport {
 		}
 		r.FirstPlanSeconds = first.Seen.Sub(sc.At).Seconds()
 		r.SettledPlanSeconds = last.Seen.Sub(sc.At).Seconds()
-		r.SettledPermits = last.Permits
+		r.SettledHandedOut = last.HandedOut()
 		// Pods running at the decision: their first application is before it.
 		running := map[string]bool{}
 		for _, a := range d.Applied {

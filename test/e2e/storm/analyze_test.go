@@ -12,6 +12,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
 func TestReloadLatencies(t *testing.T) {
@@ -43,9 +47,9 @@ func TestScaleSteps(t *testing.T) {
 		Scales:   []ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
 		Published: []Published{
 			{Seen: at(-1000), Hash: "n8", Permits: 5},
-			{Seen: at(25030), Hash: "n16", Permits: 2},
+			{Seen: at(25030), Hash: "n16", Pods: map[string]int{"old": 3, "new": 2}},
 			{Seen: at(45600), Hash: "n10", Permits: 4},
-			{Seen: at(45800), Hash: "n4", Permits: 10},
+			{Seen: at(45800), Hash: "n4", Pods: map[string]int{"old": 20, "new": 20}},
 		},
 		Applied: []Applied{
 			{Pod: "old", Time: at(-900), Hash: "n8"},
@@ -58,9 +62,9 @@ func TestScaleSteps(t *testing.T) {
 		},
 	}
 	want := []ScaleStepReport{
-		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledPermits: 2,
+		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledHandedOut: 5,
 			AppliedBy: 1, AppliedP50Seconds: 0.04, AppliedMaxSeconds: 0.04},
-		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledPermits: 10,
+		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledHandedOut: 40,
 			AppliedBy: 2, AppliedP50Seconds: 0.81, AppliedMaxSeconds: 0.83},
 	}
 	if diff := cmp.Diff(want, scaleSteps(d), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
@@ -80,6 +84,15 @@ func TestObservationsTotalPermits(t *testing.T) {
 	o.Exited("b")
 	if got := o.TotalPermits(); got != 2 {
 		t.Errorf("after a shrink and an exit: TotalPermits() = %d, want 2", got)
+	}
+	o.Applied("c", LogLine{Msg: MsgAppliedPlan, Permits: &five})
+	released := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{v1alpha1.AppliedAnnotationPrefix + "g": "e/released"}}}
+	o.ack(time.Now(), released, "g")
+	if got, _ := o.PermitsOf([]string{"a", "c"}, ""); got != 2 || o.TotalPermits() != 2 {
+		t.Errorf("after c released its share: PermitsOf(a, c) = %d, TotalPermits() = %d, want 2 and 2", got, o.TotalPermits())
+	}
+	if acks := o.Acks(); len(acks) != 1 || !acks[0].Ack.Released || o.LastAcks()["c"] != "e/released" {
+		t.Errorf("acks %+v, last %v", acks, o.LastAcks())
 	}
 }
 
@@ -119,7 +132,8 @@ func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 		c.WindowPeak = peak
 		c.Peak = peak
 		n := s.ReplicasAt(off)
-		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n)}, Latency: s.LatencyAt(off)})
+		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
+			Latency: s.LatencyAt(off), ReadyPermits: Usable()})
 	}
 	d.Final = c
 	d.Final.WindowPeak = 0
@@ -144,14 +158,18 @@ func TestAnalyzeAndGoals(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := syntheticRun(vs[0], 18, 0, 40) // 180/s, no 429s
-	op.Published = []Published{{Seen: op.Start.Add(-time.Second), Hash: "h8", Permits: 5}, {Seen: op.Start.Add(25 * time.Second), Hash: "h16", Permits: 2}}
+	op.Published = []Published{
+		{Seen: op.Start.Add(-time.Second), Hash: "h8", Epoch: "e", Revision: 1, Pods: map[string]int{"p1": 5, "p2": 5}},
+		{Seen: op.Start.Add(25 * time.Second), Hash: "h16", Epoch: "e", Revision: 2, Pods: map[string]int{"p1": 2, "p2": 3}},
+	}
 	for _, pod := range []string{"p1", "p2"} {
 		op.Applied = append(op.Applied,
 			Applied{Pod: pod, Time: op.Start.Add(-900 * time.Millisecond), Hash: "h8", Permits: 5},
 			Applied{Pod: pod, Time: op.Start.Add(25*time.Second + 80*time.Millisecond), Hash: "h16", Permits: 2})
 	}
 	op.Alive = []string{"p1", "p2"}
-	op.Rollout = []RolloutSample{{Hash: "h16", Acknowledged: 2, Total: 2}}
+	op.Acks = map[string]string{"p1": "e/2", "p2": "e/2"}
+	op.Rollout = []RolloutSample{{Hash: "h16", Epoch: "e", Revision: 2, Acknowledged: 2, Total: 2}}
 	static := syntheticRun(vs[1], 18, 3, 53)
 	naive := syntheticRun(vs[2], 18, 100, 58)
 
@@ -171,7 +189,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 	if rl := o.ReloadLatencySeconds; rl == nil || rl.Count != 2 || rl.P99 < 0.079 || rl.P99 > 0.081 {
 		t.Errorf("reload latency %+v, want two reloads of 80ms", rl)
 	}
-	if diff := cmp.Diff(&RolloutReport{Acknowledged: 2, Total: 2, Current: true}, o.Rollout); diff != "" {
+	if diff := cmp.Diff(&RolloutReport{Acknowledged: 2, Total: 2, Last: "e/2", Current: true}, o.Rollout); diff != "" {
 		t.Errorf("rollout (-want +got):\n%s", diff)
 	}
 	if n := r.Variants["naive"]; n.Downstream429Fraction < 0.84 || n.Downstream429Fraction > 0.85 {
@@ -181,15 +199,24 @@ func TestAnalyzeAndGoals(t *testing.T) {
 		t.Errorf("goals failed on a run that meets them: %+v", failed)
 	}
 
-	// The same run with one 429 and a slow reload misses exactly those goals.
+	// The same run with one 429, a slow reload, a pod still at the previous
+	// revision and a 5 s dip to half the usable permits misses exactly
+	// those goals.
 	op.Final.Rejected = 1
 	op.Applied[1].Time = op.Start.Add(27 * time.Second)
+	op.Acks["p2"] = "e/1"
+	for i := range op.Samples {
+		if op.Samples[i].At >= 30*time.Second && op.Samples[i].At < 35*time.Second {
+			op.Samples[i].ReadyPermits = Usable() / 2
+		}
+	}
 	r.Add(Analyze(op))
 	var failed []string
 	for _, g := range r.Failed() {
 		failed = append(failed, g.Variant+": "+g.Goal)
 	}
-	if diff := cmp.Diff([]string{"operator: no downstream 429s", "operator: reload latency p99"}, failed); diff != "" {
+	if diff := cmp.Diff([]string{"operator: no downstream 429s", "operator: reload latency p99",
+		"operator: every running pod acknowledged the last plan", "operator: permits held by Ready pods, integrated over the run"}, failed); diff != "" {
 		t.Errorf("failed goals (-want +got):\n%s", diff)
 	}
 

@@ -18,9 +18,12 @@ type Goal struct {
 
 // The goals' thresholds.
 const (
-	// GoodputGoalFraction is the part of the goodput ceiling the operator
-	// must reach in the steady phases.
-	GoodputGoalFraction = 0.9
+	// GoodputGoalFraction is the part of the goodput ceiling (usable permits
+	// / typical latency) the operator must reach in the steady phases.
+	GoodputGoalFraction = 0.95
+	// HeldGoalFraction is the part of usable × duration the operator's
+	// Ready pods must hold, integrated over its run.
+	HeldGoalFraction = 0.97
 	// ReloadP99Goal bounds the operator's reload latency p99, in seconds.
 	ReloadP99Goal = 1.0
 	// LoadGoalFraction is the part of the target load the harness should
@@ -37,6 +40,18 @@ func EvaluateGoals(r *Report) []Goal {
 	for _, name := range r.Order {
 		v := r.Variants[name]
 		switch name {
+		case "laggard":
+			add(name, "peak in-flight within the contract while one pod applies every plan late", fmt.Sprintf("≤ %d", r.Contract),
+				fmt.Sprint(v.PeakInFlight), v.PeakInFlight <= int64(r.Contract), true)
+			add(name, "downstream 429s", "reported", fmt.Sprint(v.Downstream429), true, false)
+			if c := v.Capacity; c != nil {
+				add(name, "the previous division on the same schedule: peak permits of the running pods", "reported",
+					fmt.Sprintf("%d (contract %d; above it for %.1fs)", c.PreviousPeakPermits, r.Contract, c.PreviousOverContractSeconds), true, false)
+				add(name, "permits held by Ready pods, integrated", "reported",
+					fmt.Sprintf("%.1f%% (previous division %.1f%%)", 100*c.HeldFraction, 100*c.PreviousHeldFraction), true, false)
+			}
+			rolloutGoal(add, name, v)
+			permitsCheckGoal(add, name, v)
 		case "operator":
 			add(name, "no downstream 429s", "0", fmt.Sprint(v.Downstream429), v.Downstream429 == 0, true)
 			var peaks []string
@@ -67,10 +82,14 @@ func EvaluateGoals(r *Report) []Goal {
 				add(name, "reload latency p99", fmt.Sprintf("< %gs", ReloadP99Goal),
 					fmt.Sprintf("%.3fs (p50 %.3fs, %d reloads)", rl.P99, rl.P50, rl.Count), rl.P99 < ReloadP99Goal, true)
 			}
-			if ro := v.Rollout; ro != nil {
-				add(name, "every running pod acknowledged the last plan", "acknowledged = total, 0 stale pods",
-					fmt.Sprintf("%d/%d acknowledged, %d stale", ro.Acknowledged, ro.Total, ro.StalePods),
-					ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
+			rolloutGoal(add, name, v)
+			permitsCheckGoal(add, name, v)
+			if c := v.Capacity; c != nil {
+				add(name, "permits held by Ready pods, integrated over the run",
+					fmt.Sprintf("≥ %.0f%% of %d × %.1fs", 100*HeldGoalFraction, c.Usable, c.Seconds),
+					fmt.Sprintf("%.1f%% (%.1f permit-seconds lost; previous division %.1f%%, %.1f lost)",
+						100*c.HeldFraction, c.LostPermitSeconds, 100*c.PreviousHeldFraction, c.PreviousLostPermitSeconds),
+					c.HeldFraction >= HeldGoalFraction, true)
 			}
 		case "naive":
 			add(name, "the storm happens", "> 0 downstream 429s",
@@ -90,6 +109,33 @@ func EvaluateGoals(r *Report) []Goal {
 			v.Load.AchievedPerSecond >= LoadGoalFraction*v.Load.TargetPerSecond, false)
 	}
 	return gs
+}
+
+// permitsCheckGoal adds the goal that the pods' gates export the permits
+// their logs said, which the capacity figures count from.
+func permitsCheckGoal(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport) {
+	c := v.PermitsCheck
+	if c == nil {
+		return
+	}
+	got := fmt.Sprintf("%d of %d pods agree", c.Agree, c.Pods)
+	if len(c.Disagreements) > 0 {
+		got += ": " + strings.Join(c.Disagreements, "; ")
+	}
+	add(name, "the pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
+		c.Pods > 0 && c.Agree == c.Pods, true)
+}
+
+// rolloutGoal adds the goal that every running pod acknowledged the last
+// plan's <epoch>/<revision>.
+func rolloutGoal(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport) {
+	ro := v.Rollout
+	if ro == nil {
+		return
+	}
+	add(name, "every running pod acknowledged the last plan", "acknowledged = total, 0 stale pods, at "+ro.Last,
+		fmt.Sprintf("%d/%d acknowledged, %d stale, status current: %t", ro.Acknowledged, ro.Total, ro.StalePods, ro.Current),
+		ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
 }
 
 // Failed returns the asserted goals that were not met.

@@ -2,6 +2,7 @@ package storm
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -17,9 +18,37 @@ import (
 // Published is a plan the operator published, as the harness's watch of the
 // ConfigMap first saw it.
 type Published struct {
-	Seen    time.Time
-	Hash    string
+	Seen time.Time
+	Hash string
+	// Epoch and Revision are what a pod acknowledges once it enforces the
+	// document.
+	Epoch    string
+	Revision int64
+	// Permits is the base share: what a pod the document does not name
+	// enforces.
 	Permits int
+	// Pods are the named pods' permits.
+	Pods map[string]int
+}
+
+// Ack returns the acknowledgement of the document.
+func (p Published) Ack() plan.Ack { return plan.Ack{Epoch: p.Epoch, Revision: p.Revision} }
+
+// PermitsOf returns the permits the document gives pod.
+func (p Published) PermitsOf(pod string) int {
+	if n, ok := p.Pods[pod]; ok {
+		return n
+	}
+	return p.Permits
+}
+
+// HandedOut returns the permits the document gives the named pods.
+func (p Published) HandedOut() int {
+	n := 0
+	for _, v := range p.Pods {
+		n += v
+	}
+	return n
 }
 
 // Applied is a pod putting a plan in force, from its "Applied plan" log line.
@@ -30,13 +59,28 @@ type Applied struct {
 	Permits int
 }
 
-// RolloutSample is the quota's status.rollout at one moment.
+// RolloutSample is the quota's status.rollout and status.division at one
+// moment.
 type RolloutSample struct {
 	Seen         time.Time
 	Hash         string
 	Divisor      int32
 	Acknowledged int32
 	Total        int32
+	// Epoch and Revision are status.division's: the revision the rollout
+	// counts acknowledgements of.
+	Epoch    string
+	Revision int64
+	// Usable, HandedOut and Held are status.division's.
+	Usable, HandedOut, Held int32
+}
+
+// AckSample is a pod's applied annotation as the harness's watch of the
+// pods saw it change.
+type AckSample struct {
+	Seen time.Time
+	Pod  string
+	Ack  plan.Ack
 }
 
 // Observations collects what the harness learns while a variant runs: the
@@ -47,7 +91,37 @@ type Observations struct {
 	published []Published
 	applied   []Applied
 	rollout   []RolloutSample
-	permits   map[string]int // running pod → the permits it last applied
+	acks      []AckSample
+	lastAck   map[string]string // pod → its applied annotation's value
+	permits   map[string]int    // running pod → the permits it last applied
+	metrics   map[string]string // running pod → its /metrics address
+}
+
+// ServingMetrics records the address of a pod's /metrics listener.
+func (o *Observations) ServingMetrics(pod, addr string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.metrics == nil {
+		o.metrics = map[string]string{}
+	}
+	o.metrics[pod] = addr
+}
+
+// CheckPermits scrapes the pods among running whose metrics address is
+// known and compares their gate's permits with what their logs said.
+func (o *Observations) CheckPermits(ctx context.Context, gate string, running []string) *PermitsCheck {
+	o.mu.Lock()
+	addrs := map[string]string{}
+	for _, pod := range running {
+		if a, ok := o.metrics[pod]; ok {
+			addrs[pod] = a
+		}
+	}
+	o.mu.Unlock()
+	return checkPermits(ctx, gate, addrs, func(pod string) int {
+		n, _ := o.PermitsOf([]string{pod}, "")
+		return n
+	})
 }
 
 // Applied records a pod's "Applied plan" log line.
@@ -70,6 +144,7 @@ func (o *Observations) Exited(pod string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.permits, pod)
+	delete(o.metrics, pod)
 }
 
 // TotalPermits returns the sum of the permits of the running pods: the
@@ -82,6 +157,69 @@ func (o *Observations) TotalPermits() int {
 		n += p
 	}
 	return n
+}
+
+// PermitsOf returns the sum of the permits the given pods last applied (what
+// their gates enforce), and the permits of the one named laggard (0 when
+// laggard is empty or not among them).
+func (o *Observations) PermitsOf(pods []string, laggard string) (sum, ofLaggard int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range pods {
+		sum += o.permits[p]
+		if p == laggard {
+			ofLaggard = o.permits[p]
+		}
+	}
+	return sum, ofLaggard
+}
+
+// Acks returns the changes of the pods' acknowledgements so far.
+func (o *Observations) Acks() []AckSample {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.acks)
+}
+
+// LastAcks returns each pod's latest applied annotation value.
+func (o *Observations) LastAcks() map[string]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return maps.Clone(o.lastAck)
+}
+
+// ack records pod's applied annotation for gate when it changed.
+func (o *Observations) ack(seen time.Time, pod *corev1.Pod, gate string) {
+	v, ok := pod.Annotations[v1alpha1.AppliedAnnotationPrefix+gate]
+	if !ok {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.lastAck == nil {
+		o.lastAck = map[string]string{}
+	}
+	if o.lastAck[pod.Name] == v {
+		return
+	}
+	o.lastAck[pod.Name] = v
+	if a, err := plan.ParseAck(v); err == nil {
+		o.acks = append(o.acks, AckSample{Seen: seen, Pod: pod.Name, Ack: a})
+		if _, running := o.permits[pod.Name]; running && a.Released {
+			// Its gate is closed and drained: it holds nothing any more,
+			// though its process may take a moment to exit.
+			o.permits[pod.Name] = 0
+		}
+	}
+}
+
+// WatchPods records the pods' acknowledgements of gate until ctx ends.
+func (o *Observations) WatchPods(ctx context.Context, c client.WithWatch, namespace, gate string) {
+	watchLoop(ctx, c, &corev1.PodList{}, []client.ListOption{client.InNamespace(namespace)}, func(obj client.Object) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			o.ack(time.Now(), pod, gate)
+		}
+	})
 }
 
 // publish records a ConfigMap's document of gate when its hash is new.
@@ -99,7 +237,14 @@ func (o *Observations) publish(seen time.Time, cm *corev1.ConfigMap, gate string
 	if n := len(o.published); n > 0 && o.published[n-1].Hash == d.Hash {
 		return
 	}
-	o.published = append(o.published, Published{Seen: seen, Hash: d.Hash, Permits: d.Permits})
+	p := Published{Seen: seen, Hash: d.Hash, Epoch: d.Epoch, Revision: d.Revision, Permits: d.Permits}
+	if len(d.Pods) > 0 {
+		p.Pods = make(map[string]int, len(d.Pods))
+		for name, share := range d.Pods {
+			p.Pods[name] = share.Permits
+		}
+	}
+	o.published = append(o.published, p)
 }
 
 // Published returns the plans published so far, in order.
@@ -150,6 +295,10 @@ func (o *Observations) WatchQuota(ctx context.Context, c client.WithWatch, names
 		}
 		if q.Status.Replicas != nil {
 			s.Divisor = q.Status.Replicas.Divisor
+		}
+		if d := q.Status.Division; d != nil {
+			s.Epoch, s.Revision = d.Epoch, d.Revision
+			s.Usable, s.HandedOut, s.Held = d.Usable, d.HandedOut, d.Held
 		}
 		o.mu.Lock()
 		o.rollout = append(o.rollout, s)

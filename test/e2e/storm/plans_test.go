@@ -3,6 +3,7 @@ package storm
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
@@ -61,7 +62,7 @@ func TestWritePlanDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != d {
+	if !reflect.DeepEqual(got, d) {
 		t.Errorf("read back %+v, want %+v", got, d)
 	}
 }

@@ -82,18 +82,7 @@ func WritePlot(r *Report, path string) error {
 			rows[j][i].Draw(canvases[j][i])
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return writePNG(img, path)
 }
 
 func newPlot(title, ylabel string) *plot.Plot {
@@ -230,6 +219,38 @@ func inFlightPlot(r *Report, v *VariantReport, tmax, ymax float64) (*plot.Plot, 
 	} else {
 		p.Legend.Add(label, permits)
 	}
+	if v.Capacity != nil {
+		// The operator's Ready pods against what the previous division
+		// would have given them on the same pod timeline.
+		ready, prev := make(plotter.XYs, len(v.Timeline)), make(plotter.XYs, len(v.Timeline))
+		for i, pt := range v.Timeline {
+			ready[i] = plotter.XY{X: pt.At, Y: float64(pt.ReadyPermits)}
+			prev[i] = plotter.XY{X: pt.At, Y: float64(pt.PreviousReadyPermits)}
+		}
+		lr, err := line(ready, colReady, vg.Points(1.2), false)
+		if err != nil {
+			return nil, err
+		}
+		lp, err := line(prev, colDesired, vg.Points(1), true)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(lp, lr)
+		p.Legend.Add(fmt.Sprintf("Ready pods' permits (%.1f%% of usable × time)", 100*v.Capacity.HeldFraction), lr)
+		p.Legend.Add(fmt.Sprintf("same, previous division (%.1f%%)", 100*v.Capacity.PreviousHeldFraction), lp)
+		if v.Laggard != "" {
+			prun := make(plotter.XYs, len(v.Timeline))
+			for i, pt := range v.Timeline {
+				prun[i] = plotter.XY{X: pt.At, Y: float64(pt.PreviousPermits)}
+			}
+			lpr, err := line(prun, col429, vg.Points(1), true)
+			if err != nil {
+				return nil, err
+			}
+			p.Add(lpr)
+			p.Legend.Add(fmt.Sprintf("previous division, all pods' permits with the laggard (peak %d)", v.Capacity.PreviousPeakPermits), lpr)
+		}
+	}
 	p.Legend.Add(fmt.Sprintf("contract: %d", r.Contract), contract)
 	p.Legend.Add(fmt.Sprintf("handed out: %d%%", r.SafetyPercent), safety)
 	fixAxes(p, tmax, ymax)
@@ -322,4 +343,100 @@ func latencyPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 	p.Legend.Add("latency of a call", l)
 	fixAxes(p, tmax, ymax)
 	return p, nil
+}
+
+// colCallers are the callers' colours in the two-callers plot.
+var colCallers = []color.Color{
+	color.RGBA{R: 0x1f, G: 0x5f, B: 0xbf, A: 0xff},
+	color.RGBA{R: 0xe0, G: 0x80, B: 0x10, A: 0xff},
+	color.RGBA{R: 0x20, G: 0x90, B: 0x40, A: 0xff},
+}
+
+// WriteCallersPlot draws the two-callers scenario as a PNG at path: the
+// shared downstream's calls in flight against the contract with each
+// caller's Ready pods' permits and their fair parts (left), and each
+// caller's Ready pods (right).
+func WriteCallersPlot(r *CallersReport, path string) error {
+	if len(r.Timeline) == 0 {
+		return errors.New("storm: nothing to plot")
+	}
+	tmax := r.DurationSeconds
+	left := newPlot(fmt.Sprintf("two callers, one contract: in flight at the downstream (peak %d)", r.PeakInFlight), "in flight / permits")
+	p := left
+	p.Add(plotter.NewGrid())
+	ymax := max(float64(r.Contract), float64(r.PeakInFlight)) * headroom
+	xys := make(plotter.XYs, len(r.Timeline))
+	for i, pt := range r.Timeline {
+		xys[i] = plotter.XY{X: pt.At, Y: float64(pt.InFlight)}
+	}
+	inflight, err := line(xys, color.Black, vg.Points(1.2), false)
+	if err != nil {
+		return err
+	}
+	contract, err := line(plotter.XYs{{X: 0, Y: float64(r.Contract)}, {X: tmax, Y: float64(r.Contract)}}, colContract, vg.Points(1.5), true)
+	if err != nil {
+		return err
+	}
+	p.Add(contract, inflight)
+	p.Legend.Add("in flight, both callers (peak per 100 ms)", inflight)
+	p.Legend.Add(fmt.Sprintf("contract: %d", r.Contract), contract)
+	right := newPlot("each caller's autoscaler: Ready pods", "pods")
+	right.Add(plotter.NewGrid())
+	podMax := 4.0
+	for ci, c := range r.Callers {
+		col := colCallers[ci%len(colCallers)]
+		perm, ready := make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline))
+		for i, pt := range r.Timeline {
+			if ci < len(pt.ReadyPermits) {
+				perm[i] = plotter.XY{X: pt.At, Y: float64(pt.ReadyPermits[ci])}
+				ready[i] = plotter.XY{X: pt.At, Y: float64(pt.Ready[ci])}
+				podMax = max(podMax, float64(pt.Ready[ci])*headroom)
+			}
+		}
+		lp, err := line(perm, col, vg.Points(1.2), false)
+		if err != nil {
+			return err
+		}
+		fair, err := line(plotter.XYs{{X: 0, Y: float64(c.FairPart)}, {X: tmax, Y: float64(c.FairPart)}}, col, vg.Points(0.8), true)
+		if err != nil {
+			return err
+		}
+		lr, err := line(ready, col, vg.Points(1.5), false)
+		if err != nil {
+			return err
+		}
+		left.Add(fair, lp)
+		left.Legend.Add(fmt.Sprintf("%s: Ready pods' permits (fair part %d, dashed)", c.Name, c.FairPart), lp)
+		right.Add(lr)
+		right.Legend.Add(c.Name, lr)
+	}
+	fixAxes(left, tmax, ymax)
+	fixAxes(right, tmax, podMax)
+
+	rows := [][]*plot.Plot{{left, right}}
+	const colWidth, rowHeight = 7 * vg.Inch, 3 * vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(2*colWidth, rowHeight), vgimg.UseDPI(96))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Points(18), PadY: vg.Points(14),
+		PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(12)}
+	canvases := plot.Align(rows, tiles, dc)
+	left.Draw(canvases[0][0])
+	right.Draw(canvases[0][1])
+	return writePNG(img, path)
+}
+
+// writePNG writes img to path, creating its directory.
+func writePNG(img *vgimg.Canvas, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -83,6 +83,16 @@ type VariantReport struct {
 	Rollout *RolloutReport `json:"rollout,omitempty"`
 	// ScaleSteps say how the operator followed each autoscaler step.
 	ScaleSteps []ScaleStepReport `json:"scaleSteps,omitempty"`
+	// Capacity compares the permits the Ready pods held with the usable
+	// total, and with the previous division on the same schedule (operator
+	// variants only).
+	Capacity *CapacityReport `json:"capacity,omitempty"`
+	// Laggard names the pod that applied every plan late, if any.
+	Laggard string `json:"laggard,omitempty"`
+	// PermitsCheck says whether the pods running at the end export, in
+	// backpressure_gate_permits, the permits their logs said (operator
+	// variants only): the capacity figures count from the logs.
+	PermitsCheck *PermitsCheck `json:"permitsCheck,omitempty"`
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`
@@ -151,7 +161,9 @@ type ScaleStepReport struct {
 	// SettledPlanSeconds is the time to the step's last plan (on a
 	// scale-down, the shares grow only once departing pods are gone).
 	SettledPlanSeconds float64 `json:"settledPlanSeconds"`
-	SettledPermits     int     `json:"settledPermits"`
+	// SettledHandedOut is the permits the step's last plan gives the pods
+	// it names.
+	SettledHandedOut int `json:"settledHandedOut"`
 	// AppliedBy counts the pods running at the decision that applied the
 	// last plan; AppliedP50Seconds and AppliedMaxSeconds are the times from
 	// the decision to their applying it.
@@ -164,10 +176,13 @@ type ScaleStepReport struct {
 type RolloutReport struct {
 	Acknowledged int32 `json:"acknowledged"`
 	Total        int32 `json:"total"`
-	// Current says whether the status was about the last published plan.
+	// Last is the last published plan's acknowledgement, <epoch>/<revision>.
+	Last string `json:"last"`
+	// Current says whether the status was about the last published plan
+	// (its division's epoch and revision).
 	Current bool `json:"current"`
-	// StalePods counts pods alive at the end whose last applied plan was
-	// not the last one published.
+	// StalePods counts pods alive at the end whose applied annotation was
+	// not Last.
 	StalePods int `json:"stalePods"`
 }
 
@@ -190,6 +205,14 @@ type TimelinePoint struct {
 	// Permits is the sum of the running pods' permits: what the pods may
 	// hold in flight together.
 	Permits int `json:"permits"`
+	// ReadyPermits is the sum of the Ready pods' permits.
+	ReadyPermits int `json:"readyPermits"`
+	// LaggardPermits is the laggard's permits, when there is one.
+	LaggardPermits int `json:"laggardPermits,omitempty"`
+	// PreviousPermits and PreviousReadyPermits are Permits and ReadyPermits
+	// as the previous division would have had them (see CapacityReport).
+	PreviousPermits      int `json:"previousPermits,omitempty"`
+	PreviousReadyPermits int `json:"previousReadyPermits,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

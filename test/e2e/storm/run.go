@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		go obs.WatchConfigMap(watchCtx, h.Client, ns, ConfigMapName, QuotaName)
 		go obs.WatchQuota(watchCtx, h.Client, ns, QuotaName)
+		go obs.WatchPods(watchCtx, h.Client, ns, QuotaName)
 		// The pods fail fast without a plan, as they should: wait for the
 		// operator to publish one.
 		if err := waitFor(ctx, setupTimeout, "the operator publishing a plan", func() (bool, error) {
@@ -98,11 +100,27 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 
 	endpoints := &Endpoints{Timeout: RequestTimeout}
 	defer endpoints.Close()
+	// The laggard is the first pod started, when the variant has one; pods
+	// start from their own goroutines.
+	var lagMu sync.Mutex
+	var laggardName string
+	laggard := func() string {
+		lagMu.Lock()
+		defer lagMu.Unlock()
+		return laggardName
+	}
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
+		lagMu.Lock()
+		if v.Laggard > 0 && laggardName == "" {
+			laggardName = pod.Name
+			args = append(args, "--apply-delay", v.Laggard.String())
+			h.logf("[%s] Pod %s applies every new plan %v late", v.Name, pod.Name, v.Laggard)
+		}
+		lagMu.Unlock()
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
-				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
+				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge", "--metrics-listen", "127.0.0.1:0")
 		} else {
 			args = append(args, "--plan-dir", planDir)
 		}
@@ -114,8 +132,11 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: filepath.Join(logDir, pod.Name+".log"),
 			OnLog: func(l LogLine) {
-				if l.Msg == MsgAppliedPlan {
+				switch l.Msg {
+				case MsgAppliedPlan:
 					obs.Applied(pod.Name, l)
+				case MsgServingMetrics:
+					obs.ServingMetrics(pod.Name, l.Address)
 				}
 				onLog(l)
 			},
@@ -156,10 +177,13 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 	if v.Operator {
-		// Start from a settled rollout, as a workload that has run a while.
-		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan", func() (bool, error) {
+		// Start from a settled handover, as a workload that has run a while:
+		// every pod acknowledged the last plan and the Ready pods hold every
+		// usable permit.
+		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
 			r := obs.Rollout()
-			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && r[len(r)-1].Acknowledged == s.InitialReplicas, h.ManagerErr()
+			held, _ := obs.PermitsOf(w.Ready(), "")
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && rolledOut(obs, w.Running()) && held == Usable(), h.ManagerErr()
 		})
 		if err != nil {
 			return nil, err
@@ -167,32 +191,52 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Running the schedule: %v at %.0f requests/s", v.Name, s.Duration, s.RequestsPerSecond)
-	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs)
+	data, err := h.conduct(ctx, v, s, ds, w, endpoints, obs, laggard)
 	if err != nil {
 		return nil, err
 	}
 	if v.Operator {
-		// Let the last acknowledgements land before reading the rollout.
-		last := obs.Published()
-		_ = waitFor(ctx, 10*time.Second, "the rollout of the last plan", func() (bool, error) {
-			r := obs.Rollout()
-			if len(r) == 0 || len(last) == 0 {
-				return false, nil
-			}
-			cur := r[len(r)-1]
-			return cur.Hash == last[len(last)-1].Hash && cur.Acknowledged == cur.Total, nil
+		// Let the last acknowledgements land before reading the rollout: a
+		// handover may still be under way (a laggard takes its delay).
+		_ = waitFor(ctx, 10*time.Second+v.Laggard, "the rollout of the last plan", func() (bool, error) {
+			return rolledOut(obs, w.Running()), nil
 		})
 	}
 	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
+	data.Acks, data.Laggard = obs.LastAcks(), laggard()
+	if v.Operator {
+		data.PermitsCheck = obs.CheckPermits(ctx, QuotaName, w.Running())
+	}
 	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
 		return nil, err
 	}
 	return Analyze(data), nil
 }
 
+// rolledOut says whether the quota's status counts every pod as having
+// acknowledged the last published plan, and every running pod's annotation
+// says so.
+func rolledOut(obs *Observations, running []string) bool {
+	pub, ro := obs.Published(), obs.Rollout()
+	if len(pub) == 0 || len(ro) == 0 {
+		return false
+	}
+	last, cur := pub[len(pub)-1], ro[len(ro)-1]
+	if cur.Epoch != last.Epoch || cur.Revision != last.Revision || cur.Acknowledged != cur.Total {
+		return false
+	}
+	acks := obs.LastAcks()
+	for _, pod := range running {
+		if acks[pod] != last.Ack().String() {
+			return false
+		}
+	}
+	return true
+}
+
 // conduct runs the schedule: the load, the latency steps, the autoscaler's
 // steps, and the sampling of the downstream and the workload.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &Load{
 		Rate:           s.RequestsPerSecond,
@@ -216,7 +260,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 				return
 			case <-time.After(time.Until(start.Add(off))):
 			}
-			out = append(out, Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()})
+			out = append(out, sample(off, ds, w, s, obs, laggard()))
 			if off >= s.Duration {
 				<-stopSampling
 				samples <- out
@@ -281,4 +325,19 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 		return nil, fmt.Errorf("storm: no samples taken")
 	}
 	return data, nil
+}
+
+// sample takes one sample of the run at offset off.
+func sample(off time.Duration, ds *Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
+	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
+	ready := w.Ready()
+	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)
+	if laggard != "" {
+		sm.LaggardReady = slices.Contains(ready, laggard)
+		sm.LaggardRunning = slices.Contains(w.Running(), laggard)
+		if !sm.LaggardReady {
+			_, sm.LaggardPermits = obs.PermitsOf([]string{laggard}, laggard)
+		}
+	}
+	return sm
 }

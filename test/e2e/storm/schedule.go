@@ -24,10 +24,11 @@ const (
 	RequestsPerSecond = 1900
 )
 
-// GoodputCeiling is contract × safety / typical latency: the most successful
-// downstream calls per second a plan that holds the contract completes.
+// GoodputCeiling is the usable permits, floor(contract × safety), over the
+// typical latency: the most successful downstream calls per second a plan
+// that holds the contract completes.
 func GoodputCeiling() float64 {
-	return Contract * SafetyPercent / 100.0 / TypicalLatency.Seconds()
+	return float64(Usable()) / TypicalLatency.Seconds()
 }
 
 // TimeScaleEnv names the environment variable that shortens (below 1) or
@@ -86,10 +87,12 @@ type Schedule struct {
 	PodStartDelay time.Duration
 }
 
-// DefaultSchedule is the scenario of the project's story, about 70 seconds:
-// 8 pods at the typical latency; the downstream's latency jumps to 1.8 s;
-// the autoscaler takes the workload from 8 to 16 pods during the jitter;
-// latency recovers; the autoscaler takes it down to 4 pods.
+// DefaultSchedule is the scenario of the project's story, 70 seconds: 8 pods
+// at the typical latency; the downstream's latency jumps to 1.8 s; the
+// autoscaler takes the workload from 8 to 16 pods during the jitter; latency
+// recovers and 16 pods run at it; the autoscaler takes it down to 4 pods.
+// Three phases are steady (the typical latency, the replica count settled
+// or only shrinking): at 8 pods, at 16 and from 16 to 4.
 func DefaultSchedule() Schedule {
 	const settle = 2 * time.Second // longer than the worst latency
 	return Schedule{
@@ -98,19 +101,50 @@ func DefaultSchedule() Schedule {
 		InitialReplicas:   8,
 		Latency: []LatencyStep{
 			{At: 0, Latency: TypicalLatency},
-			{At: 15 * time.Second, Latency: WorstLatency},
-			{At: 40 * time.Second, Latency: TypicalLatency},
+			{At: 12 * time.Second, Latency: WorstLatency},
+			{At: 34 * time.Second, Latency: TypicalLatency},
 		},
 		Scale: []ScaleStep{
-			{At: 25 * time.Second, Replicas: 16},
-			{At: 45 * time.Second, Replicas: 4},
+			{At: 22 * time.Second, Replicas: 16},
+			{At: 46 * time.Second, Replicas: 4},
 		},
 		Phases: []Phase{
-			{Name: "steady, 8 pods", From: 0, To: 15 * time.Second, Settle: settle, Steady: true},
-			{Name: "jitter, 8 pods", From: 15 * time.Second, To: 25 * time.Second, Settle: settle},
-			{Name: "jitter, 8→16 pods", From: 25 * time.Second, To: 40 * time.Second, Settle: settle},
-			{Name: "recovery, 16 pods", From: 40 * time.Second, To: 45 * time.Second, Settle: settle},
-			{Name: "steady, 16→4 pods", From: 45 * time.Second, To: 70 * time.Second, Settle: settle, Steady: true},
+			{Name: "steady, 8 pods", From: 0, To: 12 * time.Second, Settle: settle, Steady: true},
+			{Name: "jitter, 8 pods", From: 12 * time.Second, To: 22 * time.Second, Settle: settle},
+			{Name: "jitter, 8→16 pods", From: 22 * time.Second, To: 34 * time.Second, Settle: settle},
+			{Name: "recovery, 16 pods", From: 34 * time.Second, To: 46 * time.Second, Settle: settle, Steady: true},
+			{Name: "steady, 16→4 pods", From: 46 * time.Second, To: 70 * time.Second, Settle: settle, Steady: true},
+		},
+		PodStartDelay: 1500 * time.Millisecond,
+	}
+}
+
+// LaggardDelay is how late the laggard scenario's slow pod applies every
+// new plan.
+const LaggardDelay = 5 * time.Second
+
+// LaggardSchedule is the laggard scenario, 32 seconds at the typical
+// latency: 2 pods, 20 permits each; at 8 s the autoscaler asks for 10, and
+// one of the two old pods applies its smaller share LaggardDelay late; at
+// 22 s it asks for 3, and the laggard applies its larger share late. The
+// previous division (4 permits for every pod at 10 pods, applied by old
+// pods before new pods start) would have let the laggard keep 20 while 9
+// pods took 4 each: 56 permits against a contract of 50.
+func LaggardSchedule() Schedule {
+	const settle = 2 * time.Second
+	return Schedule{
+		Duration:          32 * time.Second,
+		RequestsPerSecond: RequestsPerSecond,
+		InitialReplicas:   2,
+		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
+		Scale: []ScaleStep{
+			{At: 8 * time.Second, Replicas: 10},
+			{At: 22 * time.Second, Replicas: 3},
+		},
+		Phases: []Phase{
+			{Name: "2 pods", From: 0, To: 8 * time.Second, Settle: settle},
+			{Name: "2→10 pods, one late", From: 8 * time.Second, To: 22 * time.Second, Settle: settle},
+			{Name: "10→3 pods, one late", From: 22 * time.Second, To: 32 * time.Second, Settle: settle},
 		},
 		PodStartDelay: 1500 * time.Millisecond,
 	}

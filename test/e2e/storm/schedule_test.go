@@ -25,8 +25,11 @@ func TestDefaultScheduleIsValid(t *testing.T) {
 			}
 		}
 	}
-	if steady != 2 {
-		t.Errorf("%d steady phases, want 2 (before the jitter and after the scale-down)", steady)
+	if steady != 3 {
+		t.Errorf("%d steady phases, want 3 (before the jitter, at 16 pods and after the scale-down)", steady)
+	}
+	if l := LaggardSchedule(); l.Validate() != nil || l.Duration > 40*time.Second {
+		t.Errorf("LaggardSchedule() = %+v: invalid or longer than 40s (%v)", l, l.Validate())
 	}
 }
 
@@ -38,11 +41,11 @@ func TestScheduleAt(t *testing.T) {
 		replicas int32
 	}{
 		{0, TypicalLatency, 8},
-		{15*time.Second - 1, TypicalLatency, 8},
-		{15 * time.Second, WorstLatency, 8},
-		{25 * time.Second, WorstLatency, 16},
-		{40 * time.Second, TypicalLatency, 16},
-		{45 * time.Second, TypicalLatency, 4},
+		{12*time.Second - 1, TypicalLatency, 8},
+		{12 * time.Second, WorstLatency, 8},
+		{22 * time.Second, WorstLatency, 16},
+		{34 * time.Second, TypicalLatency, 16},
+		{46 * time.Second, TypicalLatency, 4},
 		{70 * time.Second, TypicalLatency, 4},
 	}
 	for _, tt := range tests {
@@ -63,7 +66,7 @@ func TestScheduleScaled(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := []ScaleStep{{At: 12500 * time.Millisecond, Replicas: 16}, {At: 22500 * time.Millisecond, Replicas: 4}}
+	want := []ScaleStep{{At: 11 * time.Second, Replicas: 16}, {At: 23 * time.Second, Replicas: 4}}
 	if diff := cmp.Diff(want, s.Scale); diff != "" {
 		t.Errorf("Scale (-want +got):\n%s", diff)
 	}
@@ -74,7 +77,7 @@ func TestScheduleScaled(t *testing.T) {
 		t.Errorf("the settle time must not scale")
 	}
 	// The original is unchanged.
-	if DefaultSchedule().Scale[0].At != 25*time.Second {
+	if DefaultSchedule().Scale[0].At != 22*time.Second {
 		t.Error("Scaled changed its receiver")
 	}
 }

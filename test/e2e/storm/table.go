@@ -79,11 +79,27 @@ func WriteTable(w io.Writer, r *Report) error {
 		if len(steps) == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "%s: autoscaler step\tfirst new plan after\tplans\tsettled plan after\tsettled permits/pod\tapplied by running pods: p50 / max after the decision\n", name)
+		fmt.Fprintf(tw, "%s: autoscaler step\tfirst new plan after\tplans\tsettled plan after\tsettled: permits handed out\tapplied by running pods: p50 / max after the decision\n", name)
 		for _, st := range steps {
 			fmt.Fprintf(tw, "%.0fs: %d → %d\t%s\t%d\t%s\t%d\t%s / %s (%d pods)\n", st.At, st.From, st.To, ms(st.FirstPlanSeconds), st.Plans,
-				ms(st.SettledPlanSeconds), st.SettledPermits, ms(st.AppliedP50Seconds), ms(st.AppliedMaxSeconds), st.AppliedBy)
+				ms(st.SettledPlanSeconds), st.SettledHandedOut, ms(st.AppliedP50Seconds), ms(st.AppliedMaxSeconds), st.AppliedBy)
 		}
+		fmt.Fprintln(tw)
+	}
+
+	for _, name := range r.Order {
+		c := r.Variants[name].Capacity
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "%s: permits held by Ready pods\tthis run\tprevious division, same pod timeline\n", name)
+		fmt.Fprintf(tw, "integrated over %.1fs (usable %d)\t%.1f%% (%.1f permit-s lost)\t%.1f%% (%.1f permit-s lost)\n",
+			c.Seconds, c.Usable, 100*c.HeldFraction, c.LostPermitSeconds, 100*c.PreviousHeldFraction, c.PreviousLostPermitSeconds)
+		for _, st := range c.Steps {
+			fmt.Fprintf(tw, "%.0f–%.0fs at %d replicas: permit-s lost\t%.1f\t%.1f\n", st.From, st.To, st.Replicas, st.Lost, st.PreviousLost)
+		}
+		fmt.Fprintf(tw, "peak permits of the running pods\t%d\t%d (above the contract %d for %.1fs)\n",
+			peakPermits(r.Variants[name]), c.PreviousPeakPermits, r.Contract, c.PreviousOverContractSeconds)
 		fmt.Fprintln(tw)
 	}
 
@@ -140,4 +156,14 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// peakPermits returns the most permits the running pods enforced together
+// in a sample.
+func peakPermits(v *VariantReport) int {
+	n := 0
+	for _, p := range v.Timeline {
+		n = max(n, p.Permits)
+	}
+	return n
 }

@@ -1,6 +1,9 @@
 package storm
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
@@ -17,6 +20,21 @@ type Variant struct {
 	// Plan is the fixed plan of a variant without the operator, mounted as
 	// a directory.
 	Plan *plan.Document
+	// Laggard, when positive, makes the first pod started apply every new
+	// plan that much later (examples/gateway --apply-delay), as a pod whose
+	// reload is slow: a paused or CPU-starved process, a lost watch.
+	Laggard time.Duration
+	// Schedule, when set, is the variant's own scenario: it runs on it
+	// instead of the common schedule, and is reported apart.
+	Schedule *Schedule
+}
+
+// ScheduleOr returns the variant's own schedule, or common.
+func (v Variant) ScheduleOr(common Schedule) Schedule {
+	if v.Schedule != nil {
+		return *v.Schedule
+	}
+	return common
 }
 
 // GatewayRetryArgs are the retry flags of examples/gateway in every variant:
@@ -25,9 +43,9 @@ type Variant struct {
 // actually made.
 var GatewayRetryArgs = []string{"--max-retries", "1", "--retry-on-429"}
 
-// Variants returns the three variants in the order they run: the operator,
-// the hand-tuned static share for 8 pods, and the naive full contract per
-// pod.
+// Variants returns the variants in the order they run: the operator, the
+// hand-tuned static share for 8 pods, and the naive full contract per pod,
+// on the common schedule; then the laggard scenario on its own.
 func Variants(s Schedule) ([]Variant, error) {
 	static, err := StaticPlan(s.InitialReplicas)
 	if err != nil {
@@ -37,10 +55,11 @@ func Variants(s Schedule) ([]Variant, error) {
 	if err != nil {
 		return nil, err
 	}
+	laggard := LaggardSchedule()
 	return []Variant{
 		{
 			Name:        "operator",
-			Description: "the operator divides the contract by the replica count and the pods reload it",
+			Description: "the operator divides the usable permits exactly over the Ready pods and hands them over as pods acknowledge",
 			Operator:    true,
 		},
 		{
@@ -52,6 +71,13 @@ func Variants(s Schedule) ([]Variant, error) {
 			Name:        "naive",
 			Description: "every pod may hold the whole contract, and retries once on 429",
 			Plan:        &naive,
+		},
+		{
+			Name:        "laggard",
+			Description: fmt.Sprintf("the operator, with one pod applying every new plan %v late", LaggardDelay),
+			Operator:    true,
+			Laggard:     LaggardDelay,
+			Schedule:    &laggard,
 		},
 	}, nil
 }

@@ -92,6 +92,7 @@ type simPod struct {
 	name        string
 	uid         string
 	created     time.Time
+	started     bool // its process runs
 	ready       bool
 	terminating bool
 	url         string
@@ -108,6 +109,9 @@ type PodCounts struct {
 	Ready int
 	// Terminating counts the pods being stopped.
 	Terminating int
+	// Started counts the pods whose process runs, terminating ones
+	// included.
+	Started int
 }
 
 // NewWorkload reads the Deployment, creates its ReplicaSet (with no pods)
@@ -369,6 +373,9 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 		w.finalDelete(p)
 		return
 	}
+	w.mu.Lock()
+	p.started = true
+	w.mu.Unlock()
 	started := metav1.Now()
 	if err := w.setStatus(ctx, pod.Name, started, false); err != nil {
 		w.fail(err)
@@ -433,6 +440,9 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	if err := proc.Terminate(w.grace); err != nil {
 		w.fail(fmt.Errorf("storm: pod %s: %w", p.name, err))
 	}
+	w.mu.Lock()
+	p.started = false
+	w.mu.Unlock()
 	w.finalDelete(p)
 }
 
@@ -532,6 +542,20 @@ func (w *Workload) Running() []string {
 	return out
 }
 
+// Ready returns the names of the pods in the endpoints.
+func (w *Workload) Ready() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, p := range w.pods {
+		if p.ready {
+			out = append(out, p.name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Counts returns the workload's pod counts now.
 func (w *Workload) Counts() PodCounts {
 	w.mu.Lock()
@@ -547,6 +571,9 @@ func (w *Workload) countsLocked() PodCounts {
 		}
 		if p.terminating {
 			s.Terminating++
+		}
+		if p.started {
+			s.Started++
 		}
 	}
 	return s

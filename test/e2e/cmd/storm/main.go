@@ -11,6 +11,11 @@
 // Usage (from the repository's root; `make demo` does this):
 //
 //	go run ./test/e2e/cmd/storm [-time-scale 0.5] [-variants operator,naive]
+//	go run ./test/e2e/cmd/storm -variants laggard -two-callers
+//
+// The laggard variant and the two-callers scenario have schedules of their
+// own and are reported apart (report-laggard.json, storm-laggard.png,
+// report-two-callers.json, storm-two-callers.png).
 //
 // It exits 0 when the scenario ran, whether or not every goal was met (the
 // table says so; `make e2e` asserts them), 1 when the harness could not run
@@ -64,7 +69,8 @@ func run(ctx context.Context) error {
 		scale = f
 	}
 	flag.Float64Var(&scale, "time-scale", scale, "multiply the schedule's offsets by this factor (below 1 for a quicker run; also $"+storm.TimeScaleEnv+")")
-	only := flag.String("variants", "operator,static,naive", "the variants to run, in order")
+	only := flag.String("variants", "operator,static,naive", "the variants to run, in order (operator, static, naive, laggard; empty for none)")
+	callers := flag.Bool("two-callers", false, "also run the two-callers scenario: two workloads sharing one DownstreamContract")
 	out := flag.String("out", "", "output directory (default <repo>/_output/storm)")
 	flag.Parse()
 
@@ -87,9 +93,12 @@ func run(ctx context.Context) error {
 	}
 	var variants []storm.Variant
 	for _, name := range strings.Split(*only, ",") {
+		if strings.TrimSpace(name) == "" {
+			continue
+		}
 		i := slices.IndexFunc(all, func(v storm.Variant) bool { return v.Name == strings.TrimSpace(name) })
 		if i < 0 {
-			return fmt.Errorf("storm: unknown variant %q (want operator, static or naive)", name)
+			return fmt.Errorf("storm: unknown variant %q (want operator, static, naive or laggard)", name)
 		}
 		variants = append(variants, all[i])
 	}
@@ -108,32 +117,76 @@ func run(ctx context.Context) error {
 	}
 	defer h.Close()
 
-	report := storm.NewReport(s)
-	jsonPath := filepath.Join(h.OutDir, "report.json")
-	plotPath := filepath.Join(h.OutDir, "storm.png")
+	// The variants of the common schedule share one report; a variant with
+	// its own schedule has a report of its own.
+	type output struct {
+		report         *storm.Report
+		jsonPath, plot string
+	}
+	var outputs []*output
+	byName := map[string]*output{}
+	outFor := func(v storm.Variant) *output {
+		key, suffix := "", ""
+		if v.Schedule != nil {
+			key, suffix = v.Name, "-"+v.Name
+		}
+		if o, ok := byName[key]; ok {
+			return o
+		}
+		o := &output{report: storm.NewReport(v.ScheduleOr(s)),
+			jsonPath: filepath.Join(h.OutDir, "report"+suffix+".json"), plot: filepath.Join(h.OutDir, "storm"+suffix+".png")}
+		byName[key] = o
+		outputs = append(outputs, o)
+		return o
+	}
+	var failed int
 	for _, v := range variants {
-		r, err := h.Run(ctx, v, s)
+		o := outFor(v)
+		r, err := h.Run(ctx, v, v.ScheduleOr(s))
 		if err != nil {
 			return fmt.Errorf("storm: variant %s: %w", v.Name, err)
 		}
-		report.Add(r)
+		o.report.Add(r)
 		// Keep what has been measured even if a later variant fails.
-		if err := report.WriteJSON(jsonPath); err != nil {
+		if err := o.report.WriteJSON(o.jsonPath); err != nil {
 			return err
 		}
-		if err := storm.WritePlot(report, plotPath); err != nil {
+		if err := storm.WritePlot(o.report, o.plot); err != nil {
 			return err
 		}
 		logf("[%s] Done: %d downstream 429s, peak in-flight %d, goodput %.1f/s", v.Name, r.Downstream429, r.PeakInFlight, r.GoodputPerSecond)
 	}
-
-	fmt.Println()
-	if err := storm.WriteTable(os.Stdout, report); err != nil {
-		return err
+	if *callers {
+		o := &output{jsonPath: filepath.Join(h.OutDir, "report-two-callers.json"), plot: filepath.Join(h.OutDir, "storm-two-callers.png")}
+		cr, err := h.RunCallers(ctx, storm.TwoCallers())
+		if err != nil {
+			return fmt.Errorf("storm: two callers: %w", err)
+		}
+		if err := cr.WriteJSON(o.jsonPath); err != nil {
+			return err
+		}
+		if err := storm.WriteCallersPlot(cr, o.plot); err != nil {
+			return err
+		}
+		fmt.Println()
+		if err := storm.WriteCallersTable(os.Stdout, cr); err != nil {
+			return err
+		}
+		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)
+		failed += len(cr.Failed())
 	}
-	fmt.Printf("\nReport: %s\nPlot:   %s\nLogs:   %s\n", jsonPath, plotPath, filepath.Join(h.OutDir, "logs"))
-	if failed := report.Failed(); len(failed) > 0 {
-		fmt.Printf("\n%d goal(s) not met; see the table above.\n", len(failed))
+
+	for _, o := range outputs {
+		fmt.Println()
+		if err := storm.WriteTable(os.Stdout, o.report); err != nil {
+			return err
+		}
+		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)
+		failed += len(o.report.Failed())
+	}
+	fmt.Printf("Logs:   %s\n", filepath.Join(h.OutDir, "logs"))
+	if failed > 0 {
+		fmt.Printf("\n%d goal(s) not met; see the tables above.\n", failed)
 	}
 	fmt.Printf("Took %v.\n", time.Since(began).Round(time.Second))
 	return nil

@@ -1,0 +1,441 @@
+//go:build unix
+
+package storm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+)
+
+// ContractName is the DownstreamContract of the two-callers scenario.
+const ContractName = "logistics-api"
+
+// CallerSpec is one workload of the two-callers scenario: a Deployment and
+// its HPA in a namespace of its own, and a DownstreamQuota that names the
+// shared contract.
+type CallerSpec struct {
+	// Name is the Deployment's (and HPA's) name; the quota, and so the gate,
+	// is QuotaName in every caller's namespace.
+	Name      string
+	Namespace string
+	// Weight and DemandInFlight are the quota's spec.weight and
+	// spec.demand.inFlight (0: no demand stated, unbounded).
+	Weight         int32
+	DemandInFlight int32
+	// RequestsPerSecond is the open-loop load over the caller's Ready pods.
+	RequestsPerSecond float64
+	// InitialReplicas run before the load starts; Scale are the caller's
+	// autoscaler's steps.
+	InitialReplicas int32
+	Scale           []ScaleStep
+}
+
+// CallersScenario is several workloads calling one downstream whose
+// contract they share through one DownstreamContract, each scaling on its
+// own schedule.
+type CallersScenario struct {
+	Duration      time.Duration
+	PodStartDelay time.Duration
+	Callers       []CallerSpec
+	// Checkpoints are the moments, well after every scale step before them,
+	// at which each caller's Ready pods must hold its fair part.
+	Checkpoints []time.Duration
+}
+
+// TwoCallers is the two-callers scenario, 30 seconds at the typical latency:
+// the search gateway (weight 1, no demand stated, 1,200 requests/s) scales
+// 4 → 8 at 8 s and 8 → 3 at 22 s; the checkout gateway (weight 3, demand 24
+// in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
+// permits, weighted max-min fairness gives checkout its demand, 24 (its
+// weighted share would be 30), and search the other 16.
+func TwoCallers() CallersScenario {
+	return CallersScenario{
+		Duration:      30 * time.Second,
+		PodStartDelay: 1500 * time.Millisecond,
+		Callers: []CallerSpec{
+			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, RequestsPerSecond: 1200, InitialReplicas: 4,
+				Scale: []ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
+			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
+				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
+		},
+		Checkpoints: []time.Duration{7500 * time.Millisecond, 13500 * time.Millisecond, 21500 * time.Millisecond, 29500 * time.Millisecond},
+	}
+}
+
+// Validate reports a scenario the harness cannot run.
+func (cs CallersScenario) Validate() error {
+	var errs []error
+	if cs.Duration <= 0 {
+		errs = append(errs, errors.New("duration must be positive"))
+	}
+	if len(cs.Callers) < 2 {
+		errs = append(errs, errors.New("at least two callers"))
+	}
+	for _, c := range cs.Callers {
+		s := Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
+			Latency: []LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("caller %s: %w", c.Name, err))
+		}
+		if c.Weight < 1 || c.DemandInFlight < 0 {
+			errs = append(errs, fmt.Errorf("caller %s: weight %d must be at least 1, demand %d at least 0", c.Name, c.Weight, c.DemandInFlight))
+		}
+	}
+	for _, t := range cs.Checkpoints {
+		if t <= 0 || t >= cs.Duration {
+			errs = append(errs, fmt.Errorf("checkpoint %v outside the run", t))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("storm: invalid callers scenario: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// ContractObject returns the scenario's DownstreamContract: the quota's
+// contract, shared.
+func ContractObject() (*v1alpha1.DownstreamContract, error) {
+	q, err := Quota()
+	if err != nil {
+		return nil, err
+	}
+	return &v1alpha1.DownstreamContract{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "DownstreamContract"},
+		ObjectMeta: metav1.ObjectMeta{Name: ContractName},
+		Spec: v1alpha1.DownstreamContractSpec{
+			Downstream:           q.Spec.Downstream,
+			Contract:             *q.Spec.Contract,
+			SafetyPercent:        q.Spec.SafetyPercent,
+			RetryBudgetPerSecond: q.Spec.Retry.BudgetPerSecond,
+		},
+	}, nil
+}
+
+// CallerObjects returns a caller's Deployment, HPA and DownstreamQuota,
+// made from the scenario's manifests.
+func CallerObjects(c CallerSpec) ([]client.Object, error) {
+	var dep appsv1.Deployment
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	for name, obj := range map[string]any{"deployment.yaml": &dep, "hpa.yaml": &hpa} {
+		b, err := manifests.ReadFile("manifests/" + name)
+		if err != nil {
+			return nil, err
+		}
+		if err := yaml.UnmarshalStrict(b, obj); err != nil {
+			return nil, fmt.Errorf("storm: %s: %w", name, err)
+		}
+	}
+	labels := map[string]string{"app.kubernetes.io/name": c.Name}
+	dep.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	dep.Name, dep.Namespace, dep.Labels = c.Name, c.Namespace, labels
+	dep.Spec.Replicas = &c.InitialReplicas
+	dep.Spec.Selector = &metav1.LabelSelector{MatchLabels: labels}
+	dep.Spec.Template.Labels = labels
+	hpa.TypeMeta = metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"}
+	hpa.Name, hpa.Namespace = c.Name, c.Namespace
+	hpa.Spec.ScaleTargetRef.Name = c.Name
+	hpa.Spec.MinReplicas = ptrTo(int32(1))
+
+	q, err := Quota()
+	if err != nil {
+		return nil, err
+	}
+	q.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "DownstreamQuota"}
+	q.Namespace = c.Namespace
+	q.Spec.WorkloadRef.Name, q.Spec.HPAName = c.Name, c.Name
+	q.Spec.Contract, q.Spec.SafetyPercent = nil, 0
+	q.Spec.ContractRef = &v1alpha1.ContractReference{Name: ContractName}
+	q.Spec.Weight = c.Weight
+	q.Spec.Demand = nil
+	if c.DemandInFlight > 0 {
+		q.Spec.Demand = &v1alpha1.Demand{InFlight: ptrTo(c.DemandInFlight)}
+	}
+	return []client.Object{&dep, &hpa, q}, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// callerRun is one caller's state while the scenario runs.
+type callerRun struct {
+	spec      CallerSpec
+	obs       *Observations
+	endpoints *Endpoints
+	w         *Workload
+	load      *LoadResult
+}
+
+// RunCallers runs the scenario: the contract, each caller's objects and
+// pods, one downstream for all, each caller's load and autoscaler, and the
+// sampling of all of it. An error means the harness could not run it.
+func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *CallersReport, err error) {
+	if err := cs.Validate(); err != nil {
+		return nil, err
+	}
+	logDir := filepath.Join(h.OutDir, "logs", "two-callers")
+	manifestDir := filepath.Join(h.OutDir, "manifests", "two-callers")
+	if err := os.RemoveAll(logDir); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{logDir, manifestDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamcontracts.backpressure.dev"); err != nil {
+		return nil, err
+	}
+	dc, err := ContractObject()
+	if err != nil {
+		return nil, err
+	}
+	objs := []client.Object{dc}
+	for _, c := range cs.Callers {
+		if err := h.kubectl("create", "namespace", c.Namespace); err != nil {
+			return nil, err
+		}
+		more, err := CallerObjects(c)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, more...)
+	}
+	h.logf("[two-callers] Applying the DownstreamContract and, per caller, a Deployment, its HPA and a DownstreamQuota naming the contract")
+	for i, obj := range objs {
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(manifestDir, fmt.Sprintf("%02d-%s-%s.yaml", i, obj.GetNamespace(), obj.GetName()))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return nil, err
+		}
+		if err := h.kubectl("apply", "-f", path); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		// The contract outlives the namespaces otherwise.
+		err = errors.Join(err, h.kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
+	}()
+
+	ds, err := StartDownstream(Contract, TypicalLatency)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ds.Close() }()
+
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	contractObs := &contractObservations{}
+	go contractObs.watch(watchCtx, h.Client)
+
+	runs := make([]*callerRun, len(cs.Callers))
+	for i, c := range cs.Callers {
+		cr := &callerRun{spec: c, obs: &Observations{}, endpoints: &Endpoints{Timeout: RequestTimeout}}
+		defer cr.endpoints.Close()
+		runs[i] = cr
+		cm := c.Name + v1alpha1.ConfigMapSuffix
+		go cr.obs.WatchConfigMap(watchCtx, h.Client, c.Namespace, cm, QuotaName)
+		go cr.obs.WatchQuota(watchCtx, h.Client, c.Namespace, QuotaName)
+		go cr.obs.WatchPods(watchCtx, h.Client, c.Namespace, QuotaName)
+		if err := waitFor(ctx, setupTimeout, "the operator publishing "+c.Name+"'s plan", func() (bool, error) {
+			return len(cr.obs.Published()) > 0, h.ManagerErr()
+		}); err != nil {
+			return nil, err
+		}
+		run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+			args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName,
+				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge",
+				"--metrics-listen", "127.0.0.1:0"}
+			args = append(args, GatewayRetryArgs...)
+			proc, err := h.procs.Start(ProcessSpec{
+				Name:    c.Namespace + "/" + pod.Name,
+				Path:    h.gateway,
+				Args:    args,
+				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
+				LogPath: filepath.Join(logDir, pod.Name+".log"),
+				OnLog: func(l LogLine) {
+					switch l.Msg {
+					case MsgAppliedPlan:
+						cr.obs.Applied(pod.Name, l)
+					case MsgServingMetrics:
+						cr.obs.ServingMetrics(pod.Name, l.Address)
+					}
+					onLog(l)
+				},
+			})
+			if err != nil {
+				return nil, err
+			}
+			go func() {
+				<-proc.Done()
+				cr.obs.Exited(pod.Name)
+			}()
+			return proc, nil
+		}
+		w, err := NewWorkload(ctx, WorkloadOptions{
+			Client: h.Client, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
+		})
+		if err != nil {
+			return nil, err
+		}
+		cr.w = w
+		defer func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+			defer cancel()
+			err = errors.Join(err, w.Close(tctx))
+		}()
+		h.logf("[two-callers] Starting %d pods of %s in %s", c.InitialReplicas, c.Name, c.Namespace)
+		if err := w.Start(ctx, c.InitialReplicas); err != nil {
+			return nil, err
+		}
+	}
+	for _, cr := range runs {
+		if err := cr.w.WaitReady(ctx, int(cr.spec.InitialReplicas), setupTimeout); err != nil {
+			return nil, err
+		}
+	}
+	// Start from a settled handover: every caller's pods acknowledged its
+	// last plan and hold its part.
+	fair := FairParts(cs)
+	if err := waitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
+		for i, cr := range runs {
+			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
+			if !rolledOut(cr.obs, cr.w.Running()) || int64(held) != fair[i] {
+				return false, h.ManagerErr()
+			}
+		}
+		return true, h.ManagerErr()
+	}); err != nil {
+		return nil, err
+	}
+
+	h.logf("[two-callers] Running the scenario: %v", cs.Duration)
+	start := time.Now().Add(50 * time.Millisecond)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	loadDone := make(chan struct{})
+	remaining := len(runs)
+	doneOne := make(chan struct{}, len(runs))
+	for _, cr := range runs {
+		l := &Load{Rate: cr.spec.RequestsPerSecond, Endpoints: cr.endpoints, MaxOutstanding: MaxOutstanding}
+		go func() {
+			cr.load = l.Run(loadCtx, start, cs.Duration)
+			doneOne <- struct{}{}
+		}()
+	}
+	go func() {
+		for range remaining {
+			<-doneOne
+		}
+		close(loadDone)
+	}()
+
+	samples := make(chan []CallersSample, 1)
+	stopSampling := make(chan struct{})
+	go func() {
+		var out []CallersSample
+		for i := 0; ; i++ {
+			off := time.Duration(i) * SampleInterval
+			select {
+			case <-stopSampling:
+				samples <- out
+				return
+			case <-time.After(time.Until(start.Add(off))):
+			}
+			sm := CallersSample{At: off, Downstream: ds.Sample()}
+			for _, cr := range runs {
+				ready := cr.w.Ready()
+				rp, _ := cr.obs.PermitsOf(ready, "")
+				sm.Callers = append(sm.Callers, CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
+			}
+			sm.Parts = contractObs.parts()
+			out = append(out, sm)
+			if off >= cs.Duration {
+				<-stopSampling
+				samples <- out
+				return
+			}
+		}
+	}()
+
+	type event struct {
+		at     time.Duration
+		caller *callerRun
+		to     int32
+	}
+	var events []event
+	for _, cr := range runs {
+		for _, st := range cr.spec.Scale {
+			events = append(events, event{st.At, cr, st.Replicas})
+		}
+	}
+	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
+	var runErr error
+	for _, ev := range events {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(ev.at))):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		h.logf("[two-callers] %5.1fs autoscaler of %s: %d → %d replicas", time.Since(start).Seconds(), ev.caller.spec.Name, ev.caller.w.Counts().Desired, ev.to)
+		if err := ev.caller.w.Scale(ctx, ev.to); err != nil {
+			runErr = err
+			stopLoad()
+			break
+		}
+	}
+	<-loadDone
+	close(stopSampling)
+	data := &CallersData{Scenario: cs, Samples: <-samples, Final: ds.Sample()}
+	for _, cr := range runs {
+		data.Loads = append(data.Loads, cr.load)
+	}
+	if err := errors.Join(runErr, ctx.Err()); err != nil {
+		return nil, err
+	}
+	// Let the last handover finish before reading the acknowledgements.
+	_ = waitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
+		for _, cr := range runs {
+			if !rolledOut(cr.obs, cr.w.Running()) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, cr := range runs {
+		data.Rollouts = append(data.Rollouts, rolloutOf(cr.obs, cr.w.Running()))
+		data.PermitsChecks = append(data.PermitsChecks, cr.obs.CheckPermits(ctx, QuotaName, cr.w.Running()))
+		if err := cr.w.Err(); err != nil {
+			return nil, err
+		}
+	}
+	data.Status = contractObs.last()
+	if err := h.ManagerErr(); err != nil {
+		return nil, err
+	}
+	return AnalyzeCallers(data), nil
+}
+
+// rolloutOf returns the rollout report of a caller's observations, with
+// running naming its pods alive now.
+func rolloutOf(obs *Observations, running []string) *RolloutReport {
+	return rollout(&RunData{Published: obs.Published(), Rollout: obs.Rollout(), Alive: running, Acks: obs.LastAcks()})
+}

@@ -1,0 +1,84 @@
+//go:build unix
+
+package storm
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+)
+
+func TestTwoCallers(t *testing.T) {
+	cs := TwoCallers()
+	if err := cs.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// The scenario's doc comment: checkout's demand is met, search gets the rest.
+	if diff := cmp.Diff([]int64{16, 24}, FairParts(cs)); diff != "" {
+		t.Errorf("FairParts (-want +got):\n%s", diff)
+	}
+	for _, c := range cs.Callers {
+		objs, err := CallerObjects(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, ok := objs[2].(*v1alpha1.DownstreamQuota)
+		if !ok || q.Spec.Contract != nil || q.Spec.ContractRef == nil || q.Spec.ContractRef.Name != ContractName ||
+			q.Spec.Weight != c.Weight || q.Namespace != c.Namespace || q.Spec.WorkloadRef.Name != c.Name {
+			t.Errorf("quota of %s: %+v", c.Name, objs[2])
+		}
+		if (c.DemandInFlight > 0) != (q.Spec.Demand != nil) {
+			t.Errorf("quota of %s: demand %+v, want in flight %d", c.Name, q.Spec.Demand, c.DemandInFlight)
+		}
+		if objs[0].GetName() != c.Name || objs[0].GetNamespace() != c.Namespace {
+			t.Errorf("deployment of %s: %s/%s", c.Name, objs[0].GetNamespace(), objs[0].GetName())
+		}
+	}
+	if dc, err := ContractObject(); err != nil || dc.Spec.Contract.Concurrency != Contract || dc.Spec.SafetyPercent != SafetyPercent {
+		t.Errorf("ContractObject() = %+v, %v", dc, err)
+	}
+}
+
+func TestAnalyzeCallers(t *testing.T) {
+	cs := TwoCallers()
+	d := &CallersData{Scenario: cs, Final: DownstreamCounts{OK: 5000, Peak: 40},
+		Status: &v1alpha1.DownstreamContractStatus{Callers: []v1alpha1.CallerStatus{
+			{Namespace: cs.Callers[0].Namespace, Quota: QuotaName, Permits: 16},
+			{Namespace: cs.Callers[1].Namespace, Quota: QuotaName, Permits: 24},
+		}}}
+	parts := map[string]int32{callerKey(cs.Callers[0]): 16, callerKey(cs.Callers[1]): 24}
+	for off := time.Duration(0); off <= cs.Duration; off += SampleInterval {
+		d.Samples = append(d.Samples, CallersSample{At: off, Parts: parts, Downstream: DownstreamCounts{WindowPeak: 40},
+			Callers: []CallerSample{{Pods: PodCounts{Ready: 4}, ReadyPermits: 16}, {Pods: PodCounts{Ready: 2}, ReadyPermits: 24}}})
+	}
+	r := AnalyzeCallers(d)
+	if f := r.Failed(); len(f) != 0 {
+		t.Errorf("goals failed on a run that meets them: %+v", f)
+	}
+	// Search holding 20 at one checkpoint (taken from checkout) misses
+	// search's checkpoint goal only.
+	for i := range d.Samples {
+		if d.Samples[i].At > 13*time.Second && d.Samples[i].At <= 14*time.Second {
+			d.Samples[i].Callers = []CallerSample{{ReadyPermits: 20}, {ReadyPermits: 24}}
+		}
+	}
+	r = AnalyzeCallers(d)
+	var failed []string
+	for _, g := range r.Failed() {
+		failed = append(failed, g.Goal)
+	}
+	if diff := cmp.Diff([]string{"search-gateway's Ready pods hold its fair part at every checkpoint"}, failed); diff != "" {
+		t.Errorf("failed goals (-want +got):\n%s", diff)
+	}
+	var b strings.Builder
+	if err := WriteCallersTable(&b, r); err != nil || !strings.Contains(b.String(), "checkout-gateway") {
+		t.Errorf("table: %v\n%s", err, b.String())
+	}
+	if err := WriteCallersPlot(r, t.TempDir()+"/p.png"); err != nil {
+		t.Error(err)
+	}
+}
