@@ -74,7 +74,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 		statePod("a", true, false, corev1.PodRunning),
 		statePod("b", true, false, corev1.PodRunning),
 	}
-	h := divide(one(10, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
+	h := divide(one(10, pods), nil, epoch, v1alpha1.Handover{}, now)
 	if !h.changed || h.status.Revision != 1 || h.told["a"] != 5 || h.told["b"] != 5 || h.status.HandedOut != 10 {
 		t.Fatalf("first step: %+v %+v", h.status, h.told)
 	}
@@ -86,7 +86,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 		ack(statePod("b", true, false, corev1.PodRunning), epoch+"/1"),
 		statePod("c", true, false, corev1.PodRunning),
 	}
-	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
+	h = divide(one(10, pods), rec, epoch, v1alpha1.Handover{}, now)
 	if h.told["a"] != 4 || h.told["b"] != 3 || h.told["c"] != 0 || h.status.Held != 10 || len(h.waiting) != 1 || len(h.pending) != 2 {
 		t.Fatalf("shrink step: %+v told %v waiting %v pending %v", h.status, h.told, h.waiting, h.pending)
 	}
@@ -97,7 +97,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 
 	// Both acknowledge revision 2: c gets its 3.
 	pods[0], pods[1] = ack(pods[0], epoch+"/2"), ack(pods[1], epoch+"/2")
-	h = divide(one(10, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(time.Second))
+	h = divide(one(10, pods), rec, epoch, v1alpha1.Handover{}, now.Add(time.Second))
 	if h.told["c"] != 3 || h.status.HandedOut != 10 || len(h.waiting) != 0 || len(h.pending) != 0 {
 		t.Fatalf("grant step: %+v told %v", h.status, h.told)
 	}
@@ -117,17 +117,17 @@ func TestDivideStalled(t *testing.T) {
 	const epoch, gate = "uid-1", "payments"
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning)}
-	h := divide(one(12, pods, gate, epoch), nil, epoch, v1alpha1.Handover{}, now)
+	h := divide(one(12, pods), nil, epoch, v1alpha1.Handover{}, now)
 	rec := h.status
 	stuck := statePod("a", true, false, corev1.PodRunning)
 	stuck.Annotations = map[string]string{appliedAnnotation(gate): epoch + "/1"}
 	pods = []corev1.Pod{stuck, statePod("b", true, false, corev1.PodRunning)}
-	h = divide(one(12, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now)
+	h = divide(one(12, pods), rec, epoch, v1alpha1.Handover{}, now)
 	rec = h.status
 	if h.recheck != DefaultStalledAfter {
 		t.Errorf("recheck %v, want the stall deadline %v", h.recheck, DefaultStalledAfter)
 	}
-	h = divide(one(12, pods, gate, epoch), rec, epoch, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
+	h = divide(one(12, pods), rec, epoch, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
 	if h.told["b"] != 0 || len(h.stalled) != 1 || h.stalled[0] != "a" {
 		t.Fatalf("stalled step: told %v stalled %v", h.told, h.stalled)
 	}
@@ -136,7 +136,7 @@ func TestDivideStalled(t *testing.T) {
 	}
 }
 
-// one is the callers of a quota's own division.
-func one(total int64, pods []corev1.Pod, gate, epoch string) []caller {
-	return []caller{{total: total, members: membersOf(pods, gate, epoch)}}
+// one is the callers of the payments quota's own division, of epoch uid-1.
+func one(total int64, pods []corev1.Pod) []caller {
+	return []caller{{total: total, members: membersOf(pods, "payments", "uid-1")}}
 }

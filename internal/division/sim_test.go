@@ -94,7 +94,7 @@ func (p *simPod) read(s *sim, rev int64) {
 
 // controller runs one reconcile: targets by exact division, then Step, then
 // publish.
-func (s *sim) controller() Result {
+func (s *sim) controller() {
 	slices.SortFunc(s.pods, func(a, b *simPod) int { return compareStrings(a.key, b.key) })
 	// The split over callers: a caller without serving pods takes no
 	// part, not even of a surplus.
@@ -146,7 +146,6 @@ func (s *sim) controller() Result {
 		s.pubTime[res.Revision] = s.now
 		s.latest = res.Revision
 	}
-	return res
 }
 
 // processes lets every pod's process run for one tick: read plans, admit
