@@ -67,6 +67,9 @@ type DirSource struct {
 	tick <-chan time.Time
 	// noWatch turns fsnotify off in tests of the poll backstop.
 	noWatch bool
+	// started, when set in tests, is closed once Start's first read is
+	// done, so a test can change the volume after it and not during it.
+	started chan struct{}
 }
 
 // NewDirSource reads dir and returns a source holding its valid plans. It
@@ -131,6 +134,9 @@ func (s *DirSource) run(ctx context.Context) {
 	watching := w != nil && len(w.WatchList()) > 0
 	// Whatever changed between NewDirSource and the watch is read now.
 	s.reload()
+	if s.started != nil {
+		close(s.started)
+	}
 
 	for {
 		var events <-chan fsnotify.Event

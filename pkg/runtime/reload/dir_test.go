@@ -157,9 +157,13 @@ func TestDirSourcePollBackstop(t *testing.T) {
 		t.Fatal(err)
 	}
 	tick := make(chan time.Time)
-	s.tick, s.noWatch = tick, true
+	started := make(chan struct{})
+	s.tick, s.noWatch, s.started = tick, true, started
 	startDir(t, s)
 	rec.next(t)
+	// Start reads the volume once more before it polls: a write before
+	// that read is done would be read without a poll.
+	<-started
 
 	vol.write(map[string]string{"a.json": encode(t, doc("a", 7))})
 	rec.quiet(t, 200*time.Millisecond) // no watch, no tick: nothing yet
