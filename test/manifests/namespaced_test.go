@@ -78,7 +78,8 @@ func TestNamespacedInstallRendered(t *testing.T) {
 						continue
 					}
 					switch {
-					case kind == "ClusterRoleBinding" && !strings.HasSuffix(b.RoleRef.Name, "metrics-auth-role"):
+					case kind == "ClusterRoleBinding" && !strings.HasSuffix(b.RoleRef.Name, "metrics-auth-role") &&
+						!strings.HasSuffix(b.RoleRef.Name, "cluster-scoped-role"):
 						t.Errorf("ClusterRoleBinding %s binds %s to the manager cluster-wide", b.Name, b.RoleRef.Name)
 					case kind == "RoleBinding" && strings.HasSuffix(b.RoleRef.Name, "manager-role"):
 						boundIn = append(boundIn, b.Namespace)
@@ -90,6 +91,25 @@ func TestNamespacedInstallRendered(t *testing.T) {
 				t.Errorf("--watch-namespaces and the namespaces the manager's role is bound in (-flag +bindings):\n%s", diff)
 			}
 			for _, o := range find(objs, "ClusterRole") {
+				if strings.HasSuffix(o.GetName(), "cluster-scoped-role") {
+					// Only the cluster-scoped DownstreamContracts and the
+					// namespaces' labels, read; a contract's status, written.
+					var role rbacv1.ClusterRole
+					fromUnstructured(t, o, &role)
+					for _, r := range role.Rules {
+						for _, res := range r.Resources {
+							if res != "downstreamcontracts" && res != "downstreamcontracts/status" && res != "namespaces" {
+								t.Errorf("%s grants %v on %s, want only contracts and namespaces", o.GetName(), r.Verbs, res)
+							}
+						}
+						for _, v := range r.Verbs {
+							if !slices.Contains([]string{"get", "list", "watch"}, v) && !(v == "patch" && slices.Equal(r.Resources, []string{"downstreamcontracts/status"})) {
+								t.Errorf("%s grants %s on %v, want reads, and patch on a contract's status only", o.GetName(), v, r.Resources)
+							}
+						}
+					}
+					continue
+				}
 				if !strings.HasSuffix(o.GetName(), "metrics-auth-role") {
 					continue
 				}
