@@ -173,8 +173,9 @@
 //
 // HandedOver says where the handover stands: True (HandedOver) when every
 // serving pod is told its target and no pod may hold more than it is told;
-// False with HandoverInProgress while serving pods wait for capacity that
-// other pods are still giving up; False with HandoverStalled when a pod that
+// False with HandoverInProgress while either is not so (serving pods wait
+// for capacity, or pods have not yet let go of capacity they were told to
+// give up); False with HandoverStalled when a pod that
 // acknowledges plans in this epoch has not acknowledged its smaller share
 // within spec.handover.stalledAfter (30s by default, DefaultStalledAfter).
 // Its old share stays counted, so its capacity is never reassigned; the
