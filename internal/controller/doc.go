@@ -1,26 +1,111 @@
-// Package controller reconciles DownstreamQuotas: it divides each quota's
-// global contract over the pods of the workload that calls the downstream,
-// publishes every pod's share in the workload's ConfigMap, and keeps the
-// share current as the workload scales.
+// Package controller reconciles DownstreamQuotas and DownstreamContracts:
+// it divides each contract's usable permits over the Ready pods of the
+// workloads that call the downstream, exactly, hands capacity over between
+// pods only as they acknowledge giving it up, publishes every pod's share in
+// its workload's ConfigMap, and keeps the shares current as the workloads
+// scale.
 //
-// # Facts and the divisor
+// # Facts
 //
 // A reconcile reads, from the manager's cache, the workload (a Deployment or
 // StatefulSet: spec and status replicas, selector), its HPA (spec.hpaName, or
-// the HPA whose scaleTargetRef names the workload; min, max, current and
-// desired replicas) and the workload's pods as metadata only
-// (metav1.PartialObjectMetadata), counting every pod that still exists,
-// terminating ones included. The divisor is the largest of the workload's
-// spec replicas, the HPA's desired replicas and the existing pods, and at
-// least 1 (chooseDivisor). An HPA writes the workload's spec replicas before
-// its own status, so on a scale-up every pod's share shrinks before the new
-// pods exist; on a scale-down the share grows only once the departing pods
-// are gone. So the pods that exist never hold more than the contract between
-// them, as long as each holds the share it was last told. Pods are counted
-// by metadata alone, which shows no phase: a finished pod that still exists
-// is counted, which errs on the safe side.
+// the HPA whose scaleTargetRef names the workload) and the workload's pods.
+// Pods are cached stripped (stripPod, see CacheOptions): their metadata
+// (labels, the acknowledgement annotations, the deletion timestamp), their
+// phase and their Ready condition, nothing else. The divisor is the number
+// of serving pods: Ready, neither terminating nor finished (Succeeded or
+// Failed). Pods that are not Ready receive no traffic and need no share
+// until they are; pods that are terminating keep what they hold through the
+// handover below. The workload's replicas, the HPA's figures and the pods
+// that exist are reported in status.replicas for people; divisorSource is
+// ReadyPods and they do not decide a share.
+//
+// # Exact division
 //
 // The plan comes from internal/quotaplan, the same code path as the CLI.
+// Its usable permits are A = floor(C' × safety), C' being the contract's
+// concurrency or, with contract.clusterShare, this cluster's part of it.
+// With D serving pods every pod is to hold floor(A/D) and A mod D of them
+// one more, so the pods hold exactly A (package division: the extra permits
+// stay with the pods that already hold the most). With fewer permits than
+// pods, Strict gives A pods one permit and the others none (QuotaTooSmall);
+// AtLeastOne gives every serving pod one (Overcommitted). Each pod's queue,
+// workers, rate, burst and retry budget follow its own permits.
+//
+// The published document (pkg/runtime/plan, version 2) names every pod that
+// is told a share, and its base share, for a pod it does not name, is 0: a
+// pod the operator has not granted anything holds nothing.
+//
+// # Handover and the write-ahead record
+//
+// Each reconcile runs one step of division.Step over the division's pods.
+// A smaller share is told at once; the pod is counted at its old share
+// (status.division.pods[].holds) until it acknowledges a revision at least
+// as new as the one that shrank it, or, when it has never acknowledged
+// anything in this epoch, until spec.handover.unacknowledgedDelay (150s by
+// default, DefaultUnacknowledgedDelay) has passed. A larger share is granted
+// only out of what no pod is told or may still hold. A terminating pod keeps
+// its share until it is gone or it acknowledges "<epoch>/released".
+//
+// Acknowledgements are the pods' applied.backpressure.dev/<quota>
+// annotations, parsed by plan.ParseAck; one of another epoch counts as none.
+// The epoch is the UID of the object that owns the division (the quota, or
+// the shared contract), and the revision grows with every published change.
+//
+// What every pod is told and may still hold is the operator's only memory of
+// capacity that is out, so it is written before any pod is told: when a step
+// changes it, the reconcile first writes it to status.division, under the
+// resourceVersion of the object it read (an optimistic lock), and only then
+// publishes. A restarted or newly elected operator reads the record back.
+// When that write conflicts, the cache held an older object than the API
+// server: the step was computed from an old record and would forget what
+// some pod was told since. The reconcile then writes nothing more, neither
+// the ConfigMap nor the rest of the status, and runs again 50ms later, when
+// the cache has caught up. A step that changes nothing in the record writes
+// no record. The reconcile asks to run again when a delay or a stall
+// deadline passes, as no watch would fire then.
+//
+// # Shared contracts
+//
+// A quota with spec.contractRef names a cluster-scoped DownstreamContract
+// instead of a contract of its own. Its own reconcile only checks that the
+// contract exists and that the contract's namespaceSelector admits the
+// quota's namespace, and otherwise sets Ready False with reason
+// ContractNotFound (the last published plan stays). The
+// DownstreamContractReconciler does the rest, per contract: it lists the
+// quotas naming it (through the contract index), leaving out those being
+// deleted and those of namespaces its selector does not admit, reads each
+// one's facts, and splits the contract's usable permits over them with
+// quotaplan.Split: weighted max-min fairness (spec.weight) capped at each
+// caller's demand (spec.demand.inFlight, or demand.ratePerSecond × typical
+// latency rounded up; none stated is unbounded), a caller without serving
+// pods getting nothing. The rate is split the same way; each caller's burst
+// follows its part of the rate and its retry budget its part of the
+// permits. Each caller's part is then divided exactly over its pods, and one
+// handover runs over the pods of every caller against the contract's usable
+// total, so capacity moves between callers only as the pods giving it up
+// acknowledge. Pods are keyed "<namespace>/<pod>" in the contract's
+// status.division, the write-ahead record of that handover; each caller's
+// document goes to its own ConfigMap, each quota's status gets its part
+// (status.division with its own pods), and the contract's status lists the
+// callers with their parts and the reason for each. The contract reconciler
+// runs on changes of the contract's spec, of the quotas naming it, and of
+// their workloads and pods. Namespaces are read from the cache but not
+// watched: a namespace whose labels come to match the selector (or stop
+// matching it) is taken into account at the next of those changes.
+//
+// # Quotas that name one downstream without sharing a contract
+//
+// A quota with a contract of its own also looks at every other quota and
+// contract naming the same spec.downstream (through the downstream index):
+// quotas that share a contract count through that contract. When there are
+// at least two and their usable totals add up to more than the smallest
+// concurrency any of them states, the quota reports a ContractOversubscribed
+// diagnostic with the sum, which makes Ready False; the plan is still
+// published. A change of the spec of any quota or contract of the
+// downstream starts the reconcile of every quota naming it, so each quota
+// with a contract of its own reports it; contracts and the quotas sharing
+// them do not.
 //
 // # Publishing
 //
@@ -65,10 +150,10 @@
 // initial list enqueues every quota named in an owner reference or a key, and
 // quotas never wait on an absent operator to be deleted.
 //
-// # Conditions
+// # Conditions and events
 //
-// Ready is the one condition. Its reason is the most important finding, in
-// this order; the first six make Ready False:
+// Ready's reason is the most important finding, in this order; the first
+// eight make Ready False:
 //
 //   - WorkloadNotFound: nothing can be computed; the last published plan,
 //     if any, stays published and in status.
@@ -78,26 +163,51 @@
 //     interval, because the foreign ConfigMap is outside its cache.
 //   - HPANotFound: the named HPA does not exist; the plan is published from
 //     the other facts.
-//   - QuotaTooSmall, Overcommitted, DeadlineBelowLatency: the plan is
-//     published but cannot keep the contract or the deadline.
+//   - ContractOversubscribed, QuotaTooSmall, Overcommitted,
+//     DeadlineBelowLatency: the plan is published but cannot keep the
+//     contract or the deadline.
 //   - DemandExceedsQuota: Ready stays True; the demand will be partly shed
 //     locally, which is what the quota is for, but worth a look.
 //   - PlanPublished: Ready True, nothing to report.
 //
+// A quota sharing a contract reports ContractNotFound instead when the
+// contract is missing or does not admit its namespace.
+//
+// HandedOver says where the handover stands: True (HandedOver) when every
+// serving pod is told its target and no pod may hold more than it is told;
+// False with HandoverInProgress while either is not so (serving pods wait
+// for capacity, or pods have not yet let go of capacity they were told to
+// give up); False with HandoverStalled when a pod that
+// acknowledges plans in this epoch has not acknowledged its smaller share
+// within spec.handover.stalledAfter (30s by default, DefaultStalledAfter).
+// Its old share stays counted, so its capacity is never reassigned; the
+// message names the pods, and status.division.pods lists them with holds.
+// A contract has the same two conditions; its Ready is PlanPublished.
+//
 // Every finding of the plan, with its arithmetic, is also in
 // status.diagnostics. Input problems are never retried in a loop: the watches
-// on the quota, the workload, the HPA, the pods and the ConfigMaps start the
-// next reconcile when the missing object appears.
+// on the quota, the workload, the HPA, the pods, the ConfigMaps, and the
+// quotas and contracts of the same downstream start the next reconcile when
+// the missing object appears.
 //
-// The status is written once per reconcile, only when it differs
-// (equality.Semantic), and a Normal event PlanChanged with the arithmetic
-// ("permits 5→2: divisor 8→16 (workload spec replicas); 50 × 80% / 16 = 2.5")
-// follows every change of the published plan.
+// A quota's status is written once per reconcile, only when it differs
+// (equality.Semantic). The quota reconciler's events follow a status write
+// and are judged against the status the API server had before it (and the
+// division before the write-ahead record), so a reconcile that read a stale
+// cache reports nothing twice: a Normal event PlanChanged when the
+// division's arithmetic or the ConfigMap changes ("permits 5→4 per pod, 5
+// for 4 of them: Ready pods 8→9; 40 usable permits = 4 × 9 + 4"), not on
+// every step of a handover; a Warning event HandoverStalled when the
+// handover becomes stalled; a Warning event ConfigMapConflict. The contract
+// reconciler records no events, so a quota that shares a contract has its
+// conditions but none of these events.
 //
 // # Rollout
 //
 // The runtime library acknowledges a plan by annotating its pod with
-// applied.backpressure.dev/<quota>: <hash>. status.rollout counts the
-// existing pods whose annotation carries the published hash and names up to
-// ten that do not yet.
+// applied.backpressure.dev/<quota>: "<epoch>/<revision>", once its calls in
+// flight fit the share that revision gives it (see plan.Ack).
+// status.rollout counts the pods that have not finished and whose
+// annotation carries the published epoch and revision, and names up to ten
+// that do not yet.
 package controller
