@@ -51,6 +51,8 @@ type sharer struct {
 	status  *v1alpha1.DownstreamQuotaStatus
 	in      readiness
 	plan    *quotaplan.Plan
+	// over is the contract's ContractOversubscribed finding, if any.
+	over *v1alpha1.Diagnostic
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -67,6 +69,13 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		return reconcile.Result{}, err
 	}
 
+	over, err := q.oversubscription(ctx, dc.Spec.Downstream)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, s := range sharers {
+		s.over = over
+	}
 	epoch := string(dc.UID)
 	usable := quotaplan.ContractUsable(dc.Spec)
 	in := make([]quotaplan.Caller, len(sharers))
@@ -126,6 +135,9 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, len(sharers))}
 	if len(sharers) == 0 {
 		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
+	}
+	if over != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, over.Reason, over.Message
 	}
 	now := q.clock.Now()
 	setCondition(&status.Conditions, ready, dc.Generation, now)
@@ -241,10 +253,13 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 	}
 	s.status.PerPod, s.status.Demand, s.status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
 	s.in.permits, s.in.diagnostics = p.PerPod.Permits, p.Diagnostics
-	s.status.Division = h.callers[i]
-	callerView := h
-	callerView.status = h.callers[i]
+	callerView := h.forCaller(i, qt.Namespace+"/")
+	s.status.Division = callerView.status
 	s.in.handover = &callerView
+	if s.over != nil {
+		s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *s.over)
+		s.in.diagnostics = s.status.Diagnostics
+	}
 
 	doc := p.Document(qt.Name, dc.Spec.Downstream, qt.Generation, h.document(qt.Namespace+"/"))
 	data, err := plan.Marshal(doc)
@@ -274,14 +289,22 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 	return result, r.writeCaller(ctx, s)
 }
 
-// writeCaller writes a caller quota's status with its conditions.
+// writeCaller writes a caller quota's status with its conditions, and
+// records a Warning event on the quota when its handover stalls.
 func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *sharer) error {
 	conds := []metav1.Condition{readyCondition(s.in)}
 	if s.in.handover != nil {
 		conds = append(conds, handedOverCondition(*s.in.handover))
 	}
-	_, _, err := r.quotas.writeStatus(ctx, s.quota, s.status, conds...)
-	return err
+	prev, written, err := r.quotas.writeStatus(ctx, s.quota, s.status, conds...)
+	if err != nil || !written {
+		return err
+	}
+	if c := meta.FindStatusCondition(s.status.Conditions, v1alpha1.ConditionHandedOver); c != nil &&
+		c.Reason == v1alpha1.ReasonHandoverStalled && !sameCondition(prev.Conditions, *c) {
+		r.quotas.recorder.Eventf(s.quota, nil, corev1.EventTypeWarning, v1alpha1.ReasonHandoverStalled, EventActionPublish, "%s", c.Message)
+	}
+	return nil
 }
 
 // contractMissing returns why q's contractRef gives q no part, or "" when

@@ -74,7 +74,13 @@ var _ = Describe("DownstreamContract controller", func() {
 			g.Expect([]int{docA.For("search-0").Permits, docA.For("search-1").Permits}).To(Equal([]int{15, 15}))
 			g.Expect([]int{docB.For("billing-0").Permits, docB.For("billing-1").Permits}).To(Equal([]int{5, 5}))
 			g.Expect(docA.Epoch).To(Equal(string(dc.UID)))
-			g.Expect(getQuota(ctx, g, nsA, qa.Name).Status.Division.Usable).To(BeEquivalentTo(30))
+			own := getQuota(ctx, g, nsA, qa.Name).Status.Division
+			g.Expect(own).NotTo(BeNil())
+			g.Expect(own.Usable).To(BeEquivalentTo(30))
+			// A caller's status names its own pods, without the namespace
+			// the contract keys them by.
+			g.Expect(own.Pods).To(ConsistOf(HaveField("Name", "search-0"), HaveField("Name", "search-1")))
+			g.Expect(dc.Status.Division.Pods).To(ContainElement(HaveField("Name", nsB+"/billing-0")))
 		}).Should(Succeed())
 		within := func(g Gomega) {
 			dc := getContract(ctx, g, contract.Name)
@@ -182,6 +188,24 @@ var _ = Describe("DownstreamContract controller", func() {
 				g.Expect(c.Message).To(ContainSubstring("= 80 permits against its concurrency of 50"))
 			}).Should(Succeed())
 		}
+
+		// A shared contract for the same downstream is counted too, and
+		// says so itself.
+		dc := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "also-" + ns},
+			Spec:       v1alpha1.DownstreamContractSpec{Downstream: downstream, Contract: v1alpha1.Contract{Concurrency: 50}},
+		}
+		Expect(k8s.Create(ctx, dc)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			got := &v1alpha1.DownstreamContract{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(dc), got)).To(Succeed())
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonContractOversubscribed))
+			g.Expect(c.Message).To(ContainSubstring("= 120 permits against its concurrency of 50"))
+			g.Expect(ready(g, getQuota(ctx, g, ns, "one")).Message).To(ContainSubstring("= 120 permits"))
+		}).Should(Succeed())
 	})
 })
 

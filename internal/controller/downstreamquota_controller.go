@@ -195,7 +195,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		return ctrl.Result{}, nil, nil
 	}
 	status.PerPod, status.Demand, status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
-	over, err := r.oversubscription(ctx, q)
+	over, err := r.oversubscription(ctx, q.Spec.Downstream)
 	if err != nil {
 		return ctrl.Result{}, nil, err
 	}

@@ -220,8 +220,8 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 		all[i] = i
 	}
 	out.status = summary(all, total, "")
-	if len(callers) == 1 {
-		// A single caller's part has the same base and extra as the whole.
+	if len(callers) == 1 && callers[0].prefix == "" {
+		// A quota's own division: its part is the whole.
 		out.callers = []*v1alpha1.DivisionStatus{out.status}
 	} else {
 		for ci, c := range callers {
@@ -236,6 +236,26 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 	}
 	out.changed = prev == nil || prev.Epoch != epoch || prev.Revision != out.status.Revision || !sameRecords(prev.Pods, out.status.Pods)
 	return out
+}
+
+// forCaller returns the step as one caller sees it: its part of the
+// division, and the waiting, pending and stalled pods that are its own, by
+// name without prefix.
+func (h handover) forCaller(i int, prefix string) handover {
+	own := func(keys []string) []string {
+		var out []string
+		for _, k := range keys {
+			if name, ok := strings.CutPrefix(k, prefix); ok {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	c := h
+	c.status = h.callers[i]
+	c.waiting, c.pending, c.stalled = own(h.waiting), own(h.pending), own(h.stalled)
+	c.told = h.toldFor(prefix)
+	return c
 }
 
 // toldFor returns the shares of the pods whose keys start with prefix, by

@@ -20,14 +20,14 @@ type claimant struct {
 	usable      int64
 }
 
-// oversubscription checks the quotas and contracts that name q's downstream
+// oversubscription checks the quotas and contracts that name downstream
 // without sharing one contract: when the permits they hand out add up to
 // more than the smallest concurrency any of them states for it, it returns
 // a ContractOversubscribed diagnostic with the arithmetic.
-func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, q *v1alpha1.DownstreamQuota) (*v1alpha1.Diagnostic, error) {
+func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downstream string) (*v1alpha1.Diagnostic, error) {
 	var quotas v1alpha1.DownstreamQuotaList
-	if err := r.client.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: q.Spec.Downstream}); err != nil {
-		return nil, fmt.Errorf("controller: list quotas of downstream %s: %w", q.Spec.Downstream, err)
+	if err := r.client.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
+		return nil, fmt.Errorf("controller: list quotas of downstream %s: %w", downstream, err)
 	}
 	var contracts v1alpha1.DownstreamContractList
 	if err := r.client.List(ctx, &contracts); err != nil {
@@ -48,7 +48,7 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, q *v1a
 	}
 	for i := range contracts.Items {
 		c := &contracts.Items[i]
-		if c.Spec.Downstream != q.Spec.Downstream {
+		if c.Spec.Downstream != downstream {
 			continue
 		}
 		all = append(all, claimant{
@@ -77,6 +77,6 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, q *v1a
 	return &v1alpha1.Diagnostic{
 		Reason: v1alpha1.ReasonContractOversubscribed,
 		Message: fmt.Sprintf("%d quotas and contracts name downstream %s without sharing one contract and hand out %s = %d permits against its concurrency of %d; share one DownstreamContract through spec.contractRef, or lower their parts",
-			len(all), q.Spec.Downstream, strings.Join(terms, " + "), sum, least),
+			len(all), downstream, strings.Join(terms, " + "), sum, least),
 	}, nil
 }

@@ -59,7 +59,8 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Named(ContractControllerName).
 		WithOptions(opts).
 		For(&v1alpha1.DownstreamContract{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(quotaContract), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(r.contractsOf), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(r.contractsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindStatefulSet))), builder.WithPredicates(workloadChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForPod)), builder.WithPredicates(podChanged)).
@@ -115,6 +116,33 @@ func quotaContract(_ context.Context, obj client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: q.Spec.ContractRef.Name}}}
+}
+
+// contractsOf maps a quota to the contract it shares, and a quota or a
+// contract to the other contracts that name the same downstream, which
+// check together with it that they do not hand out more than its contract.
+func (r *DownstreamQuotaReconciler) contractsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	out := quotaContract(ctx, obj)
+	var downstream string
+	switch o := obj.(type) {
+	case *v1alpha1.DownstreamQuota:
+		downstream = o.Spec.Downstream
+	case *v1alpha1.DownstreamContract:
+		downstream = o.Spec.Downstream
+	}
+	var list v1alpha1.DownstreamContractList
+	if err := r.client.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list contracts")
+		return out
+	}
+	for i := range list.Items {
+		c := &list.Items[i]
+		req := reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}}
+		if c.Spec.Downstream == downstream && c.Name != obj.GetName() && !slices.Contains(out, req) {
+			out = append(out, req)
+		}
+	}
+	return out
 }
 
 // contracts maps what quotas maps an object to onto the contracts those
