@@ -135,7 +135,9 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 	// The chart goes to a namespace of its own: the RBAC test installs
 	// config/default for real, whose Deployment has other selector labels.
 	const helmNamespace = "backpressure-helm"
-	for _, ns := range []string{operatorNamespace, helmNamespace, "shop"} {
+	// reports is the shared sample's second namespace: a dry run does not
+	// create the namespace its other objects go to.
+	for _, ns := range []string{operatorNamespace, helmNamespace, "shop", "reports"} {
 		ensureNamespace(t, ns)
 	}
 	renders := map[string][]byte{
@@ -147,6 +149,7 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 		"kustomize config/samples":         kustomize(t, "config/samples"),
 		"kustomize config/samples/app":     kustomize(t, "config/samples/app"),
 		"kustomize config/samples/app/ack": kustomize(t, "config/samples/app/ack"),
+		"kustomize config/samples/shared":  kustomize(t, "config/samples/shared"),
 	}
 	for name, data := range renders {
 		t.Run(name, func(t *testing.T) {
