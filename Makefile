@@ -33,7 +33,7 @@ manifests: ## Generate the CRDs and the manager's RBAC from the markers, and cop
 
 .PHONY: generate
 generate: ## Generate the deepcopy methods of the API types.
-	$(CONTROLLER_GEN) object paths="./api/..."
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 
 .PHONY: verify-generated
 verify-generated: ## Fail when a generated file is stale.
