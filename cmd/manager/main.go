@@ -44,6 +44,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/version"
 )
 
 // The metrics server asks the API server to authenticate and authorize
@@ -58,11 +59,20 @@ const (
 	serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 )
 
+// errVersion is what parsing --version returns, so that main prints the
+// version to stdout and exits 0 without starting anything.
+var errVersion = errors.New("manager: version requested")
+
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-		}
+	err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, errVersion):
+		fmt.Println("manager", version.Get())
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(1)
+	default:
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
@@ -87,6 +97,7 @@ type options struct {
 // controller-runtime's, read by config.GetConfig.
 func parseFlags(args []string, output io.Writer) (*options, error) {
 	o := &options{zap: zap.Options{}}
+	var printVersion bool
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(output)
 	config.RegisterFlags(fs)
@@ -100,9 +111,13 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "backpressure-operator.backpressure.dev", "Name of the leader election lease.")
 	fs.IntVar(&o.workers, "max-concurrent-reconciles", 4, "Quotas reconciled at once.")
 	fs.DurationVar(&o.conflictRecheck, "conflict-recheck", controller.DefaultConflictRecheck, "How often a quota whose ConfigMap name is taken by a ConfigMap the operator does not own checks again.")
+	fs.BoolVar(&printVersion, "version", false, "Print the version and exit.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if printVersion {
+		return nil, errVersion
 	}
 	o.kubeconfig = fs.Lookup(config.KubeconfigFlagName).Value.String()
 	if fs.NArg() > 0 {
@@ -128,6 +143,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	log := logger.WithName("setup")
+	v := version.Get()
+	log.Info("Starting backpressure-operator", "version", v.Version, "commit", v.Commit)
 
 	cfg, err := config.GetConfig()
 	if err != nil {
