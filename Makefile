@@ -120,6 +120,17 @@ build: ## Build the binaries into bin/.
 run: ## Run the manager against the current kubeconfig.
 	$(GO) run ./cmd/manager
 
+##@ Release
+
+# make release VERSION=v0.1.0 writes dist/; the environment may narrow it
+# (RELEASE_PLATFORMS="linux/amd64"), or name the image repository
+# (RELEASE_IMAGE) and where the archives will be downloaded from
+# (RELEASE_URL) — hack/release.sh says more.
+.PHONY: release
+release: ## Build release VERSION into dist/: archives of the manager and the plugin, checksums, install.yaml, chart, krew manifest.
+	@if [[ -z "$(VERSION)" ]]; then echo "release: give the version, such as make release VERSION=v0.1.0" >&2; exit 2; fi
+	$(if $(call assets_given,kubectl),KUBEBUILDER_ASSETS="$(call assets_given,kubectl)") DIST=dist hack/release.sh "$(VERSION)"
+
 ##@ Deploy and document
 
 # The manager image that docker-build builds and deploy installs.
