@@ -135,7 +135,7 @@ KUSTOMIZATION
 log "rendering install.yaml"
 {
   echo "# backpressure-operator ${VERSION}: the CRD, RBAC and the manager (config/default)."
-  echo "#   kubectl apply --server-side -f install.yaml"
+  echo "#   kubectl apply -f install.yaml"
   "${KUBECTL}" kustomize "${WORK}/config/release"
 } > "${DIST}/install.yaml"
 
