@@ -5,6 +5,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/version"
 )
 
 // newRootCommand builds the command tree writing to stdout and stderr. It
@@ -25,6 +27,7 @@ behind each number; -o json gives the same figures to scripts.`,
   kubectl backpressure retry --capacity 181 --arrival 1900 --retries 1
   kubectl backpressure backlog --arrival 1900 --workers 50 --latency 220ms --queue 1000 --buffer 2s`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl backpressure"},
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {

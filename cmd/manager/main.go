@@ -50,6 +50,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/version"
 )
 
 // The metrics server asks the API server to authenticate and authorize
@@ -64,11 +65,20 @@ const (
 	serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 )
 
+// errVersion is what parsing --version returns, so that main prints the
+// version to stdout and exits 0 without starting anything.
+var errVersion = errors.New("manager: version requested")
+
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, err)
-		}
+	err := run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, errVersion):
+		fmt.Println("manager", version.Get())
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(1)
+	default:
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
@@ -94,6 +104,7 @@ type options struct {
 // controller-runtime's, read by config.GetConfig.
 func parseFlags(args []string, output io.Writer) (*options, error) {
 	o := &options{zap: zap.Options{}}
+	var printVersion bool
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	fs.SetOutput(output)
 	config.RegisterFlags(fs)
@@ -112,9 +123,13 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 		o.watchNamespaces = namespaces
 		return err
 	})
+	fs.BoolVar(&printVersion, "version", false, "Print the version and exit.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if printVersion {
+		return nil, errVersion
 	}
 	o.kubeconfig = fs.Lookup(config.KubeconfigFlagName).Value.String()
 	if fs.NArg() > 0 {
@@ -140,6 +155,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 	log := logger.WithName("setup")
+	v := version.Get()
+	log.Info("Starting backpressure-operator", "version", v.Version, "commit", v.Commit)
 
 	cfg, err := config.GetConfig()
 	if err != nil {
