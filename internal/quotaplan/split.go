@@ -105,7 +105,7 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 	}
 	// A caller without serving pods takes no part, not even of a surplus
 	// the others cannot use: it has no pod to hold a permit.
-	permits := fairShareOfServing(usable, claims, callers)
+	permits := ofServing(claims, callers, func(c []division.Claim) []int64 { return division.FairShare(usable, c) })
 	k := contract.Contract
 	cc, safety := int64(ClusterConcurrency(k)), int64(contractSafety(contract))
 	var usableRate float64
@@ -114,7 +114,7 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 	if k.RatePerSecond > 0 {
 		usableRate = float64(k.RatePerSecond) * float64(cc*safety) / float64(100*int64(k.Concurrency))
 		usableBurst = int64(k.Burst) * cc * safety / (100 * int64(k.Concurrency))
-		rates = fairShareFloatOfServing(usableRate, rateClaims, callers)
+		rates = ofServing(rateClaims, callers, func(c []division.ClaimFloat) []float64 { return division.FairShareFloat(usableRate, c) })
 	}
 	for i, cl := range claims {
 		p := &out[i]
@@ -165,35 +165,19 @@ func ValidateContract(c v1alpha1.DownstreamContractSpec) error {
 	return validateClusterShare(k, SharedContractField+".clusterShare")
 }
 
-// fairShareOfServing is division.FairShare over the callers with serving
-// pods; the others get 0.
-func fairShareOfServing(total int64, claims []division.Claim, callers []Caller) []int64 {
-	var in []division.Claim
+// ofServing applies share to the claims of the callers with serving pods
+// and gives the others the zero value: a caller without a pod to hold a
+// permit takes no part, not even of a surplus.
+func ofServing[C, R any](claims []C, callers []Caller, share func([]C) []R) []R {
+	var in []C
 	var idx []int
 	for i, c := range callers {
 		if c.Serving > 0 {
 			in, idx = append(in, claims[i]), append(idx, i)
 		}
 	}
-	out := make([]int64, len(callers))
-	for j, part := range division.FairShare(total, in) {
-		out[idx[j]] = part
-	}
-	return out
-}
-
-// fairShareFloatOfServing is division.FairShareFloat over the callers with
-// serving pods; the others get 0.
-func fairShareFloatOfServing(total float64, claims []division.ClaimFloat, callers []Caller) []float64 {
-	var in []division.ClaimFloat
-	var idx []int
-	for i, c := range callers {
-		if c.Serving > 0 {
-			in, idx = append(in, claims[i]), append(idx, i)
-		}
-	}
-	out := make([]float64, len(callers))
-	for j, part := range division.FairShareFloat(total, in) {
+	out := make([]R, len(callers))
+	for j, part := range share(in) {
 		out[idx[j]] = part
 	}
 	return out
