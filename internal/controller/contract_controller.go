@@ -170,6 +170,12 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 			return nil, err
 		}
 		if !ok {
+			// Its namespace was turned away, perhaps by a label just
+			// removed: the quota says so, and keeps its last plan.
+			why := fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", dc.Name, qt.Namespace)
+			if err := r.quotas.reportContractMissing(ctx, qt, why); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		s := &sharer{quota: qt, status: qt.Status.DeepCopy()}

@@ -209,6 +209,65 @@ var _ = Describe("DownstreamContract controller", func() {
 	})
 })
 
+var _ = Describe("DownstreamContract namespace selector", func() {
+	It("admits a namespace's quota once the namespace carries the label, and turns it away when the label goes", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		team := "team-" + ns
+		contract := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "selective-" + ns},
+			Spec: v1alpha1.DownstreamContractSpec{
+				Downstream:        "selective-" + ns + ".example.com",
+				Contract:          v1alpha1.Contract{Concurrency: 10}, // 8 usable
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}},
+			},
+		}
+		Expect(k8s.Create(ctx, contract)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, contract))).To(Succeed()) })
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 1))).To(Succeed())
+		readyPod(ctx, ns, "api", "api-0")
+		Expect(k8s.Create(ctx, &v1alpha1.DownstreamQuota{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "selective"},
+			Spec: v1alpha1.DownstreamQuotaSpec{
+				WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "api"},
+				Downstream:  contract.Spec.Downstream,
+				ContractRef: &v1alpha1.ContractReference{Name: contract.Name},
+				Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
+				Deadline:    metav1.Duration{Duration: time.Second},
+			},
+		})).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := ready(g, getQuota(ctx, g, ns, "selective"))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonContractNotFound))
+			g.Expect(c.Message).To(ContainSubstring("does not admit namespace " + ns))
+		}).Should(Succeed())
+
+		label := func(labels map[string]string) {
+			Eventually(func(g Gomega) {
+				n := &corev1.Namespace{}
+				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, n)).To(Succeed())
+				n.Labels = labels
+				g.Expect(k8s.Update(ctx, n)).To(Succeed())
+			}).Should(Succeed())
+		}
+		label(map[string]string{"team": team})
+		Eventually(func(g Gomega) {
+			q := getQuota(ctx, g, ns, "selective")
+			g.Expect(ready(g, q).Reason).NotTo(Equal(v1alpha1.ReasonContractNotFound))
+			g.Expect(q.Status.Division).NotTo(BeNil())
+			g.Expect(q.Status.Division.Usable).To(BeEquivalentTo(8))
+			doc, _ := publishedDocument(ctx, g, ns, "api-backpressure", "selective")
+			g.Expect(doc.For("api-0").Permits).To(Equal(8))
+		}).Should(Succeed())
+
+		label(nil)
+		Eventually(func(g Gomega) {
+			c := ready(g, getQuota(ctx, g, ns, "selective"))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonContractNotFound))
+			g.Expect(c.Message).To(ContainSubstring("the last plan stays in ConfigMap api-backpressure"))
+		}).Should(Succeed())
+	})
+})
+
 // readyPod creates a pod of workload and makes it Ready, as the kubelet
 // does once its readiness probe passes.
 func readyPod(ctx context.Context, ns, workload, name string) *corev1.Pod {

@@ -90,9 +90,9 @@
 // (status.division with its own pods), and the contract's status lists the
 // callers with their parts and the reason for each. The contract reconciler
 // runs on changes of the contract's spec, of the quotas naming it, and of
-// their workloads and pods. Namespaces are read from the cache but not
-// watched: a namespace whose labels come to match the selector (or stop
-// matching it) is taken into account at the next of those changes.
+// their workloads and pods, and of namespace labels, which decide what a
+// contract's namespaceSelector admits: a quota whose namespace stops
+// matching reports ContractNotFound and keeps its last plan.
 //
 // # Quotas that name one downstream without sharing a contract
 //

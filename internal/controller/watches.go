@@ -64,6 +64,7 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ct
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindStatefulSet))), builder.WithPredicates(workloadChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForPod)), builder.WithPredicates(podChanged)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.contractsSelectingNamespaces), builder.WithPredicates(labelsChanged)).
 		Complete(contracts)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ContractControllerName, err)
@@ -143,6 +144,30 @@ func (r *DownstreamQuotaReconciler) contractsOf(ctx context.Context, obj client.
 		}
 	}
 	return out
+}
+
+// contractsSelectingNamespaces maps a namespace to the contracts whose
+// namespaceSelector decides whether its quotas may share them: a new label
+// may admit them, or turn them away.
+func (r *DownstreamQuotaReconciler) contractsSelectingNamespaces(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1alpha1.DownstreamContractList
+	if err := r.client.List(ctx, &list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list contracts")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		if list.Items[i].Spec.NamespaceSelector != nil {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
+	}
+	return out
+}
+
+// labelsChanged passes creations and deletions, and updates that change
+// the object's labels.
+var labelsChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool { return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) },
 }
 
 // contracts maps what quotas maps an object to onto the contracts those
