@@ -63,6 +63,16 @@ type recorded struct {
 	before *v1alpha1.DivisionStatus
 }
 
+// conditions returns the conditions a reconcile writes: Ready, and
+// HandedOver once a division was stepped.
+func (in readiness) conditions() []metav1.Condition {
+	conds := []metav1.Condition{readyCondition(in)}
+	if in.handover != nil {
+		conds = append(conds, handedOverCondition(*in.handover))
+	}
+	return conds
+}
+
 // readyCondition computes the Ready condition (without its transition time
 // and observed generation). The reason is the most important finding, in
 // the order the package documentation lists; the message says what it means

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -51,8 +52,6 @@ type sharer struct {
 	status  *v1alpha1.DownstreamQuotaStatus
 	in      readiness
 	plan    *quotaplan.Plan
-	// over is the contract's ContractOversubscribed finding, if any.
-	over *v1alpha1.Diagnostic
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -73,9 +72,6 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, s := range sharers {
-		s.over = over
-	}
 	epoch := string(dc.UID)
 	usable := quotaplan.ContractUsable(dc.Spec)
 	in := make([]quotaplan.Caller, len(sharers))
@@ -95,9 +91,11 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	}
 	h := divide(callers, dc.Status.Division, epoch, dc.Spec.Handover, q.clock.Now())
 	if h.changed {
-		if ok, err := r.recordDivision(ctx, dc, h.status); err != nil || !ok {
+		written, ok, err := recordDivision(ctx, q.client, dc, func(u *v1alpha1.DownstreamContract) { u.Status.Division = h.status })
+		if err != nil || !ok {
 			return reconcile.Result{RequeueAfter: staleRecheck}, err
 		}
+		dc = written
 	}
 
 	status := dc.Status.DeepCopy()
@@ -113,7 +111,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 			Permits: int32(part.Part.Permits), RatePerSecond: quotaplan.Quantity(part.Part.RatePerSecond), Reason: part.Reason,
 		}
 		if part.Demand != division.Unbounded {
-			cs.Demand = ptrInt32(part.Demand)
+			cs.Demand = ptr.To(int32(part.Demand))
 		}
 		status.Callers = append(status.Callers, cs)
 		if s.plan == nil {
@@ -122,7 +120,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 			}
 			continue
 		}
-		res, err := r.publishCaller(ctx, dc, s, h, ci)
+		res, err := r.publishCaller(ctx, dc, s, h, ci, over)
 		ci++
 		if err != nil {
 			return reconcile.Result{}, err
@@ -165,15 +163,14 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 		if !qt.DeletionTimestamp.IsZero() {
 			continue
 		}
-		ok, err := r.admits(ctx, dc, qt.Namespace)
+		ok, err := contractAdmits(ctx, r.quotas.client, dc, qt.Namespace)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
 			// Its namespace was turned away, perhaps by a label just
 			// removed: the quota says so, and keeps its last plan.
-			why := fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", dc.Name, qt.Namespace)
-			if err := r.quotas.reportContractMissing(ctx, qt, why); err != nil {
+			if err := r.quotas.reportContractMissing(ctx, qt, notAdmitted(dc.Name, qt.Namespace)); err != nil {
 				return nil, err
 			}
 			continue
@@ -203,11 +200,6 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 	return out, nil
 }
 
-// admits reports whether dc's namespace selector admits namespace.
-func (r *DownstreamContractReconciler) admits(ctx context.Context, dc *v1alpha1.DownstreamContract, namespace string) (bool, error) {
-	return contractAdmits(ctx, r.quotas.client, dc, namespace)
-}
-
 // contractAdmits reports whether dc's namespace selector admits namespace;
 // no selector admits every namespace.
 func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamContract, namespace string) (bool, error) {
@@ -225,28 +217,9 @@ func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamC
 	return sel.Matches(labels.Set(ns.Labels)), nil
 }
 
-func ptrInt32(v int64) *int32 { x := int32(v); return &x }
-
-// recordDivision writes division as dc's status.division under dc's
-// resourceVersion, as DownstreamQuotaReconciler.recordDivision does for a
-// quota.
-func (r *DownstreamContractReconciler) recordDivision(ctx context.Context, dc *v1alpha1.DownstreamContract, division *v1alpha1.DivisionStatus) (bool, error) {
-	updated := dc.DeepCopy()
-	updated.Status.Division = division
-	err := r.quotas.client.Status().Patch(ctx, updated, ctrl.MergeFromWithOptions(dc, ctrl.MergeFromWithOptimisticLock{}))
-	switch {
-	case err == nil:
-		*dc = *updated
-		return true, nil
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		return false, nil
-	}
-	return false, fmt.Errorf("controller: record division of contract %s: %w", dc.Name, err)
-}
-
 // publishCaller publishes caller i's part of the division to its ConfigMap
-// and writes its quota's status.
-func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handover, i int) (reconcile.Result, error) {
+// and writes its quota's status, with the contract's finding over, if any.
+func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handover, i int, over *v1alpha1.Diagnostic) (reconcile.Result, error) {
 	q, qt := r.quotas, s.quota
 	p := *s.plan
 	replicas := replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
@@ -262,8 +235,8 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 	callerView := h.forCaller(i, qt.Namespace+"/")
 	s.status.Division = callerView.status
 	s.in.handover = &callerView
-	if s.over != nil {
-		s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *s.over)
+	if over != nil {
+		s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *over)
 		s.in.diagnostics = s.status.Diagnostics
 	}
 
@@ -298,18 +271,11 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 // writeCaller writes a caller quota's status with its conditions, and
 // records a Warning event on the quota when its handover stalls.
 func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *sharer) error {
-	conds := []metav1.Condition{readyCondition(s.in)}
-	if s.in.handover != nil {
-		conds = append(conds, handedOverCondition(*s.in.handover))
-	}
-	prev, written, err := r.quotas.writeStatus(ctx, s.quota, s.status, conds...)
+	prev, written, err := r.quotas.writeStatus(ctx, s.quota, s.status, s.in.conditions()...)
 	if err != nil || !written {
 		return err
 	}
-	if c := meta.FindStatusCondition(s.status.Conditions, v1alpha1.ConditionHandedOver); c != nil &&
-		c.Reason == v1alpha1.ReasonHandoverStalled && !sameCondition(prev.Conditions, *c) {
-		r.quotas.recorder.Eventf(s.quota, nil, corev1.EventTypeWarning, v1alpha1.ReasonHandoverStalled, EventActionPublish, "%s", c.Message)
-	}
+	r.quotas.warnOnChange(s.quota, prev, s.status, v1alpha1.ConditionHandedOver, v1alpha1.ReasonHandoverStalled)
 	return nil
 }
 
@@ -329,9 +295,14 @@ func (r *DownstreamQuotaReconciler) contractMissing(ctx context.Context, q *v1al
 		return "", err
 	}
 	if !ok {
-		return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", name, q.Namespace), nil
+		return notAdmitted(name, q.Namespace), nil
 	}
 	return "", nil
+}
+
+// notAdmitted says that contract's namespace selector turns namespace away.
+func notAdmitted(contract, namespace string) string {
+	return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", contract, namespace)
 }
 
 // reportContractMissing writes a shared quota's Ready condition when its

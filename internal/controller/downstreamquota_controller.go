@@ -139,11 +139,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 
-	conds := []metav1.Condition{readyCondition(in)}
-	if in.handover != nil {
-		conds = append(conds, handedOverCondition(*in.handover))
-	}
-	prev, written, err := r.writeStatus(ctx, q, status, conds...)
+	prev, written, err := r.writeStatus(ctx, q, status, in.conditions()...)
 	if err != nil {
 		return result, err
 	}
@@ -163,20 +159,23 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// twice. Each plan change is its own event with its own numbers: events
 	// about an object aggregate by its reference, and q now carries the new
 	// resourceVersion.
-	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); c != nil &&
-		c.Reason == v1alpha1.ReasonConfigMapConflict && !sameCondition(prev.Conditions, *c) {
-		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, v1alpha1.ReasonConfigMapConflict, EventActionPublish, "%s", c.Message)
-	}
+	r.warnOnChange(q, prev, status, v1alpha1.ConditionReady, v1alpha1.ReasonConfigMapConflict)
 	if change != nil {
 		if c := change.since(prev); c != nil {
 			r.recorder.Eventf(q, nil, corev1.EventTypeNormal, EventReasonPlanChanged, EventActionPublish, "%s", c.message())
 		}
 	}
-	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionHandedOver); c != nil &&
-		c.Reason == v1alpha1.ReasonHandoverStalled && !sameCondition(prev.Conditions, *c) {
-		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, v1alpha1.ReasonHandoverStalled, EventActionPublish, "%s", c.Message)
-	}
+	r.warnOnChange(q, prev, status, v1alpha1.ConditionHandedOver, v1alpha1.ReasonHandoverStalled)
 	return result, nil
+}
+
+// warnOnChange records a Warning event about q with the condition's reason
+// and message when status has the condition of type with reason and prev
+// did not have it with the same status, reason and message.
+func (r *DownstreamQuotaReconciler) warnOnChange(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus, typ, reason string) {
+	if c := meta.FindStatusCondition(status.Conditions, typ); c != nil && c.Reason == reason && !sameCondition(prev.Conditions, *c) {
+		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, reason, EventActionPublish, "%s", c.Message)
+	}
 }
 
 // publishPlan computes the plan from the facts, runs one handover step,
@@ -212,11 +211,12 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		// record before any pod is told it, so that neither a restart nor
 		// a stale cache can forget capacity a pod may hold.
 		before := q.Status.Division
-		ok, err := r.recordDivision(ctx, q, h.status)
+		written, ok, err := recordDivision(ctx, r.client, q, func(u *v1alpha1.DownstreamQuota) { u.Status.Division = h.status })
 		if err != nil || !ok {
 			in.stale = true
 			return ctrl.Result{RequeueAfter: staleRecheck}, nil, err
 		}
+		*q = *written
 		in.recorded = &recorded{before: before}
 	}
 
@@ -264,22 +264,22 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 // is usually a few milliseconds behind.
 const staleRecheck = 50 * time.Millisecond
 
-// recordDivision writes division as q's status.division under q's
-// resourceVersion, and reports whether it did. When q is stale it writes
-// nothing and returns false: the step was computed from an old record and
-// must be computed again. q then holds the result.
-func (r *DownstreamQuotaReconciler) recordDivision(ctx context.Context, q *v1alpha1.DownstreamQuota, division *v1alpha1.DivisionStatus) (bool, error) {
-	updated := q.DeepCopy()
-	updated.Status.Division = division
-	err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(q, client.MergeFromWithOptimisticLock{}))
+// recordDivision writes division as obj's status.division (set puts it
+// there) under obj's resourceVersion, and returns the object written and
+// true. When obj is stale it writes nothing and returns obj and false: the
+// step was computed from an old record and must be computed again. A quota
+// and a contract keep their records the same way.
+func recordDivision[T client.Object](ctx context.Context, c client.Client, obj T, set func(T)) (T, bool, error) {
+	updated := obj.DeepCopyObject().(T)
+	set(updated)
+	err := c.Status().Patch(ctx, updated, client.MergeFromWithOptions(obj, client.MergeFromWithOptimisticLock{}))
 	switch {
 	case err == nil:
-		*q = *updated
-		return true, nil
+		return updated, true, nil
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		return false, nil
+		return obj, false, nil
 	}
-	return false, fmt.Errorf("controller: record division of quota %s/%s: %w", q.Namespace, q.Name, err)
+	return obj, false, fmt.Errorf("controller: record division of %s: %w", client.ObjectKeyFromObject(obj), err)
 }
 
 // writeStatus sets the conditions conds in status and writes status as q's

@@ -254,7 +254,6 @@ func (h handover) forCaller(i int, prefix string) handover {
 	c := h
 	c.status = h.callers[i]
 	c.waiting, c.pending, c.stalled = own(h.waiting), own(h.pending), own(h.stalled)
-	c.told = h.toldFor(prefix)
 	return c
 }
 

@@ -77,21 +77,13 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ct
 // do not hand out more than its contract. A contract maps also to the
 // quotas that share it, which report when it is missing.
 func (r *DownstreamQuotaReconciler) quotasOfDownstream(ctx context.Context, obj client.Object) []reconcile.Request {
-	var downstream string
-	var shared []reconcile.Request
-	switch o := obj.(type) {
-	case *v1alpha1.DownstreamQuota:
-		downstream = o.Spec.Downstream
-	case *v1alpha1.DownstreamContract:
-		downstream = o.Spec.Downstream
-		var list v1alpha1.DownstreamQuotaList
-		if err := r.client.List(ctx, &list, client.MatchingFields{indexer.QuotaContractKey: o.Name}); err == nil {
-			for i := range list.Items {
-				shared = append(shared, request(list.Items[i].Namespace, list.Items[i].Name))
-			}
-		}
-	default:
+	downstream, ok := downstreamOf(obj)
+	if !ok {
 		return nil
+	}
+	var shared []reconcile.Request
+	if _, ok := obj.(*v1alpha1.DownstreamContract); ok {
+		shared = r.quotasMatching(ctx, "", client.MatchingFields{indexer.QuotaContractKey: obj.GetName()})
 	}
 	var list v1alpha1.DownstreamQuotaList
 	if err := r.client.List(ctx, &list, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
@@ -104,6 +96,18 @@ func (r *DownstreamQuotaReconciler) quotasOfDownstream(ctx context.Context, obj 
 		}
 	}
 	return shared
+}
+
+// downstreamOf returns the downstream a quota or a contract names, and
+// false for any other object.
+func downstreamOf(obj client.Object) (string, bool) {
+	switch o := obj.(type) {
+	case *v1alpha1.DownstreamQuota:
+		return o.Spec.Downstream, true
+	case *v1alpha1.DownstreamContract:
+		return o.Spec.Downstream, true
+	}
+	return "", false
 }
 
 // ContractControllerName names the DownstreamContract controller in logs
@@ -124,13 +128,7 @@ func quotaContract(_ context.Context, obj client.Object) []reconcile.Request {
 // check together with it that they do not hand out more than its contract.
 func (r *DownstreamQuotaReconciler) contractsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	out := quotaContract(ctx, obj)
-	var downstream string
-	switch o := obj.(type) {
-	case *v1alpha1.DownstreamQuota:
-		downstream = o.Spec.Downstream
-	case *v1alpha1.DownstreamContract:
-		downstream = o.Spec.Downstream
-	}
+	downstream, _ := downstreamOf(obj)
 	var list v1alpha1.DownstreamContractList
 	if err := r.client.List(ctx, &list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list contracts")
@@ -190,8 +188,8 @@ func (r *DownstreamQuotaReconciler) contracts(quotas handler.MapFunc) handler.Ma
 	}
 }
 
-// quotasMatching returns a request for each quota of namespace that the
-// field index selects.
+// quotasMatching returns a request for each quota of namespace ("" for
+// every namespace) that the field index selects.
 func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespace string, fields client.MatchingFields) []reconcile.Request {
 	var list v1alpha1.DownstreamQuotaList
 	if err := r.client.List(ctx, &list, client.InNamespace(namespace), fields, client.UnsafeDisableDeepCopy); err != nil {
@@ -200,7 +198,7 @@ func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespac
 	}
 	reqs := make([]reconcile.Request, 0, len(list.Items))
 	for i := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: list.Items[i].Name}})
+		reqs = append(reqs, request(list.Items[i].Namespace, list.Items[i].Name))
 	}
 	return reqs
 }
