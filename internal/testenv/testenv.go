@@ -4,13 +4,21 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -130,4 +138,56 @@ func (k *Kubectl) Run(args ...string) (stdout, stderr string, err error) {
 	cmd.Stdout, cmd.Stderr = &outBuf, &errBuf
 	err = cmd.Run()
 	return outBuf.String(), errBuf.String(), err
+}
+
+// Shared is one control plane for all the tests of a test binary: the first
+// test that needs it starts it, each test works in a namespace of its own,
+// and TestMain stops it. The zero value is ready to use.
+type Shared struct {
+	once sync.Once
+	env  *envtest.Environment
+	cfg  *rest.Config
+	err  error
+	seq  atomic.Int64
+}
+
+// Config returns an admin config for the control plane, starting it on
+// first use. A test that needs it fails, rather than skips, when it cannot
+// run.
+func (s *Shared) Config(t testing.TB) *rest.Config {
+	t.Helper()
+	s.once.Do(func() {
+		if s.env, s.err = New(); s.err == nil {
+			s.cfg, s.err = s.env.Start()
+		}
+	})
+	if s.err != nil {
+		t.Fatalf("%v (build the control plane with hack/setup-envtest.sh)", s.err)
+	}
+	return rest.CopyConfig(s.cfg)
+}
+
+// Namespace creates a fresh namespace, prefix-N, with the default service
+// account that pod admission looks for, and returns an admin client and
+// its name.
+func (s *Shared) Namespace(t testing.TB, prefix string) (kubernetes.Interface, string) {
+	t.Helper()
+	client := kubernetes.NewForConfigOrDie(s.Config(t))
+	ns := fmt.Sprintf("%s-%d", prefix, s.seq.Add(1))
+	ctx := context.Background()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return client, ns
+}
+
+// Stop stops the control plane if a test started it.
+func (s *Shared) Stop() error {
+	if s.env == nil {
+		return nil
+	}
+	return s.env.Stop()
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
@@ -26,48 +22,14 @@ import (
 
 // One kube-apiserver and etcd serve every acknowledgement test; each works
 // in its own namespace.
-var (
-	envOnce sync.Once
-	env     *envtest.Environment
-	envCfg  *rest.Config
-	envErr  error
-	nsSeq   atomic.Int64
-)
+var controlPlane testenv.Shared
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if env != nil {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
+	if err := controlPlane.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
 	}
 	os.Exit(code)
-}
-
-// apiServerNamespace returns an admin client of the shared control plane,
-// started on first use, and a fresh namespace with the default service
-// account that pod admission looks for. Tests that need it fail, rather
-// than skip, when it cannot run.
-func apiServerNamespace(t *testing.T) (kubernetes.Interface, string) {
-	t.Helper()
-	envOnce.Do(func() {
-		if env, envErr = testenv.New(); envErr == nil {
-			envCfg, envErr = env.Start()
-		}
-	})
-	if envErr != nil {
-		t.Fatalf("%v (build the control plane with hack/setup-envtest.sh)", envErr)
-	}
-	client := kubernetes.NewForConfigOrDie(rest.CopyConfig(envCfg))
-	ns := fmt.Sprintf("runtime-ack-%d", nsSeq.Add(1))
-	ctx := context.Background()
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return client, ns
 }
 
 const (
@@ -91,7 +53,7 @@ type ackFixture struct {
 
 func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	t.Helper()
-	client, ns := apiServerNamespace(t)
+	client, ns := controlPlane.Namespace(t, "runtime-ack")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: ackPod},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
