@@ -101,7 +101,9 @@ func EvaluateGoals(r *Report) []Goal {
 					past8 += p.Rejected429
 				}
 			}
-			add(name, "429s while scaled past 8 pods", "reported", fmt.Sprint(past8), true, false)
+			// 16 pods × the 8-pod share hold more than the contract: the
+			// frozen plan must show the storm the operator prevents.
+			add(name, "429s while scaled past 8 pods", "> 0", fmt.Sprint(past8), past8 > 0, true)
 		}
 		add(name, "the harness kept up with the load",
 			fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*LoadGoalFraction, v.Load.TargetPerSecond),
