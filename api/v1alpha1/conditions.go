@@ -8,6 +8,13 @@ const ConditionReady = "Ready"
 // pod holds its whole share and no pod may still hold more than it is told.
 const ConditionHandedOver = "HandedOver"
 
+// ConditionPlanApplied is the condition type that says whether every Ready,
+// non-terminating pod has applied (acknowledged) the current plan revision,
+// so that `kubectl wait --for=condition=PlanApplied dq/NAME` waits for a new
+// plan to be in force. It can only turn True for pods that acknowledge
+// plans; see ReasonPodsNotAcknowledging.
+const ConditionPlanApplied = "PlanApplied"
+
 // Reasons of the Ready condition and of diagnostics. They are CamelCase, as
 // the Kubernetes API conventions ask, and stable: alerts and scripts match
 // them.
@@ -56,6 +63,25 @@ const (
 	// longer than spec.handover.stalledAfter; its old share stays counted,
 	// so the pods waiting for it stay below their share.
 	ReasonHandoverStalled = "HandoverStalled"
+
+	// ReasonAllPodsApplied: every Ready pod has acknowledged the current
+	// plan revision (or a newer one).
+	ReasonAllPodsApplied = "AllPodsApplied"
+	// ReasonNoReadyPods: no pod is Ready, so no pod enforces an older plan;
+	// a pod that turns Ready must acknowledge the current one.
+	ReasonNoReadyPods = "NoReadyPods"
+	// ReasonPodsPending: some Ready pods have acknowledged an earlier
+	// revision of this plan and not yet the current one, usually because
+	// their calls in flight are still above a smaller share.
+	ReasonPodsPending = "PodsPending"
+	// ReasonPodsNotAcknowledging: some Ready pods carry no acknowledgement
+	// of this plan at all: their runtime has acknowledgement off (or reads a
+	// mounted volume without an API client), or it has just started. Such
+	// pods never acknowledge, so the condition stays False while they run.
+	ReasonPodsNotAcknowledging = "PodsNotAcknowledging"
+	// ReasonPlanNotPublished: the current plan is not published (Ready is
+	// False and says why), so no pod can apply it.
+	ReasonPlanNotPublished = "PlanNotPublished"
 )
 
 // Names shared by the operator, which publishes, and the runtime library,

@@ -99,6 +99,9 @@ type DownstreamContractStatus struct {
 // +kubebuilder:printcolumn:name="Usable",type=integer,JSONPath=`.status.usable`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Handed-Out",type=integer,JSONPath=`.status.division.handedOut`,priority=1
+// +kubebuilder:printcolumn:name="Handed-Over",type=string,JSONPath=`.status.conditions[?(@.type=="HandedOver")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 type DownstreamContract struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

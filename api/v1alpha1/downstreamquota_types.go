@@ -508,6 +508,12 @@ type DownstreamQuotaStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// PodsApplied is "<applied>/<ready>": of the pods that are Ready and
+	// not terminating, how many have acknowledged the last published plan
+	// revision (condition PlanApplied). Unlike rollout, it leaves out pods
+	// that are starting or terminating, as they serve no traffic.
+	// +optional
+	PodsApplied string `json:"podsApplied,omitempty"`
 }
 
 // DownstreamQuota divides a downstream's global contract over the pods of the
@@ -526,6 +532,10 @@ type DownstreamQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Usable",type=integer,JSONPath=`.status.division.usable`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Workload",type=string,JSONPath=`.spec.workloadRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Divisor-Source",type=string,JSONPath=`.status.replicas.divisorSource`,priority=1
+// +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.podsApplied`,description="Ready pods that applied the current plan / Ready pods",priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 type DownstreamQuota struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

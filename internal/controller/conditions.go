@@ -6,10 +6,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // blockingDiagnostics are the plan's findings that make Ready False, most
@@ -55,6 +57,9 @@ type readiness struct {
 	// stale is set when the record could not be written because the quota
 	// read was old: the reconcile writes nothing more.
 	stale bool
+	// applied is how far the Ready pods are in applying the plan published
+	// by this reconcile; nil when it published none.
+	applied *appliedCount
 }
 
 // recorded is a division record written ahead of the status.
@@ -63,10 +68,11 @@ type recorded struct {
 	before *v1alpha1.DivisionStatus
 }
 
-// conditions returns the conditions a reconcile writes: Ready, and
-// HandedOver once a division was stepped.
+// conditions returns the conditions a reconcile writes: Ready, PlanApplied,
+// and HandedOver once a division was stepped.
 func (in readiness) conditions() []metav1.Condition {
-	conds := []metav1.Condition{readyCondition(in)}
+	ready := readyCondition(in)
+	conds := []metav1.Condition{ready, planAppliedCondition(in.applied, ready)}
 	if in.handover != nil {
 		conds = append(conds, handedOverCondition(*in.handover))
 	}
@@ -163,4 +169,99 @@ func setCondition(conds *[]metav1.Condition, c metav1.Condition, generation int6
 	c.ObservedGeneration = generation
 	c.LastTransitionTime = metav1.NewTime(now).Rfc3339Copy()
 	meta.SetStatusCondition(conds, c)
+}
+
+// appliedCount is how far the Ready, non-terminating pods of a quota are in
+// applying one published plan revision.
+type appliedCount struct {
+	// annotation is the pods' applied annotation for the quota.
+	annotation string
+	revision   int64
+	// ready counts the pods that are Ready and not terminating.
+	ready int
+	// applied counts those that acknowledged the revision or a newer one.
+	applied int
+	// behind names those that acknowledged an earlier revision of the
+	// plan's epoch (or released it), in name order.
+	behind []string
+	// silent names those with no acknowledgement of the plan's epoch at
+	// all, in name order.
+	silent []string
+}
+
+// countApplied counts the serving pods (Ready, neither terminating nor
+// finished) that acknowledged current through their applied annotation for
+// gate. Pods that are starting or terminating serve no traffic: a starting
+// pod reads the newest plan when it turns Ready, and a terminating pod's
+// share is the handover's concern (condition HandedOver).
+func countApplied(pods []corev1.Pod, gate string, current plan.Ack) *appliedCount {
+	a := &appliedCount{annotation: appliedAnnotation(gate), revision: current.Revision}
+	for i := range pods {
+		pod := &pods[i]
+		if !podServing(pod) {
+			continue
+		}
+		a.ready++
+		ack, err := plan.ParseAck(pod.Annotations[a.annotation])
+		switch {
+		case err != nil || ack.Epoch != current.Epoch:
+			a.silent = append(a.silent, pod.Name)
+		case !ack.Released && ack.Revision >= current.Revision:
+			a.applied++
+		default:
+			a.behind = append(a.behind, pod.Name)
+		}
+	}
+	slices.Sort(a.behind)
+	slices.Sort(a.silent)
+	return a
+}
+
+// text is status.podsApplied: "<applied>/<ready>".
+func (a *appliedCount) text() string { return fmt.Sprintf("%d/%d", a.applied, a.ready) }
+
+// planAppliedCondition computes the PlanApplied condition from the count
+// of the plan published by this reconcile, or from ready when none was.
+// Pods without any acknowledgement come first in the reason: they never
+// turn the condition True by themselves, while pods behind by a revision
+// usually catch up within a call's latency.
+func planAppliedCondition(a *appliedCount, ready metav1.Condition) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionPlanApplied, Status: metav1.ConditionFalse}
+	if a == nil {
+		c.Reason = v1alpha1.ReasonPlanNotPublished
+		c.Message = fmt.Sprintf("the current plan is not published (Ready is %s: %s); pods keep the last plan they applied", ready.Status, ready.Reason)
+		return c
+	}
+	head := fmt.Sprintf("%d of %d Ready pods applied revision %d", a.applied, a.ready, a.revision)
+	behind := func() string {
+		return fmt.Sprintf("; %s acknowledged an earlier revision and not yet this one, usually because their calls in flight are still above a smaller share", countedPods(a.behind))
+	}
+	switch {
+	case a.ready == 0:
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonNoReadyPods
+		c.Message = fmt.Sprintf("no pod is Ready, so none enforces an older plan than revision %d", a.revision)
+	case len(a.silent) > 0:
+		c.Reason = v1alpha1.ReasonPodsNotAcknowledging
+		c.Message = fmt.Sprintf("%s; %s carry no acknowledgement (%s) of this plan: their runtime has acknowledgement off, or reads a mounted volume without an API client, or has just started; pods that never acknowledge keep this condition False",
+			head, countedPods(a.silent), a.annotation)
+		if len(a.behind) > 0 {
+			c.Message += behind()
+		}
+	case len(a.behind) > 0:
+		c.Reason = v1alpha1.ReasonPodsPending
+		c.Message = head + behind()
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAllPodsApplied
+		c.Message = fmt.Sprintf("all %d Ready pods applied revision %d", a.ready, a.revision)
+	}
+	return c
+}
+
+// countedPods names pods with their number: "1 pod (a)", "12 pods (a, b,
+// ... and 2 more)".
+func countedPods(names []string) string {
+	if len(names) == 1 {
+		return "1 pod (" + names[0] + ")"
+	}
+	return fmt.Sprintf("%d pods (%s)", len(names), podList(names))
 }

@@ -263,6 +263,8 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 			s.status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(qt.Name), Hash: doc.Hash}
 			s.in.published = s.status.ConfigMap
 			s.status.Rollout = rolloutStatus(s.facts.pods, qt.Name, plan.AckFor(doc))
+			s.in.applied = countApplied(s.facts.pods, qt.Name, plan.AckFor(doc))
+			s.status.PodsApplied = s.in.applied.text()
 		}
 	}
 	return result, r.writeCaller(ctx, s)
@@ -275,6 +277,7 @@ func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *share
 	if err != nil || !written {
 		return err
 	}
+	r.quotas.warnOnFindings(s.quota, prev, s.status)
 	r.quotas.warnOnChange(s.quota, prev, s.status, v1alpha1.ConditionHandedOver, v1alpha1.ReasonHandoverStalled)
 	return nil
 }
@@ -317,6 +320,6 @@ func (r *DownstreamQuotaReconciler) reportContractMissing(ctx context.Context, q
 	if old := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); old != nil && old.Message == c.Message && old.Reason == c.Reason {
 		return nil
 	}
-	_, _, err := r.writeStatus(ctx, q, status, c)
+	_, _, err := r.writeStatus(ctx, q, status, c, planAppliedCondition(nil, c))
 	return err
 }

@@ -160,6 +160,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	// about an object aggregate by its reference, and q now carries the new
 	// resourceVersion.
 	r.warnOnChange(q, prev, status, v1alpha1.ConditionReady, v1alpha1.ReasonConfigMapConflict)
+	r.warnOnFindings(q, prev, status)
 	if change != nil {
 		if c := change.since(prev); c != nil {
 			r.recorder.Eventf(q, nil, corev1.EventTypeNormal, EventReasonPlanChanged, EventActionPublish, "%s", c.message())
@@ -248,6 +249,8 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(q.Name), Hash: doc.Hash}
 	in.published = status.ConfigMap
 	status.Rollout = rolloutStatus(f.pods, q.Name, plan.AckFor(doc))
+	in.applied = countApplied(f.pods, q.Name, plan.AckFor(doc))
+	status.PodsApplied = in.applied.text()
 	spec := quotaplan.Default(q.Spec)
 	return ctrl.Result{RequeueAfter: h.recheck}, &planChange{
 		after: planFigures{

@@ -3,7 +3,12 @@ package controller
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
@@ -101,4 +106,48 @@ func decimal(f float64) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// attentionFindings are the findings that need a person: the workload is
+// missing, or the contract cannot be kept as it stands (too small for the
+// pods, raised above itself by AtLeastOne, or handed out twice by quotas
+// that do not share it). Each raises one Warning event, with its reason,
+// when it appears.
+var attentionFindings = []string{
+	v1alpha1.ReasonWorkloadNotFound,
+	v1alpha1.ReasonQuotaTooSmall,
+	v1alpha1.ReasonOvercommitted,
+	v1alpha1.ReasonContractOversubscribed,
+}
+
+// findings returns the findings a status reports: the Ready condition's
+// reason when it is False, and the reasons of status.diagnostics.
+func findings(st *v1alpha1.DownstreamQuotaStatus) []string {
+	reasons := diagnosticReasons(st.Diagnostics)
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionFalse {
+		reasons = append(reasons, c.Reason)
+	}
+	return reasons
+}
+
+// warnOnFindings records a Warning event about q for each finding of
+// attentionFindings that status reports and prev did not: once when the
+// finding appears, not on every status write while it stays, however its
+// numbers move; again only after it went away and came back. The note is
+// the finding's diagnostic message, with its arithmetic, or else the Ready
+// condition's message.
+func (r *DownstreamQuotaReconciler) warnOnFindings(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus) {
+	before, now := findings(prev), findings(status)
+	for _, reason := range attentionFindings {
+		if !slices.Contains(now, reason) || slices.Contains(before, reason) {
+			continue
+		}
+		note := ""
+		if d, ok := findDiagnostic(status.Diagnostics, reason); ok {
+			note = d.Message
+		} else if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); c != nil {
+			note = c.Message
+		}
+		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, reason, EventActionPublish, "%s", note)
+	}
 }
