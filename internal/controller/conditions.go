@@ -233,35 +233,25 @@ func planAppliedCondition(a *appliedCount, ready metav1.Condition) metav1.Condit
 		return c
 	}
 	head := fmt.Sprintf("%d of %d Ready pods applied revision %d", a.applied, a.ready, a.revision)
-	behind := func() string {
-		return fmt.Sprintf("; %s acknowledged an earlier revision and not yet this one, usually because their calls in flight are still above a smaller share", countedPods(a.behind))
-	}
+	behind := "; still at an earlier revision: " + podList(a.behind) +
+		" (not yet reloaded, or calls in flight still above a smaller share)"
 	switch {
 	case a.ready == 0:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonNoReadyPods
-		c.Message = fmt.Sprintf("no pod is Ready, so none enforces an older plan than revision %d", a.revision)
+		c.Message = fmt.Sprintf("no pod is Ready, so none enforces a plan older than revision %d", a.revision)
 	case len(a.silent) > 0:
 		c.Reason = v1alpha1.ReasonPodsNotAcknowledging
-		c.Message = fmt.Sprintf("%s; %s carry no acknowledgement (%s) of this plan: their runtime has acknowledgement off, or reads a mounted volume without an API client, or has just started; pods that never acknowledge keep this condition False",
-			head, countedPods(a.silent), a.annotation)
+		c.Message = fmt.Sprintf("%s; no acknowledgement of this plan (annotation %s) from: %s; a pod whose runtime has acknowledgement off, or reads a mounted volume without an API client, never acknowledges and keeps this condition False; a pod that has just started acknowledges within moments",
+			head, a.annotation, podList(a.silent))
 		if len(a.behind) > 0 {
-			c.Message += behind()
+			c.Message += behind
 		}
 	case len(a.behind) > 0:
 		c.Reason = v1alpha1.ReasonPodsPending
-		c.Message = head + behind()
+		c.Message = head + behind
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAllPodsApplied
 		c.Message = fmt.Sprintf("all %d Ready pods applied revision %d", a.ready, a.revision)
 	}
 	return c
-}
-
-// countedPods names pods with their number: "1 pod (a)", "12 pods (a, b,
-// ... and 2 more)".
-func countedPods(names []string) string {
-	if len(names) == 1 {
-		return "1 pod (" + names[0] + ")"
-	}
-	return fmt.Sprintf("%d pods (%s)", len(names), podList(names))
 }

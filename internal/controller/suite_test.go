@@ -52,6 +52,9 @@ var (
 	fakeClock = clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	// conflictRecheck is short so a conflict's resolution is seen quickly.
 	conflictRecheck = time.Second
+	// testEnv is the running control plane, for specs that run kubectl
+	// against it as a user would.
+	testEnv *envtest.Environment
 )
 
 func TestController(t *testing.T) {
@@ -70,6 +73,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	cfg, err := env.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
+	testEnv = env
 	cfg.QPS = -1 // as config.GetConfig: no client-side rate limit
 
 	scheme := runtime.NewScheme()
