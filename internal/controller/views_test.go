@@ -401,6 +401,10 @@ var _ = Describe("kubectl views", func() {
 		Expect(warnings(ctx, Default, ns, "ledger", v1alpha1.ReasonOvercommitted)).To(HaveLen(1))
 		Expect(warnings(ctx, Default, ns, "ledger", v1alpha1.ReasonQuotaTooSmall)).To(HaveLen(2))
 		Expect(warnings(ctx, Default, ns, "ledger", v1alpha1.ReasonWorkloadNotFound)).To(HaveLen(1))
+		// The second quota warns about its own findings.
+		Eventually(func(g Gomega) {
+			g.Expect(warnings(ctx, g, ns, "ledger-copy", v1alpha1.ReasonContractOversubscribed)).To(HaveLen(1))
+		}).Should(Succeed())
 	})
 })
 
