@@ -333,6 +333,44 @@ var _ = Describe("kubectl views", func() {
 		Expect(row[len(row)-3:]).To(Equal([]string{"0", "HandedOver", "PlanPublished"}))
 	})
 
+	It("sets PlanApplied on a quota that shares a contract from its own pods' acknowledgements of the contract's epoch", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		dc := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "applied-" + ns},
+			Spec:       v1alpha1.DownstreamContractSpec{Downstream: "applied-" + ns + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
+		}
+		Expect(k8s.Create(ctx, dc)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		Expect(k8s.Create(ctx, newDeployment(ns, "search", 2))).To(Succeed())
+		pods := []*corev1.Pod{readyPod(ctx, ns, "search", "search-0"), readyPod(ctx, ns, "search", "search-1")}
+		waitCached(ctx, ns, "search", 2, 2)
+		q := newQuota(ns, "ledger", "search", 1)
+		q.Spec.Contract, q.Spec.Downstream = nil, dc.Spec.Downstream
+		q.Spec.ContractRef = &v1alpha1.ContractReference{Name: dc.Name}
+		Expect(k8s.Create(ctx, q)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			q := getQuota(ctx, g, ns, "ledger")
+			c := planApplied(g, q)
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonPodsNotAcknowledging))
+			g.Expect(c.Message).To(HavePrefix("0 of 2 Ready pods applied revision "))
+			g.Expect(q.Status.PodsApplied).To(Equal("0/2"))
+		}).Should(Succeed())
+		// The pods acknowledge with the contract's epoch, as the runtime
+		// does with the document's.
+		Eventually(func(g Gomega) {
+			doc, _ := publishedDocument(ctx, g, ns, "search-backpressure", "ledger")
+			g.Expect(doc.Epoch).To(Equal(string(getContract(ctx, g, dc.Name).UID)))
+			ackShared(ctx, "ledger", plan.AckFor(doc).String(), pods...)
+			q := getQuota(ctx, g, ns, "ledger")
+			g.Expect(planApplied(g, q)).To(MatchFields(IgnoreExtras, Fields{
+				"Status": Equal(metav1.ConditionTrue), "Reason": Equal(v1alpha1.ReasonAllPodsApplied),
+				"Message": Equal(fmt.Sprintf("all 2 Ready pods applied revision %d", doc.Revision)),
+			}))
+			g.Expect(q.Status.PodsApplied).To(Equal("2/2"))
+		}).Should(Succeed())
+	})
+
 	It("warns once when WorkloadNotFound, QuotaTooSmall, Overcommitted or ContractOversubscribed appears, not on every status write while it stays", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		q := newQuota(ns, "ledger", "books", 5) // 5 × 80% = 4 permits
