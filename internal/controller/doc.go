@@ -182,7 +182,18 @@
 // within spec.handover.stalledAfter (30s by default, DefaultStalledAfter).
 // Its old share stays counted, so its capacity is never reassigned; the
 // message names the pods, and status.division.pods lists them with holds.
-// A contract has the same two conditions; its Ready is PlanPublished.
+// A contract has Ready and HandedOver; its Ready is PlanPublished.
+//
+// PlanApplied says whether the pods enforce the plan published last: True
+// with AllPodsApplied when every serving pod's acknowledgement names the
+// current epoch and this revision or a newer one, and with NoReadyPods when
+// no pod serves; False with PodsNotAcknowledging when a serving pod carries
+// no acknowledgement of the epoch at all (acknowledgement off, a mounted
+// volume without an API client, or just started: such a pod keeps it False
+// for as long as it runs), with PodsPending when serving pods acknowledged
+// only earlier revisions, and with PlanNotPublished when the reconcile
+// published nothing (Ready says why). It carries observedGeneration, which
+// kubectl wait checks. status.podsApplied counts the same pods, "7/8".
 //
 // Every finding of the plan, with its arithmetic, is also in
 // status.diagnostics. Input problems are never retried in a loop: the watches
@@ -198,9 +209,12 @@
 // division's arithmetic or the ConfigMap changes ("permits 5→4 per pod, 5
 // for 4 of them: Ready pods 8→9; 40 usable permits = 4 × 9 + 4"), not on
 // every step of a handover; a Warning event HandoverStalled when the
-// handover becomes stalled; a Warning event ConfigMapConflict. The contract
-// reconciler records no events, so a quota that shares a contract has its
-// conditions but none of these events.
+// handover becomes stalled; a Warning event ConfigMapConflict; and a Warning
+// event for each of WorkloadNotFound, QuotaTooSmall, Overcommitted and
+// ContractOversubscribed when it appears among Ready's reason and the
+// diagnostics, once, not again while it stays however its numbers move. The
+// contract reconciler records HandoverStalled and those four on the quotas
+// that share it, and nothing on the contract.
 //
 // # Rollout
 //
