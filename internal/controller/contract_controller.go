@@ -222,9 +222,11 @@ func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamC
 func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handover, i int, over *v1alpha1.Diagnostic) (reconcile.Result, error) {
 	q, qt := r.quotas, s.quota
 	p := *s.plan
-	replicas := replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
-	if s.facts.workload == nil {
-		replicas = v1alpha1.ReplicaStatus{DivisorSource: v1alpha1.DivisorReadyPods}
+	// A caller whose workload does not exist has no replica status to read;
+	// replicaStatus dereferences the workload, so it is only asked when there is one.
+	replicas := v1alpha1.ReplicaStatus{DivisorSource: v1alpha1.DivisorReadyPods}
+	if s.facts.workload != nil {
+		replicas = replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
 	}
 	s.status.Replicas, s.in.replicas = &replicas, &replicas
 	if s.facts.hpaMissing {

@@ -209,6 +209,48 @@ var _ = Describe("DownstreamContract controller", func() {
 	})
 })
 
+var _ = Describe("DownstreamContract with a caller whose workload is missing", func() {
+	It("publishes the other callers and the contract's status, and says WorkloadNotFound with a Warning for the missing one", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		contract := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "orphaned-" + ns},
+			Spec: v1alpha1.DownstreamContractSpec{
+				Downstream: "orphaned-" + ns + ".example.com",
+				Contract:   v1alpha1.Contract{Concurrency: 10}, // 8 usable
+			},
+		}
+		Expect(k8s.Create(ctx, contract)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, contract))).To(Succeed()) })
+		quota := func(name, workload string) {
+			Expect(k8s.Create(ctx, &v1alpha1.DownstreamQuota{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: v1alpha1.DownstreamQuotaSpec{
+					WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
+					Downstream:  contract.Spec.Downstream,
+					ContractRef: &v1alpha1.ContractReference{Name: contract.Name},
+					Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
+					Deadline:    metav1.Duration{Duration: time.Second},
+				},
+			})).To(Succeed())
+		}
+		// "a-missing" sorts before "b-present", so a caller that stopped the
+		// contract's pass would leave the present one unpublished.
+		quota("a-missing", "ghost")
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 1))).To(Succeed())
+		readyPod(ctx, ns, "api", "api-0")
+		quota("b-present", "api")
+
+		Eventually(func(g Gomega) {
+			dc := getContract(ctx, g, contract.Name)
+			g.Expect(dc.Status.Usable).To(BeEquivalentTo(8))
+			doc, _ := publishedDocument(ctx, g, ns, "api-backpressure", "b-present")
+			g.Expect(doc.For("api-0").Permits).To(Equal(8))
+			g.Expect(ready(g, getQuota(ctx, g, ns, "a-missing")).Reason).To(Equal(v1alpha1.ReasonWorkloadNotFound))
+			g.Expect(warnings(ctx, g, ns, "a-missing", v1alpha1.ReasonWorkloadNotFound)).To(HaveLen(1))
+		}).Should(Succeed())
+	})
+})
+
 var _ = Describe("DownstreamContract namespace selector", func() {
 	It("admits a namespace's quota once the namespace carries the label, and turns it away when the label goes", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
