@@ -26,9 +26,6 @@ func mustNew(t *testing.T, l dispatch.Limits) *dispatch.Dispatcher {
 		defer cancel()
 		_ = d.Shutdown(ctx)
 	})
-	// Let the new workers park, so that the first tasks go to them rather
-	// than into the queue.
-	eventually(t, "the workers are idle", func() bool { return d.Stats().Active == 0 })
 	return d
 }
 
@@ -280,6 +277,83 @@ func TestZeroWorkers(t *testing.T) {
 	eventually(t, "the added worker runs it", ran.Load)
 }
 
+// goroutinesBack waits, for a bounded time, until the process has no more
+// goroutines than base: the workers take a moment to return after Shutdown
+// has seen them decide to.
+func goroutinesBack(t *testing.T, base int) {
+	t.Helper()
+	eventually(t, "every worker goroutine exits", func() bool { return runtime.NumGoroutine() <= base })
+}
+
+// A huge worker limit costs nothing up front: workers start one per task
+// that finds no idle worker, idle ones are reused, a lower limit stops the
+// surplus, and Shutdown leaves no goroutine behind.
+func TestWorkersStartLazily(t *testing.T) {
+	base := runtime.NumGoroutine()
+	const huge = 2_000_000
+	d, err := dispatch.New("lazy", dispatch.Limits{Workers: huge, QueueCapacity: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 0 || n > base {
+		t.Fatalf("after New: Running %d, goroutines %d (was %d); want no worker yet", st.Running, n, base)
+	}
+
+	b := newBlocker()
+	submit(t, d, 3, b.task)
+	eventually(t, "three tasks run", func() bool { return b.running.Load() == 3 })
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 3 || st.Queued != 0 || n > base+3 {
+		t.Fatalf("3 tasks under a limit of %d: Running %d, Queued %d, goroutines %d (was %d); want 3 workers",
+			huge, st.Running, st.Queued, n, base)
+	}
+	close(b.release)
+	eventually(t, "the three finish and park", func() bool { return d.Stats().Active == 0 })
+
+	// Parked workers take the next tasks: no new goroutine.
+	again := newBlocker()
+	submit(t, d, 3, again.task)
+	eventually(t, "three tasks run again", func() bool { return again.running.Load() == 3 })
+	if st := d.Stats(); st.Running != 3 {
+		t.Fatalf("Running %d after reusing idle workers, want 3", st.Running)
+	}
+	close(again.release)
+	eventually(t, "they park again", func() bool { return d.Stats().Active == 0 })
+
+	if err := d.Update(dispatch.Limits{Workers: 1, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 1 {
+		t.Fatalf("Running %d after lowering the limit to 1, want the idle surplus stopped", st.Running)
+	}
+	if err := d.Update(dispatch.Limits{Workers: huge, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 1 {
+		t.Fatalf("Running %d after raising the limit with nothing queued, want 1", st.Running)
+	}
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	goroutinesBack(t, base)
+}
+
+// Raising the limit starts workers for the queued tasks, not up to the
+// limit.
+func TestUpdateStartsWorkersForQueuedTasksOnly(t *testing.T) {
+	d := mustNew(t, dispatch.Limits{Workers: 0, QueueCapacity: 10})
+	b := newBlocker()
+	submit(t, d, 3, b.task)
+	if err := d.Update(dispatch.Limits{Workers: 1000, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 3 {
+		t.Fatalf("Running %d after raising the limit over 3 queued tasks, want 3", st.Running)
+	}
+	eventually(t, "the queued tasks run", func() bool { return b.running.Load() == 3 })
+	close(b.release)
+	eventually(t, "they finish", func() bool { return b.ran.Load() == 3 })
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		limits dispatch.Limits
@@ -343,7 +417,25 @@ func (h *workerHistory) maxSince(n0 int64) int {
 // worker count in force since it was submitted (a worker takes a task only
 // while the workers alive are within the count in force, and new workers
 // start only up to it); and that every goroutine is gone at the end.
+//
+// The second case draws a limit of two million one time in four, so that
+// workers start lazily under a limit that could never be started eagerly,
+// and shrinking from it stops the surplus.
 func TestStressResizeUnderLoad(t *testing.T) {
+	t.Run("small limits", func(t *testing.T) {
+		stressResize(t, func(rng *rand.Rand) int { return rng.IntN(13) })
+	})
+	t.Run("huge limits", func(t *testing.T) {
+		stressResize(t, func(rng *rand.Rand) int {
+			if rng.IntN(4) == 0 {
+				return 2_000_000
+			}
+			return rng.IntN(13)
+		})
+	})
+}
+
+func stressResize(t *testing.T, workers func(*rand.Rand) int) {
 	duration := time.Second
 	if testing.Short() {
 		duration = 200 * time.Millisecond
@@ -371,7 +463,7 @@ func TestStressResizeUnderLoad(t *testing.T) {
 				return
 			case <-time.After(time.Duration(500+rng.IntN(3500)) * time.Microsecond):
 			}
-			l := dispatch.Limits{Workers: rng.IntN(13), QueueCapacity: rng.IntN(40)}
+			l := dispatch.Limits{Workers: workers(rng), QueueCapacity: rng.IntN(40)}
 			hist.add(l.Workers)
 			if err := d.Update(l); err != nil {
 				t.Error(err)
