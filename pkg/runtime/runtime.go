@@ -232,10 +232,15 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		if _, ok := plans[name]; ok {
 			continue
 		}
-		if _, ok := boot[name]; !ok {
-			return nil, fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q, Options.Bootstrap for %q",
-				reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)), slices.Sorted(maps.Keys(boot)))
+		if _, ok := boot[name]; ok {
+			continue
 		}
+		err := fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
+			reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
+		if len(boot) > 0 {
+			err = fmt.Errorf("%w, Options.Bootstrap for %q", err, slices.Sorted(maps.Keys(boot)))
+		}
+		return nil, err
 	}
 	if r.pod == "" {
 		log.Info("This pod's name is unknown; enforcing the base share of every plan", "podNameVar", reload.EnvPodName)
