@@ -57,6 +57,25 @@ func bootstrapGauge(t testing.TB, reg *prometheus.Registry, gate string) string 
 	return "absent"
 }
 
+// inForce fails the test unless the gate and dispatcher "payments" have
+// permits and workers, the metric says which plan (bootstrap or
+// published), and the log has line.
+func inForce(t *testing.T, rt *runtime.Runtime, reg *prometheus.Registry, logs *syncBuffer, which string, permits int, line string) {
+	t.Helper()
+	if got := rt.Gate("payments").Limits().Permits; got != permits {
+		t.Errorf("gate permits %d on the %s plan, want %d", got, which, permits)
+	}
+	if got := rt.Dispatcher("payments").Stats().Limits.Workers; got != permits {
+		t.Errorf("dispatcher workers %d on the %s plan, want %d", got, which, permits)
+	}
+	if got := bootstrapGauge(t, reg, "payments"); got != which {
+		t.Errorf("metric says %s, want %s", got, which)
+	}
+	if !strings.Contains(logs.String(), line) {
+		t.Errorf("the log has no %q:\n%s", line, logs.String())
+	}
+}
+
 // With no plan in the mounted directory, the pod starts on its bootstrap
 // share once the wait has passed, says so in its metrics and log, and the
 // published plan replaces it as soon as fsnotify sees the file (the poll
@@ -85,18 +104,7 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 	if first.Plan.Epoch != "" || first.Limits.Permits != 2 {
 		t.Fatalf("first plan: epoch %q, permits %d; want the bootstrap share of 2", first.Plan.Epoch, first.Limits.Permits)
 	}
-	if got := rt.Gate("payments").Limits().Permits; got != 2 {
-		t.Fatalf("gate permits %d, want the bootstrap share 2", got)
-	}
-	if got := rt.Dispatcher("payments").Stats().Limits.Workers; got != 2 {
-		t.Fatalf("dispatcher workers %d, want 2", got)
-	}
-	if got := bootstrapGauge(t, reg, "payments"); got != "bootstrap" {
-		t.Fatalf("metric says %s, want bootstrap", got)
-	}
-	if !strings.Contains(logs.String(), "enforcing the bootstrap plan") {
-		t.Errorf("the bootstrap plan is not logged:\n%s", logs.String())
-	}
+	inForce(t, rt, reg, &logs, "bootstrap", 2, "enforcing the bootstrap plan")
 
 	start(t, rt)
 	published := doc("payments", 7)
@@ -105,18 +113,7 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 	if x.Plan.Epoch != published.Epoch || x.Limits.Permits != 7 {
 		t.Fatalf("after publishing: epoch %q, permits %d; want %q, 7", x.Plan.Epoch, x.Limits.Permits, published.Epoch)
 	}
-	if got := rt.Gate("payments").Limits().Permits; got != 7 {
-		t.Errorf("gate permits %d after publishing, want 7", got)
-	}
-	if got := rt.Dispatcher("payments").Stats().Limits.Workers; got != 7 {
-		t.Errorf("dispatcher workers %d after publishing, want 7", got)
-	}
-	if got := bootstrapGauge(t, reg, "payments"); got != "published" {
-		t.Errorf("metric says %s after publishing, want published", got)
-	}
-	if !strings.Contains(logs.String(), "Published plan replaced the bootstrap plan") {
-		t.Errorf("the replacement is not logged:\n%s", logs.String())
-	}
+	inForce(t, rt, reg, &logs, "published", 7, "Published plan replaced the bootstrap plan")
 	want := `
 # HELP backpressure_config_gate_bootstrap 1 while the gate enforces the application's bootstrap plan because no published plan was read when the pod started (the pod acknowledges nothing meanwhile), 0 once it enforces a published plan.
 # TYPE backpressure_config_gate_bootstrap gauge
