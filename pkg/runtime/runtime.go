@@ -86,7 +86,8 @@ type Options struct {
 	// divided by the workload's maximum replicas (HPA maxReplicas), which
 	// no number of pods can exceed; `kubectl backpressure plan` prints it
 	// as the bootstrap share. Without Bootstrap, New fails when the source
-	// holds no plan, as it always did.
+	// holds no plan, as it always did. The source must honour
+	// reload.Options.WaitForPlan, as FromDir and FromConfigMap do.
 	Bootstrap []plan.Document
 	// BootstrapWait bounds how long New waits for a published plan before
 	// it starts on Bootstrap; zero means DefaultBootstrapWait. Ignored
@@ -256,7 +257,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 			continue
 		}
 		log.Info("No published plan for the gate; enforcing the bootstrap plan until one arrives, and acknowledging nothing",
-			"gate", name, "waited", wait)
+			"gate", name, "bootstrapWait", wait)
 		if err := r.put(boot[name], true); err != nil {
 			r.discard()
 			return nil, err
