@@ -3,7 +3,9 @@ package reload
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
@@ -136,5 +140,55 @@ func TestConfigMapSourceWaitForPlanThenFollows(t *testing.T) {
 	u := rec.waitFor(t, func(u Update) bool { return len(u.Plans) > 0 })
 	if diff := cmp.Diff(map[string]plan.Document{"a": a}, u.Plans); diff != "" {
 		t.Errorf("plans once the ConfigMap exists (-want +got):\n%s", diff)
+	}
+}
+
+// An API server that accepts connections and never answers holds the first
+// read back no longer than the wait: each request is bounded by it.
+func TestConfigMapSourceWaitForPlanBoundsAHungAPIServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-accepted
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: "http://" + ln.Addr().String()})
+
+	const wait = 300 * time.Millisecond
+	began := time.Now()
+	s, err := NewConfigMapSource(context.Background(), client, "shop", "plans", Options{
+		Subscriber: func(Update) {}, WaitForPlan: wait,
+	})
+	took := time.Since(began)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took < wait || took > wait+5*time.Second {
+		t.Errorf("NewConfigMapSource took %v with a %v wait against a server that never answers", took, wait)
+	}
+	if len(s.Plans()) != 0 {
+		t.Errorf("Plans = %v, want none", s.Plans())
 	}
 }
