@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -410,13 +411,125 @@ func (h *workerHistory) maxSince(n0 int64) int {
 	return hi
 }
 
+// With a limit that does not change, many submitters never get more tasks
+// running, nor more workers started, than the limit, however the lazy
+// starts race with parked workers; and nothing outlives Shutdown.
+func TestStressLimitHolds(t *testing.T) {
+	duration := 500 * time.Millisecond
+	if testing.Short() {
+		duration = 100 * time.Millisecond
+	}
+	for _, limit := range []int{1, 3, 8} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			base := runtime.NumGoroutine()
+			d, err := dispatch.New("limit", dispatch.Limits{Workers: limit, QueueCapacity: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var running, violations, ran, maxWorkers atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() { // samples the workers started
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if w := int64(d.Stats().Running); w > maxWorkers.Load() {
+						maxWorkers.Store(w)
+					}
+					time.Sleep(50 * time.Microsecond)
+				}
+			})
+			for s := range 32 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(s), 7))
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						sleep := rng.IntN(3) == 0
+						err := d.Submit(context.Background(), func(context.Context) {
+							if running.Add(1) > int64(limit) {
+								violations.Add(1)
+							}
+							if sleep {
+								time.Sleep(20 * time.Microsecond)
+							}
+							running.Add(-1)
+							ran.Add(1)
+						})
+						if errors.Is(err, dispatch.ErrQueueFull) {
+							runtime.Gosched()
+						} else if err != nil {
+							t.Errorf("Submit: %v", err)
+						}
+					}
+				})
+			}
+			time.Sleep(duration)
+			close(stop)
+			wg.Wait()
+			if err := d.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if v := violations.Load(); v != 0 {
+				t.Errorf("%d times more than %d tasks ran at once", v, limit)
+			}
+			if w := maxWorkers.Load(); w > int64(limit) {
+				t.Errorf("%d workers started under a limit of %d", w, limit)
+			}
+			if ran.Load() == 0 {
+				t.Error("no task ran")
+			}
+			goroutinesBack(t, base)
+		})
+	}
+}
+
+// runningTasks counts the stress test's running tasks, each with the
+// history length when it was submitted.
+type runningTasks struct {
+	mu        sync.Mutex
+	submitted map[int64]int // history length at submission → tasks running
+	n         int
+}
+
+// start records a task submitted at history length n0 and returns how many
+// tasks run now, itself included, and the earliest submission among them.
+func (r *runningTasks) start(n0 int64) (n int, earliest int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.submitted[n0]++
+	r.n++
+	earliest = n0
+	for k := range r.submitted {
+		earliest = min(earliest, k)
+	}
+	return r.n, earliest
+}
+
+func (r *runningTasks) done(n0 int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.submitted[n0]--; r.submitted[n0] == 0 {
+		delete(r.submitted, n0)
+	}
+	r.n--
+}
+
 // TestStressResizeUnderLoad submits from many goroutines while workers and
 // queue are resized at random, some tasks with contexts that end, then shuts
 // down. It checks that every accepted task ran exactly once or was counted
-// as dropped; that whenever a task runs, no more tasks run than the largest
-// worker count in force since it was submitted (a worker takes a task only
-// while the workers alive are within the count in force, and new workers
-// start only up to it); and that every goroutine is gone at the end.
+// as dropped; that whenever a task starts, no more tasks run than the
+// largest worker count in force since the earliest of them was submitted
+// (a worker takes a task only while the workers alive are within the count
+// in force, and a shrink waits for running tasks, so the count that bounds
+// them may be one in force when the oldest started); and that every
+// goroutine is gone at the end.
 //
 // The second case draws a limit of two million one time in four, so that
 // workers start lazily under a limit that could never be started eagerly,
@@ -447,10 +560,11 @@ func stressResize(t *testing.T, workers func(*rand.Rand) int) {
 		t.Fatal(err)
 	}
 	var hist workerHistory
+	running := runningTasks{submitted: map[int64]int{}}
 	hist.add(initial.Workers)
 	var (
 		accepted, refused, doneAtSubmit, ran atomic.Int64
-		running, highWater, violations       atomic.Int64
+		highWater, violations                atomic.Int64
 		twice, resizes                       atomic.Int64
 	)
 	stop := make(chan struct{})
@@ -492,16 +606,16 @@ func stressResize(t *testing.T, workers func(*rand.Rand) int) {
 					if !once.CompareAndSwap(false, true) {
 						twice.Add(1)
 					}
-					n := running.Add(1)
-					if n > int64(hist.maxSince(n0)) {
+					n, earliest := running.start(n0)
+					if n > hist.maxSince(earliest) {
 						violations.Add(1)
 					}
-					for hw := highWater.Load(); n > hw && !highWater.CompareAndSwap(hw, n); hw = highWater.Load() {
+					for hw := highWater.Load(); int64(n) > hw && !highWater.CompareAndSwap(hw, int64(n)); hw = highWater.Load() {
 					}
 					if sleep {
 						time.Sleep(50 * time.Microsecond)
 					}
-					running.Add(-1)
+					running.done(n0)
 					ran.Add(1)
 				})
 				switch {
@@ -519,7 +633,16 @@ func stressResize(t *testing.T, workers func(*rand.Rand) int) {
 			}
 		})
 	}
+	// At least duration, and on a loaded machine until every path has been
+	// taken, for at most ten times as long.
 	time.Sleep(duration)
+	for end := time.Now().Add(9 * duration); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		st := d.Stats()
+		if resizes.Load() >= 10 && refused.Load() > 0 && ran.Load() > 0 &&
+			int64(st.Rejected[dispatch.ContextDone]) > doneAtSubmit.Load() {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	final := dispatch.Limits{Workers: 4, QueueCapacity: 40}
