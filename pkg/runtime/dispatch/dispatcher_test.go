@@ -292,18 +292,21 @@ func goroutinesBack(t *testing.T, base int) {
 func TestWorkersStartLazily(t *testing.T) {
 	base := runtime.NumGoroutine()
 	const huge = 2_000_000
+	// The dispatcher's own count must be exact; the process's goroutines
+	// may move by a couple for reasons of the test binary's own.
+	const slack = 2
 	d, err := dispatch.New("lazy", dispatch.Limits{Workers: huge, QueueCapacity: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 0 || n > base {
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 0 || n > base+slack {
 		t.Fatalf("after New: Running %d, goroutines %d (was %d); want no worker yet", st.Running, n, base)
 	}
 
 	b := newBlocker()
 	submit(t, d, 3, b.task)
 	eventually(t, "three tasks run", func() bool { return b.running.Load() == 3 })
-	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 3 || st.Queued != 0 || n > base+3 {
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 3 || st.Queued != 0 || n > base+3+slack {
 		t.Fatalf("3 tasks under a limit of %d: Running %d, Queued %d, goroutines %d (was %d); want 3 workers",
 			huge, st.Running, st.Queued, n, base)
 	}
