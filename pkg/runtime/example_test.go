@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -86,6 +87,37 @@ func ExampleNew_missingGate() {
 	// Output:
 	// true
 	// runtime: reload: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
+}
+
+// Start on a conservative share of the application's own when no published
+// plan is there yet, here an empty mounted volume, and take the published
+// plan as soon as it appears.
+func ExampleNew_bootstrap() {
+	dir, err := os.MkdirTemp("", "plans") // the volume, mounted optional: true
+	if err != nil {
+		panic(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	rt, err := runtime.New(context.Background(), runtime.FromDir(dir), runtime.Options{
+		Gates: []string{"logistics-api"},
+		// The contract (40 in flight, 100/s) divided by the HPA's
+		// maxReplicas (10); kubectl backpressure plan prints it.
+		Bootstrap: []plan.Document{{
+			Gate: "logistics-api", Permits: 4, RatePerSecond: 10, Burst: 10,
+			QueueCapacity: 4, MaxQueueWaitSeconds: 0.5, AcquireTimeoutSeconds: 1,
+			LatencySeconds: 0.05, Workers: 4, RetryBudgetPerSecond: 1,
+		}},
+		BootstrapWait: 100 * time.Millisecond,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, _ := rt.Plan("logistics-api")
+	fmt.Printf("permits %d, epoch %q\n", rt.Gate("logistics-api").Limits().Permits, p.Epoch)
+	// Output:
+	// permits 4, epoch ""
 }
 
 // Follow the ConfigMap through the API server, enforce this pod's own share

@@ -11,6 +11,7 @@ type collectors struct {
 	gates       *metrics.GateCollector
 	budgets     *metrics.RetryCollector
 	dispatchers *metrics.DispatcherCollector
+	bootstrap   *prometheus.GaugeVec // gate
 }
 
 // newCollectors makes the collectors and registers them with reg unless reg
@@ -32,7 +33,11 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &collectors{gates: g, budgets: b, dispatchers: d}
+	c := &collectors{gates: g, budgets: b, dispatchers: d, bootstrap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "backpressure_config_gate_bootstrap",
+		Help: "1 while the gate enforces the application's bootstrap plan because no published plan was read " +
+			"when the pod started (the pod acknowledges nothing meanwhile), 0 once it enforces a published plan.",
+	}, []string{"gate"})}
 	if reg == nil {
 		return c, nil
 	}
@@ -43,6 +48,9 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 		return nil, err
 	}
 	if c.dispatchers, err = metrics.Register(reg, c.dispatchers); err != nil {
+		return nil, err
+	}
+	if c.bootstrap, err = metrics.Register(reg, c.bootstrap); err != nil {
 		return nil, err
 	}
 	return c, nil

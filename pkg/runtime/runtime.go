@@ -26,8 +26,9 @@ import (
 // nothing is logged, no metric is registered.
 type Options struct {
 	// Gates names the gates the service uses. New fails unless the source
-	// holds a valid plan for each of them, so a pod that would otherwise
-	// start with a gate it cannot enforce fails at once instead.
+	// holds a valid plan for each of them, or Bootstrap gives one, so a pod
+	// that would otherwise start with a gate it cannot enforce fails at
+	// once instead.
 	Gates []string
 	// Dispatchers names the gates that also get a dispatcher, sized by the
 	// plan's workers and queue capacity (see DispatchLimits). Each is
@@ -69,10 +70,37 @@ type Options struct {
 	// New's for the first plans) and must not block: the next reload waits
 	// for it.
 	OnApplied func(Applied)
+	// Bootstrap, when not empty, lets the pod start without the operator:
+	// New waits up to BootstrapWait for the source to hold a published
+	// plan, and every gate that has none by then enforces its document
+	// here instead, until the source delivers the gate's published plan,
+	// which replaces it for good. A pod on a bootstrap plan says so: the
+	// gauge backpressure_config_gate_bootstrap is 1 for the gate, New logs
+	// it, and it acknowledges nothing to the operator (Options.Ack) until
+	// the published plan is in force.
+	//
+	// Each document is this pod's conservative share of one gate: Gate and
+	// the limits as in a published document (see package plan), Version
+	// zero or plan.CurrentVersion, Epoch, Revision and Pods unset, Hash
+	// computed when empty. The usual share is the downstream's contract
+	// divided by the workload's maximum replicas (HPA maxReplicas), which
+	// no number of pods can exceed; `kubectl backpressure plan` prints it
+	// as the bootstrap share. Without Bootstrap, New fails when the source
+	// holds no plan, as it always did. The source must honour
+	// reload.Options.WaitForPlan, as FromDir and FromConfigMap do.
+	Bootstrap []plan.Document
+	// BootstrapWait bounds how long New waits for a published plan before
+	// it starts on Bootstrap; zero means DefaultBootstrapWait. Ignored
+	// without Bootstrap.
+	BootstrapWait time.Duration
 }
 
 // Defaults of Options.
 const (
+	// DefaultBootstrapWait is Options.BootstrapWait's default: long enough
+	// for an API server that answers, or for an operator that is creating
+	// the workload's ConfigMap, short enough not to hold a rollout back.
+	DefaultBootstrapWait = 5 * time.Second
 	// DefaultDrainTimeout is Options.DrainTimeout's default.
 	DefaultDrainTimeout = 30 * time.Second
 	// DefaultReleaseTimeout is Options.ReleaseTimeout's default.
@@ -91,7 +119,8 @@ type Applied struct {
 	// Gate is the gate's name.
 	Gate string
 	// Plan is the plan now in force: the published document as this pod
-	// enforces it, plan.Document.For(pod).
+	// enforces it, plan.Document.For(pod), or a bootstrap plan (see
+	// Options.Bootstrap; its Epoch is empty).
 	Plan plan.Document
 	// Limits are the gate's limits now in force, GateLimits(Plan).
 	Limits gate.Limits
@@ -128,6 +157,7 @@ type enforcer struct {
 	budget     *retry.Budget
 	dispatcher *dispatch.Dispatcher // nil unless the gate is in Options.Dispatchers
 	plan       plan.Document        // the plan in force
+	bootstrap  bool                 // plan is Options.Bootstrap's, not a published one
 }
 
 // Releaser is implemented by a PlanSource that can tell the operator that
@@ -144,9 +174,21 @@ type Releaser interface {
 // Options.Gates or Options.Dispatchers (matches reload.ErrNoPlan too), or
 // when metrics cannot be registered. New reads the source once; Start
 // follows its changes.
+//
+// With Options.Bootstrap, New reads the source until it holds a plan or
+// Options.BootstrapWait has passed, then puts the bootstrap plan in force
+// on every gate that has no published one; only a gate named in
+// Options.Gates or Options.Dispatchers with neither fails.
 func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if src == nil {
 		return nil, errors.New("runtime: New needs a Source")
+	}
+	boot, err := bootstrapPlans(opts.Bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	if opts.BootstrapWait < 0 {
+		return nil, fmt.Errorf("runtime: Options.BootstrapWait %v must not be negative", opts.BootstrapWait)
 	}
 	log := opts.Logger
 	if log.GetSink() == nil {
@@ -171,33 +213,94 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	var ack *reload.AckOptions
 	r.pod, ack = podName(opts)
 
+	wait := time.Duration(0)
+	if len(boot) > 0 {
+		wait = cmp.Or(opts.BootstrapWait, DefaultBootstrapWait)
+	}
 	r.src, err = src(ctx, reload.Options{
-		Subscriber: r.apply,
-		Logger:     opts.Logger,
-		Registerer: opts.Registerer,
-		Ack:        ack,
-		Enforced:   r.enforced,
+		Subscriber:  r.apply,
+		Logger:      opts.Logger,
+		Registerer:  opts.Registerer,
+		Ack:         ack,
+		Enforced:    r.enforced,
+		WaitForPlan: wait,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("runtime: %w", err)
 	}
 	plans := r.src.Plans()
 	for _, name := range slices.Concat(opts.Gates, opts.Dispatchers) {
-		if _, ok := plans[name]; !ok {
-			return nil, fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
-				reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
+		if _, ok := plans[name]; ok {
+			continue
 		}
+		if _, ok := boot[name]; ok {
+			continue
+		}
+		err := fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
+			reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
+		if len(boot) > 0 {
+			err = fmt.Errorf("%w, Options.Bootstrap for %q", err, slices.Sorted(maps.Keys(boot)))
+		}
+		return nil, err
 	}
 	if r.pod == "" {
 		log.Info("This pod's name is unknown; enforcing the base share of every plan", "podNameVar", reload.EnvPodName)
 	}
 	for _, name := range slices.Sorted(maps.Keys(plans)) {
-		if err := r.put(plans[name]); err != nil {
+		if err := r.put(plans[name], false); err != nil {
+			r.discard()
+			return nil, err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(boot)) {
+		if _, ok := plans[name]; ok {
+			continue
+		}
+		log.Info("No published plan for the gate; enforcing the bootstrap plan until one arrives, and acknowledging nothing",
+			"gate", name, "bootstrapWait", wait)
+		if err := r.put(boot[name], true); err != nil {
 			r.discard()
 			return nil, err
 		}
 	}
 	return r, nil
+}
+
+// bootstrapPlans checks Options.Bootstrap and returns its documents by gate,
+// with the version and hash filled in.
+func bootstrapPlans(docs []plan.Document) (map[string]plan.Document, error) {
+	boot := make(map[string]plan.Document, len(docs))
+	var errs []error
+	for i, d := range docs {
+		field := fmt.Sprintf("Options.Bootstrap[%d]", i)
+		if d.Epoch != "" || d.Revision != 0 || len(d.Pods) > 0 {
+			errs = append(errs, fmt.Errorf("%s: epoch, revision and pods must be unset: a bootstrap plan is this pod's share, not a published division", field))
+			continue
+		}
+		if d.Version == 0 {
+			d.Version = plan.CurrentVersion
+		}
+		// Validate asks for what a published document carries; a
+		// bootstrap plan has no epoch or revision, so lend it some.
+		probe := d
+		probe.Epoch, probe.Revision = "bootstrap", 1
+		if err := plan.Validate(probe); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
+			continue
+		}
+		if _, dup := boot[d.Gate]; dup {
+			errs = append(errs, fmt.Errorf("%s: gate %q has a bootstrap plan already", field, d.Gate))
+			continue
+		}
+		if d.Hash == "" {
+			d.Hash = plan.Hash(d)
+		}
+		boot[d.Gate] = d
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("runtime: %w", errors.Join(errs...))
+	}
+	return boot, nil
 }
 
 // podName returns this pod's name and the acknowledgement options to give
@@ -271,6 +374,11 @@ func (r *Runtime) handBack() error {
 			stuck = append(stuck, name)
 		}
 	}
+	// A gate still on its bootstrap plan has no published share to hand
+	// back: the operator never counted this pod in it.
+	r.mu.RLock()
+	drained = slices.DeleteFunc(drained, func(name string) bool { return all[name].bootstrap })
+	r.mu.RUnlock()
 	var errs []error
 	if len(stuck) > 0 {
 		inFlight := make([]int, len(stuck))
@@ -301,7 +409,9 @@ func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
 	for {
 		r.mu.RLock()
 		e := r.gates[d.Gate]
-		inForce := e != nil && e.plan.Epoch == d.Epoch && e.plan.Revision == d.Revision
+		// A bootstrap plan is never what the operator published, whatever
+		// its fields: nothing is acknowledged until d itself is in force.
+		inForce := e != nil && !e.bootstrap && e.plan.Epoch == d.Epoch && e.plan.Revision == d.Revision
 		r.mu.RUnlock()
 		// Checked after the revision: the gate's limit is the revision's
 		// from then on, so calls in flight can only fall to it.
@@ -366,7 +476,8 @@ func (r *Runtime) Dispatcher(name string) *dispatch.Dispatcher {
 
 // Plan returns the plan in force on the gate named name, as this pod
 // enforces it (plan.Document.For(pod): its own share, no Pods), and false
-// when there is no such gate (see Gate).
+// when there is no such gate (see Gate). A bootstrap plan (see
+// Options.Bootstrap) is returned as given, with an empty Epoch.
 func (r *Runtime) Plan(name string) (plan.Document, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -410,6 +521,7 @@ func (r *Runtime) discard() {
 	for name, e := range r.gates {
 		r.metrics.gates.Remove(name)
 		r.metrics.budgets.Remove(name)
+		r.metrics.bootstrap.DeleteLabelValues(name)
 		if e.dispatcher != nil {
 			r.metrics.dispatchers.Remove(name)
 		}
@@ -427,21 +539,22 @@ func (r *Runtime) enforcer(name string) *enforcer {
 // apply is the source's Subscriber.
 func (r *Runtime) apply(u reload.Update) {
 	for _, name := range u.Changed {
-		if err := r.put(u.Plans[name]); err != nil {
+		if err := r.put(u.Plans[name], false); err != nil {
 			r.log.Error(err, "Could not put a plan in force", "gate", name, "hash", u.Plans[name].Hash)
 		}
 	}
 }
 
 // put puts this pod's share of d in force on its gate, making the gate
-// first if it is new. Calls are serialised by the source (and come from New
-// before Start).
-func (r *Runtime) put(doc plan.Document) error {
+// first if it is new; bootstrap says d is Options.Bootstrap's. Calls are
+// serialised by the source (and come from New before Start).
+func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	d := doc.For(r.pod)
 	limits := GateLimits(d)
 	r.mu.Lock()
 	e, ok := r.gates[d.Gate]
-	if ok && sameContent(e.plan, d) {
+	wasBootstrap := ok && e.bootstrap
+	if ok && sameContent(e.plan, d) && wasBootstrap == bootstrap {
 		// A newer quota generation with the same plan: nothing to resize,
 		// nothing to announce.
 		e.plan = d
@@ -454,11 +567,18 @@ func (r *Runtime) put(doc plan.Document) error {
 	} else {
 		err = r.newEnforcerLocked(d, limits)
 	}
+	if err == nil {
+		r.gates[d.Gate].bootstrap = bootstrap
+		r.metrics.bootstrap.WithLabelValues(d.Gate).Set(boolGauge(bootstrap))
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	at := time.Now()
+	if wasBootstrap && !bootstrap {
+		r.log.Info("Published plan replaced the bootstrap plan", "gate", d.Gate, "epoch", d.Epoch, "revision", d.Revision)
+	}
 
 	if limits.Permits < d.Permits {
 		r.log.Info("Plan's permits exceed what a gate can count; the gate enforces fewer",
@@ -506,6 +626,13 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	}
 	r.gates[d.Gate] = e
 	return nil
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // sameContent reports whether a and b are the same plan, whatever the quota

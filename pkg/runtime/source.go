@@ -14,7 +14,8 @@ import (
 // acknowledgement options the Runtime needs. FromDir and FromConfigMap
 // return the two sources package reload offers; a function that calls
 // reload.NewDirSource with other DirOptions (another poll interval, say) is
-// a Source too.
+// a Source too, as long as it passes opts on (Options.Bootstrap relies on
+// their WaitForPlan).
 type Source func(ctx context.Context, opts reload.Options) (PlanSource, error)
 
 // PlanSource is an open plan source, such as *reload.DirSource or

@@ -10,9 +10,9 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 )
 
-// Dispatcher is a bounded worker pool: a fixed number of worker goroutines
-// and a bounded FIFO queue of tasks waiting for one. See the package
-// documentation for the guarantees.
+// Dispatcher is a bounded worker pool: at most Limits.Workers worker
+// goroutines, started as tasks need them, and a bounded FIFO queue of tasks
+// waiting for one. See the package documentation for the guarantees.
 //
 // A Dispatcher must be made with New; the zero value is not usable. It is
 // safe for concurrent use by multiple goroutines.
@@ -30,7 +30,7 @@ type Dispatcher struct {
 	limits  Limits               // guarded by mu
 	queue   fifo.List[taskState] // guarded by mu
 	idle    []*worker            // guarded by mu; parked workers, most recent last
-	running int                  // guarded by mu; worker goroutines that have not decided to exit
+	running int                  // guarded by mu; worker goroutines started that have not decided to exit
 	closing bool                 // guarded by mu
 	done    chan struct{}
 	isDone  bool // guarded by mu; done is closed
@@ -49,26 +49,23 @@ type job struct {
 }
 
 // New returns a dispatcher named name (the dispatcher label of its metrics)
-// with l.Workers workers already started.
+// with the limits l. It starts no goroutine: workers start as tasks arrive
+// (see Submit), so a large l.Workers costs nothing until the load needs it.
 func New(name string, l Limits) (*Dispatcher, error) {
 	if err := l.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{name: name, epoch: time.Now(), done: make(chan struct{})}
-	d.mu.Lock()
-	d.limits = l
-	d.spawnLocked()
-	d.mu.Unlock()
-	return d, nil
+	return &Dispatcher{name: name, epoch: time.Now(), limits: l, done: make(chan struct{})}, nil
 }
 
 // Name returns the dispatcher's name.
 func (d *Dispatcher) Name() string { return d.name }
 
 // Submit hands fn to a worker, which calls it with ctx, and returns without
-// waiting for it. If every worker is busy, the task waits in the queue; if
-// the queue is full too, or Shutdown was called, Submit returns a
-// *Rejection and fn never runs. A task is never run on the caller's
+// waiting for it: to an idle worker if there is one, else to a worker it
+// starts if fewer than Limits.Workers run. If every worker allowed is busy,
+// the task waits in the queue; if the queue is full too, or Shutdown was
+// called, Submit returns a *Rejection and fn never runs. A task is never run on the caller's
 // goroutine and never dropped without being counted: if ctx ends while the
 // task is queued, it leaves the queue and is counted as ContextDone. If ctx
 // has already ended, Submit returns ctx.Err().
@@ -93,7 +90,22 @@ func (d *Dispatcher) Submit(ctx context.Context, fn func(context.Context)) error
 		w.ch <- job{ctx: ctx, fn: fn}
 		return nil
 	}
-	if d.queue.Len() >= d.limits.QueueCapacity {
+	if d.running < d.limits.Workers && d.queue.Len() == 0 {
+		// No worker is idle and one more is allowed: start it with fn.
+		d.running++
+		d.mu.Unlock()
+		go d.work(&worker{ch: make(chan job, 1)}, job{ctx: ctx, fn: fn})
+		return nil
+	}
+	// Tasks are queued only while the workers allowed are all busy, or
+	// just after Update raised the limit and started workers for them: fn
+	// goes behind them, with a worker of its own if the limit allows one
+	// (then it waits for no busy worker, so the queue's capacity does not
+	// apply).
+	if d.running < d.limits.Workers {
+		d.running++
+		go d.work(&worker{ch: make(chan job, 1)}, job{})
+	} else if d.queue.Len() >= d.limits.QueueCapacity {
 		d.mu.Unlock()
 		return d.reject(QueueFull)
 	}
@@ -129,19 +141,27 @@ func (d *Dispatcher) expire(t *task, gen uint64) {
 	d.checkDoneLocked()
 }
 
-// spawnLocked starts workers until there are as many as the limit.
+// spawnLocked starts as many workers as the queued tasks need, within the
+// limit; each takes its first task from the queue.
 func (d *Dispatcher) spawnLocked() {
-	for d.running < d.limits.Workers {
+	for n := min(d.limits.Workers-d.running, d.queue.Len()); n > 0; n-- {
 		d.running++
-		go d.work(&worker{ch: make(chan job, 1)})
+		go d.work(&worker{ch: make(chan job, 1)}, job{})
 	}
 }
 
-func (d *Dispatcher) work(w *worker) {
-	for {
-		j, ok := d.next(w)
-		if !ok {
-			return
+// work runs j, unless it is the zero job, then every job next gives w.
+// A worker stays parked while idle rather than exiting after a while: it
+// costs a few kilobytes of stack, it is at most the peak number of tasks
+// that ran at once, and a worker that is already there takes the next task
+// without starting a goroutine, which keeps Submit as fast as a fixed pool.
+func (d *Dispatcher) work(w *worker, j job) {
+	for ; ; j = (job{}) {
+		if j.fn == nil {
+			var ok bool
+			if j, ok = d.next(w); !ok {
+				return
+			}
 		}
 		if j.ctx.Err() != nil {
 			// Its context ended between Submit and now: the caller has
@@ -206,8 +226,8 @@ func (d *Dispatcher) checkDoneLocked() {
 	}
 }
 
-// Update resizes the dispatcher. More workers start at once and take queued
-// tasks; fewer workers means idle ones exit now and busy ones after their
+// Update resizes the dispatcher. A larger limit starts at once as many
+// workers as there are queued tasks, within the limit; fewer workers means idle ones exit now and busy ones after their
 // current task, never interrupting it. A smaller queue keeps the tasks
 // already queued and refuses new ones until it has room. Update returns an
 // error, and changes nothing, if l is invalid or Shutdown was called.

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -26,9 +27,6 @@ func mustNew(t *testing.T, l dispatch.Limits) *dispatch.Dispatcher {
 		defer cancel()
 		_ = d.Shutdown(ctx)
 	})
-	// Let the new workers park, so that the first tasks go to them rather
-	// than into the queue.
-	eventually(t, "the workers are idle", func() bool { return d.Stats().Active == 0 })
 	return d
 }
 
@@ -280,6 +278,86 @@ func TestZeroWorkers(t *testing.T) {
 	eventually(t, "the added worker runs it", ran.Load)
 }
 
+// goroutinesBack waits, for a bounded time, until the process has no more
+// goroutines than base: the workers take a moment to return after Shutdown
+// has seen them decide to.
+func goroutinesBack(t *testing.T, base int) {
+	t.Helper()
+	eventually(t, "every worker goroutine exits", func() bool { return runtime.NumGoroutine() <= base })
+}
+
+// A huge worker limit costs nothing up front: workers start one per task
+// that finds no idle worker, idle ones are reused, a lower limit stops the
+// surplus, and Shutdown leaves no goroutine behind.
+func TestWorkersStartLazily(t *testing.T) {
+	base := runtime.NumGoroutine()
+	const huge = 2_000_000
+	// The dispatcher's own count must be exact; the process's goroutines
+	// may move by a couple for reasons of the test binary's own.
+	const slack = 2
+	d, err := dispatch.New("lazy", dispatch.Limits{Workers: huge, QueueCapacity: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 0 || n > base+slack {
+		t.Fatalf("after New: Running %d, goroutines %d (was %d); want no worker yet", st.Running, n, base)
+	}
+
+	b := newBlocker()
+	submit(t, d, 3, b.task)
+	eventually(t, "three tasks run", func() bool { return b.running.Load() == 3 })
+	if st, n := d.Stats(), runtime.NumGoroutine(); st.Running != 3 || st.Queued != 0 || n > base+3+slack {
+		t.Fatalf("3 tasks under a limit of %d: Running %d, Queued %d, goroutines %d (was %d); want 3 workers",
+			huge, st.Running, st.Queued, n, base)
+	}
+	close(b.release)
+	eventually(t, "the three finish and park", func() bool { return d.Stats().Active == 0 })
+
+	// Parked workers take the next tasks: no new goroutine.
+	again := newBlocker()
+	submit(t, d, 3, again.task)
+	eventually(t, "three tasks run again", func() bool { return again.running.Load() == 3 })
+	if st := d.Stats(); st.Running != 3 {
+		t.Fatalf("Running %d after reusing idle workers, want 3", st.Running)
+	}
+	close(again.release)
+	eventually(t, "they park again", func() bool { return d.Stats().Active == 0 })
+
+	if err := d.Update(dispatch.Limits{Workers: 1, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 1 {
+		t.Fatalf("Running %d after lowering the limit to 1, want the idle surplus stopped", st.Running)
+	}
+	if err := d.Update(dispatch.Limits{Workers: huge, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 1 {
+		t.Fatalf("Running %d after raising the limit with nothing queued, want 1", st.Running)
+	}
+	if err := d.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	goroutinesBack(t, base)
+}
+
+// Raising the limit starts workers for the queued tasks, not up to the
+// limit.
+func TestUpdateStartsWorkersForQueuedTasksOnly(t *testing.T) {
+	d := mustNew(t, dispatch.Limits{Workers: 0, QueueCapacity: 10})
+	b := newBlocker()
+	submit(t, d, 3, b.task)
+	if err := d.Update(dispatch.Limits{Workers: 1000, QueueCapacity: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.Running != 3 {
+		t.Fatalf("Running %d after raising the limit over 3 queued tasks, want 3", st.Running)
+	}
+	eventually(t, "the queued tasks run", func() bool { return b.running.Load() == 3 })
+	close(b.release)
+	eventually(t, "they finish", func() bool { return b.ran.Load() == 3 })
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		limits dispatch.Limits
@@ -336,14 +414,144 @@ func (h *workerHistory) maxSince(n0 int64) int {
 	return hi
 }
 
+// With a limit that does not change, many submitters never get more tasks
+// running, nor more workers started, than the limit, however the lazy
+// starts race with parked workers; and nothing outlives Shutdown.
+func TestStressLimitHolds(t *testing.T) {
+	duration := 500 * time.Millisecond
+	if testing.Short() {
+		duration = 100 * time.Millisecond
+	}
+	for _, limit := range []int{1, 3, 8} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			base := runtime.NumGoroutine()
+			d, err := dispatch.New("limit", dispatch.Limits{Workers: limit, QueueCapacity: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var running, violations, ran, maxWorkers atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Go(func() { // samples the workers started
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if w := int64(d.Stats().Running); w > maxWorkers.Load() {
+						maxWorkers.Store(w)
+					}
+					time.Sleep(50 * time.Microsecond)
+				}
+			})
+			for s := range 32 {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(s), 7))
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						sleep := rng.IntN(3) == 0
+						err := d.Submit(context.Background(), func(context.Context) {
+							if running.Add(1) > int64(limit) {
+								violations.Add(1)
+							}
+							if sleep {
+								time.Sleep(20 * time.Microsecond)
+							}
+							running.Add(-1)
+							ran.Add(1)
+						})
+						if errors.Is(err, dispatch.ErrQueueFull) {
+							runtime.Gosched()
+						} else if err != nil {
+							t.Errorf("Submit: %v", err)
+						}
+					}
+				})
+			}
+			time.Sleep(duration)
+			close(stop)
+			wg.Wait()
+			if err := d.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if v := violations.Load(); v != 0 {
+				t.Errorf("%d times more than %d tasks ran at once", v, limit)
+			}
+			if w := maxWorkers.Load(); w > int64(limit) {
+				t.Errorf("%d workers started under a limit of %d", w, limit)
+			}
+			if ran.Load() == 0 {
+				t.Error("no task ran")
+			}
+			goroutinesBack(t, base)
+		})
+	}
+}
+
+// runningTasks counts the stress test's running tasks, each with the
+// history length when it was submitted.
+type runningTasks struct {
+	mu        sync.Mutex
+	submitted map[int64]int // history length at submission → tasks running
+	n         int
+}
+
+// start records a task submitted at history length n0 and returns how many
+// tasks run now, itself included, and the earliest submission among them.
+func (r *runningTasks) start(n0 int64) (n int, earliest int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.submitted[n0]++
+	r.n++
+	earliest = n0
+	for k := range r.submitted {
+		earliest = min(earliest, k)
+	}
+	return r.n, earliest
+}
+
+func (r *runningTasks) done(n0 int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.submitted[n0]--; r.submitted[n0] == 0 {
+		delete(r.submitted, n0)
+	}
+	r.n--
+}
+
 // TestStressResizeUnderLoad submits from many goroutines while workers and
 // queue are resized at random, some tasks with contexts that end, then shuts
 // down. It checks that every accepted task ran exactly once or was counted
-// as dropped; that whenever a task runs, no more tasks run than the largest
-// worker count in force since it was submitted (a worker takes a task only
-// while the workers alive are within the count in force, and new workers
-// start only up to it); and that every goroutine is gone at the end.
+// as dropped; that whenever a task starts, no more tasks run than the
+// largest worker count in force since the earliest of them was submitted
+// (a worker takes a task only while the workers alive are within the count
+// in force, and a shrink waits for running tasks, so the count that bounds
+// them may be one in force when the oldest started); and that every
+// goroutine is gone at the end.
+//
+// The second case draws a limit of two million one time in four, so that
+// workers start lazily under a limit that could never be started eagerly,
+// and shrinking from it stops the surplus.
 func TestStressResizeUnderLoad(t *testing.T) {
+	t.Run("small limits", func(t *testing.T) {
+		stressResize(t, func(rng *rand.Rand) int { return rng.IntN(13) })
+	})
+	t.Run("huge limits", func(t *testing.T) {
+		stressResize(t, func(rng *rand.Rand) int {
+			if rng.IntN(4) == 0 {
+				return 2_000_000
+			}
+			return rng.IntN(13)
+		})
+	})
+}
+
+func stressResize(t *testing.T, workers func(*rand.Rand) int) {
 	duration := time.Second
 	if testing.Short() {
 		duration = 200 * time.Millisecond
@@ -355,10 +563,11 @@ func TestStressResizeUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	var hist workerHistory
+	running := runningTasks{submitted: map[int64]int{}}
 	hist.add(initial.Workers)
 	var (
 		accepted, refused, doneAtSubmit, ran atomic.Int64
-		running, highWater, violations       atomic.Int64
+		highWater, violations                atomic.Int64
 		twice, resizes                       atomic.Int64
 	)
 	stop := make(chan struct{})
@@ -371,7 +580,7 @@ func TestStressResizeUnderLoad(t *testing.T) {
 				return
 			case <-time.After(time.Duration(500+rng.IntN(3500)) * time.Microsecond):
 			}
-			l := dispatch.Limits{Workers: rng.IntN(13), QueueCapacity: rng.IntN(40)}
+			l := dispatch.Limits{Workers: workers(rng), QueueCapacity: rng.IntN(40)}
 			hist.add(l.Workers)
 			if err := d.Update(l); err != nil {
 				t.Error(err)
@@ -400,16 +609,16 @@ func TestStressResizeUnderLoad(t *testing.T) {
 					if !once.CompareAndSwap(false, true) {
 						twice.Add(1)
 					}
-					n := running.Add(1)
-					if n > int64(hist.maxSince(n0)) {
+					n, earliest := running.start(n0)
+					if n > hist.maxSince(earliest) {
 						violations.Add(1)
 					}
-					for hw := highWater.Load(); n > hw && !highWater.CompareAndSwap(hw, n); hw = highWater.Load() {
+					for hw := highWater.Load(); int64(n) > hw && !highWater.CompareAndSwap(hw, int64(n)); hw = highWater.Load() {
 					}
 					if sleep {
 						time.Sleep(50 * time.Microsecond)
 					}
-					running.Add(-1)
+					running.done(n0)
 					ran.Add(1)
 				})
 				switch {
@@ -427,7 +636,16 @@ func TestStressResizeUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	// At least duration, and on a loaded machine until every path has been
+	// taken, for at most ten times as long.
 	time.Sleep(duration)
+	for end := time.Now().Add(9 * duration); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		st := d.Stats()
+		if resizes.Load() >= 10 && refused.Load() > 0 && ran.Load() > 0 &&
+			int64(st.Rejected[dispatch.ContextDone]) > doneAtSubmit.Load() {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	final := dispatch.Limits{Workers: 4, QueueCapacity: 40}

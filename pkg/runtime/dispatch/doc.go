@@ -1,5 +1,5 @@
-// Package dispatch holds the dispatcher: a bounded worker pool with a fixed
-// number of workers and a bounded FIFO queue in front of them.
+// Package dispatch holds the dispatcher: a bounded worker pool with at most a
+// given number of workers and a bounded FIFO queue in front of them.
 //
 // A worker pool limits workers, not in-flight calls to a downstream (that is
 // the gate's job); use a dispatcher to bound the goroutines and the backlog
@@ -14,11 +14,16 @@
 // (ContextDone; it leaves the queue at once and frees its slot) or when
 // Shutdown gives up (Shutdown).
 //
-// Submit hands a task straight to an idle worker if there is one, so the
-// queue holds only tasks that no worker is free for and QueueCapacity is
-// exactly the backlog allowed. Update resizes workers and queue while tasks
-// run: extra workers start at once, surplus workers exit when idle (never in
-// the middle of a task), and a smaller queue keeps what it holds. Shutdown
+// Workers start lazily: Submit hands a task straight to an idle worker if
+// there is one, else starts a worker for it while fewer than the limit run,
+// and queues it only when every worker allowed is busy. So the queue holds
+// only tasks that no worker is free for, QueueCapacity is exactly the
+// backlog allowed, and the goroutines a dispatcher has never exceed the
+// most tasks that ran at once: a limit of a million workers with three
+// tasks starts three. Idle workers stay parked for the next task. Update
+// resizes workers and queue while tasks run: a larger limit starts workers
+// for the tasks queued, surplus workers exit when idle (never in the middle
+// of a task), and a smaller queue keeps what it holds. Shutdown
 // drains the queue and waits for the workers, up to its context.
 //
 // A task that panics crashes the program, as a panic on any goroutine does;

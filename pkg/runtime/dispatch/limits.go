@@ -7,11 +7,13 @@ import (
 
 // Limits sizes a dispatcher.
 type Limits struct {
-	// Workers is the number of goroutines that run tasks. Zero runs nothing:
-	// tasks wait in the queue until workers are added.
+	// Workers is the most goroutines that run tasks at once. They start as
+	// tasks arrive, not all at New or Update, so the limit costs nothing
+	// until the load reaches it. Zero runs nothing: tasks wait in the queue
+	// until workers are added.
 	Workers int
 	// QueueCapacity is how many tasks may wait for a busy worker. Zero means
-	// a task is accepted only if a worker is idle.
+	// a task is accepted only if a worker is idle or may be started.
 	QueueCapacity int
 }
 

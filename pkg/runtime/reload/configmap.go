@@ -23,7 +23,8 @@ import (
 // field selector metadata.name=<name>), so a Role granting get, list and
 // watch on configmaps with resourceNames: [<name>] is enough.
 //
-// NewConfigMapSource reads once and fails when there is no valid plan; Start
+// NewConfigMapSource reads once and fails when there is no valid plan
+// (unless Options.WaitForPlan is set); Start
 // delivers what was read, then follows changes until its context ends. A
 // ConfigMap that is deleted later orphans every gate: each keeps its last
 // plan. Methods are safe for concurrent use.
@@ -38,7 +39,11 @@ type ConfigMapSource struct {
 // returns a source holding its valid plans. It returns an error, without
 // starting anything, when the ConfigMap cannot be read or holds no valid
 // plan (the error then matches ErrNoPlan); invalid documents beside valid
-// ones are logged and counted, not fatal.
+// ones are logged and counted, not fatal. With Options.WaitForPlan it reads
+// the ConfigMap until it holds a plan or the wait has passed, each request
+// bounded by that deadline, and then returns the source, empty or not: a
+// ConfigMap created later, or an API server that answers later, is
+// followed by Start's informer.
 func NewConfigMapSource(ctx context.Context, client kubernetes.Interface, namespace, name string, opts Options) (*ConfigMapSource, error) {
 	if client == nil || namespace == "" || name == "" {
 		return nil, fmt.Errorf("reload: NewConfigMapSource needs a client, a namespace and a name")
@@ -51,13 +56,16 @@ func NewConfigMapSource(ctx context.Context, client kubernetes.Interface, namesp
 	s.log = s.log.WithValues("configMap", namespace+"/"+name)
 	s.tracker.log = s.log
 
-	cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	err = s.readFirst(ctx, opts.WaitForPlan, "ConfigMap "+namespace+"/"+name,
+		func(ctx context.Context) (map[string]entry, error) {
+			cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("reload: read ConfigMap %s/%s: %w", namespace, name, err)
+			}
+			return snapshotOf(cm), nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("reload: read ConfigMap %s/%s: %w", namespace, name, err)
-	}
-	_, _, rejected := s.tracker.apply(snapshotOf(cm))
-	if len(s.tracker.plansCopy()) == 0 {
-		return nil, initialError("ConfigMap "+namespace+"/"+name, rejected)
+		return nil, err
 	}
 	return s, nil
 }

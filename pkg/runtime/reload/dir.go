@@ -53,7 +53,8 @@ type DirOptions struct {
 // bad document (logged and counted), and the next event or poll reads the
 // finished one.
 //
-// NewDirSource reads once and fails when there is no valid plan; Start
+// NewDirSource reads once and fails when there is no valid plan (unless
+// Options.WaitForPlan is set); Start
 // delivers what was read, then follows changes until its context ends. A
 // file that disappears orphans its gate, which keeps its last plan; a
 // directory that cannot be read keeps every plan. Methods are safe for
@@ -75,7 +76,9 @@ type DirSource struct {
 // NewDirSource reads dir and returns a source holding its valid plans. It
 // returns an error, without starting anything, when dir cannot be read or
 // holds no valid plan (the error then matches ErrNoPlan); invalid documents
-// beside valid ones are logged and counted, not fatal.
+// beside valid ones are logged and counted, not fatal. With
+// Options.WaitForPlan it reads dir until it holds a plan or the wait has
+// passed, and then returns the source, empty or not.
 func NewDirSource(dir string, opts DirOptions) (*DirSource, error) {
 	if dir == "" {
 		return nil, errors.New("reload: NewDirSource needs a directory")
@@ -91,13 +94,16 @@ func NewDirSource(dir string, opts DirOptions) (*DirSource, error) {
 	s.log = s.log.WithValues("dir", s.dir)
 	s.tracker.log = s.log
 
-	snap, err := readDir(s.dir)
+	err = s.readFirst(context.Background(), opts.WaitForPlan, "directory "+s.dir,
+		func(context.Context) (map[string]entry, error) {
+			snap, err := readDir(s.dir)
+			if err != nil {
+				return nil, fmt.Errorf("reload: %w", err)
+			}
+			return snap, nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("reload: %w", err)
-	}
-	_, _, rejected := s.tracker.apply(snap)
-	if len(s.tracker.plansCopy()) == 0 {
-		return nil, initialError("directory "+s.dir, rejected)
+		return nil, err
 	}
 	return s, nil
 }

@@ -3,7 +3,9 @@ package reload
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +36,22 @@ type Options struct {
 	// soon as the subscriber has returned, which is right only for a
 	// subscriber that has nothing in flight. A Runtime sets it.
 	Enforced func(ctx context.Context, d plan.Document) error
+	// WaitForPlan, when positive, lets NewDirSource and NewConfigMapSource
+	// return a source that holds no plan yet, instead of failing: they read
+	// the source again, backing off, until it holds a valid plan or
+	// WaitForPlan has passed, and then return it as it is. A source that
+	// could not be read or held no plan by then says so in its log, and its
+	// Start delivers the first valid plans as soon as they appear. Zero
+	// fails at once, as a source always did. A Runtime sets it when the
+	// application gives a bootstrap plan.
+	WaitForPlan time.Duration
 }
+
+// Bounds of the pause between two first reads while WaitForPlan runs.
+const (
+	firstRetryDelay = 50 * time.Millisecond
+	maxRetryDelay   = time.Second
+)
 
 // errStarted is returned by a second Start.
 var errStarted = errors.New("reload: source already started")
@@ -68,6 +85,57 @@ func newCore(opts Options, client kubernetes.Interface) (*core, error) {
 		return nil, err
 	}
 	return &core{tracker: newTracker(log, m), subscriber: opts.Subscriber, acker: a, log: log}, nil
+}
+
+// readFirst fills the tracker with what read returns, the source's first
+// snapshot. With wait zero it returns read's error, or an error matching
+// ErrNoPlan naming what (the source) when the snapshot holds no valid
+// plan. With wait positive it reads again, backing off, until the source
+// holds a plan or wait has passed (each read is bounded by that deadline),
+// and then returns nil either way; only ctx ending first is an error. A
+// distinct failure is counted and logged once however often it recurs.
+func (c *core) readFirst(ctx context.Context, wait time.Duration, what string,
+	read func(context.Context) (map[string]entry, error)) error {
+	deadline := time.Now().Add(wait)
+	delay := firstRetryDelay
+	for {
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		if wait > 0 {
+			rctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		snap, err := read(rctx)
+		cancel()
+		if err == nil {
+			_, _, rejected := c.tracker.apply(snap)
+			if len(c.tracker.plansCopy()) > 0 {
+				return nil
+			}
+			err = initialError(what, rejected)
+		}
+		if wait <= 0 {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("reload: waiting for a plan in %s: %w", what, ctx.Err())
+		}
+		if !errors.Is(err, ErrNoPlan) {
+			c.tracker.sourceFailed(err)
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			c.log.Info("No valid plan within the wait; starting without one, the first to appear is delivered",
+				"waited", wait, "reason", err.Error())
+			return nil
+		}
+		t := time.NewTimer(min(delay, remaining))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("reload: waiting for a plan in %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
 }
 
 // load applies a snapshot and delivers the update it makes, if any.
