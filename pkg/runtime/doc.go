@@ -86,8 +86,13 @@
 // A gate the service names but the source has no plan for is an error of New
 // (matching reload.ErrNoPlan), not a gate that rejects every call: the pod
 // fails at start, where a rollout notices it, rather than shedding all of its
-// traffic to that downstream. A gate whose document disappears later keeps
-// its last plan until the process restarts; package reload reports it.
+// traffic to that downstream. An application that must start without the
+// operator gives Options.Bootstrap, a conservative share per gate: when no
+// published plan arrives within Options.BootstrapWait the gate runs on it,
+// says so in backpressure_config_gate_bootstrap, acknowledges nothing, and
+// the first published plan replaces it. A gate whose document disappears
+// later keeps its last plan until the process restarts; package reload
+// reports it.
 //
 // # Metrics
 //
