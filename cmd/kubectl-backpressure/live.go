@@ -103,7 +103,8 @@ func connect(flags *genericclioptions.ConfigFlags) (*cluster, error) {
 }
 
 // servedHint explains a NotFound on a list of a project kind: the API
-// server does not serve it, so the CRDs are not installed.
+// server does not serve it, so the CRDs are not installed. (A NotFound on
+// a get is the object's.)
 func servedHint(err error, kind string) error {
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("the cluster does not serve %s of %s: are backpressure-operator's CRDs installed? (%w)", kind, v1alpha1.GroupVersion, err)

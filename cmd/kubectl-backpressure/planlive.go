@@ -39,7 +39,7 @@ func (o *planOptions) runLive(cmd *cobra.Command, format, arg string) error {
 	ctx := cmd.Context()
 	q, err := c.quota(ctx, c.namespace, name)
 	if err != nil {
-		return servedHint(err, "DownstreamQuotas")
+		return err
 	}
 	if ref := q.Spec.ContractRef; ref != nil && q.Spec.Contract == nil {
 		return fmt.Errorf("%s: spec.contractRef: the quota's part of the shared DownstreamContract %q depends on the other callers; plan --contract FILE -f QUOTAS splits it, and status %s shows the part it holds now", arg, ref.Name, name)

@@ -83,7 +83,7 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, args []s
 	if len(args) == 1 {
 		q, err := c.quota(ctx, ns, args[0])
 		if err != nil {
-			return servedHint(err, "DownstreamQuotas")
+			return err
 		}
 		quotas = []v1alpha1.DownstreamQuota{*q}
 	} else {
@@ -182,7 +182,11 @@ func writeStatus(out io.Writer, v *quotaStatus) error {
 		fact("handover", fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message))
 	}
 	fact("applied", appliedLine(v))
-	if c := v.Ready; c != nil {
+	if c := v.Ready; c != nil && c.Status == metav1.ConditionTrue {
+		// A Ready quota's message restates the lines above and the
+		// diagnostics below.
+		fact("ready", fmt.Sprintf("%s, reason %s", c.Status, c.Reason))
+	} else if c != nil {
 		fact("ready", fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message))
 	} else {
 		fact("ready", "no condition yet: the operator has not reconciled the quota")
