@@ -26,9 +26,6 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 )
 
-// quotaResource names DownstreamQuotas in errors, as kubectl does.
-var quotaResource = v1alpha1.GroupVersion.WithResource("downstreamquotas").GroupResource()
-
 // quotaTypeNames are the spellings of the DownstreamQuota type that plan
 // accepts before /NAME, as kubectl get does.
 var quotaTypeNames = []string{"dq", "downstreamquota", "downstreamquotas", "downstreamquota.backpressure.dev", "downstreamquotas.backpressure.dev"}
@@ -54,29 +51,27 @@ func newLiveScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// staticMapper maps the few kinds the live commands read to their
-// resources without asking the API server's discovery: one round trip
-// fewer per run, and no discovery cache written under ~/.kube.
+// staticMapper maps the few kinds the live commands read (and their
+// lists) to their resources without asking the API server's discovery: one
+// round trip fewer per run, and no discovery cache written under ~/.kube.
 func staticMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
-	for _, k := range []struct {
-		gvk   schema.GroupVersionKind
-		scope meta.RESTScope
-	}{
-		{v1alpha1.GroupVersion.WithKind("DownstreamQuota"), meta.RESTScopeNamespace},
-		{v1alpha1.GroupVersion.WithKind("DownstreamQuotaList"), meta.RESTScopeNamespace},
-		{v1alpha1.GroupVersion.WithKind("DownstreamContract"), meta.RESTScopeRoot},
-		{v1alpha1.GroupVersion.WithKind("DownstreamContractList"), meta.RESTScopeRoot},
-		{appsv1.SchemeGroupVersion.WithKind("Deployment"), meta.RESTScopeNamespace},
-		{appsv1.SchemeGroupVersion.WithKind("StatefulSet"), meta.RESTScopeNamespace},
-		{autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), meta.RESTScopeNamespace},
-		{autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscalerList"), meta.RESTScopeNamespace},
-		{corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace},
-		{corev1.SchemeGroupVersion.WithKind("PodList"), meta.RESTScopeNamespace},
-		{corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot},
-		{corev1.SchemeGroupVersion.WithKind("NamespaceList"), meta.RESTScopeRoot},
-	} {
-		m.Add(k.gvk, k.scope)
+	namespaced := []schema.GroupVersionKind{
+		v1alpha1.GroupVersion.WithKind("DownstreamQuota"),
+		appsv1.SchemeGroupVersion.WithKind("Deployment"),
+		appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+		autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"),
+		corev1.SchemeGroupVersion.WithKind("Pod"),
+	}
+	cluster := []schema.GroupVersionKind{
+		v1alpha1.GroupVersion.WithKind("DownstreamContract"),
+		corev1.SchemeGroupVersion.WithKind("Namespace"),
+	}
+	for scope, kinds := range map[meta.RESTScope][]schema.GroupVersionKind{meta.RESTScopeNamespace: namespaced, meta.RESTScopeRoot: cluster} {
+		for _, gvk := range kinds {
+			m.Add(gvk, scope)
+			m.Add(gvk.GroupVersion().WithKind(gvk.Kind+"List"), scope)
+		}
 	}
 	return m
 }

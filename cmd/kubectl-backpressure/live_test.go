@@ -76,7 +76,7 @@ func TestLive(t *testing.T) {
 
 	t.Run("status table", func(t *testing.T) {
 		out := live(t, "status", "-n", ns)
-		for _, want := range []string{
+		expectLines(t, "status", out,
 			"storefront/logistics-api → logistics.example.com, for the pods of Deployment/search-gateway",
 			"contract 50 in flight × 80% safety = 40 permits",
 			"divisor 3, from ReadyPods (spec 3, HPA 2..20 desired 3, 3 pods exist, 3 Ready)",
@@ -90,11 +90,7 @@ func TestLive(t *testing.T) {
 			"search-gateway-b yes 13 - 20 no: revision 2",
 			"search-gateway-c yes 6 13 - no: nothing acknowledged",
 			"DemandExceedsQuota demand 1900/s × typical latency 220ms = 418 calls in flight",
-		} {
-			if !containsSpaced(out, want) {
-				t.Errorf("status lacks %q:\n%s", want, out)
-			}
-		}
+		)
 		if strings.Contains(out, "carrier-api") {
 			t.Errorf("status -n %s shows a quota of another namespace:\n%s", ns, out)
 		}
@@ -107,16 +103,12 @@ func TestLive(t *testing.T) {
 		if first < 0 || second < first {
 			t.Fatalf("status -A: want storefront/logistics-api, then warehouse/carrier-api:\n%s", out)
 		}
-		for _, want := range []string{
+		expectLines(t, "status -A", out[second:],
 			"contract 12 in flight × 80% safety = 9 permits",
 			"divisor none yet: the operator has not reconciled the quota",
 			"applied nothing to apply yet",
 			"problem Deployment/dispatcher: not found in namespace warehouse",
-		} {
-			if !containsSpaced(out[second:], want) {
-				t.Errorf("status -A lacks %q for carrier-api:\n%s", want, out[second:])
-			}
-		}
+		)
 	})
 
 	t.Run("status -o json", func(t *testing.T) {
@@ -192,17 +184,13 @@ func TestLive(t *testing.T) {
 
 	t.Run("plan dq/NAME", func(t *testing.T) {
 		out := live(t, "plan", "dq/"+livefixture.Quota, "-n", ns)
-		for _, want := range []string{
+		expectLines(t, "plan dq/NAME", out,
 			"storefront/logistics-api: HorizontalPodAutoscaler search-gateway scales Deployment/search-gateway over 2..20 replicas (desired now 3)",
 			"logistics-api: 50 in flight × 80% safety = 40 permits to divide (below one: Strict)",
 			"2 20 0 40 (100%) 40 (100%)",
 			"20 2 0 40 (100%) 40 (100%)",
 			"Bootstrap share: 2 permits per pod = floor(40 usable / 20, the most replicas): give it to runtime's bootstrap plan",
-		} {
-			if !containsSpaced(out, want) {
-				t.Errorf("plan dq/NAME lacks %q:\n%s", want, out)
-			}
-		}
+		)
 		var got sweepBootstrapJSON
 		dec := json.NewDecoder(strings.NewReader(live(t, "plan", "downstreamquota/"+livefixture.Quota, "-n", ns, "-o", "json")))
 		dec.DisallowUnknownFields()
@@ -307,6 +295,17 @@ func TestCompletionScripts(t *testing.T) {
 		}
 		if msg, err := exec.Command(bash, "-n", f).CombinedOutput(); err != nil {
 			t.Errorf("bash -n: %v: %s", err, msg)
+		}
+	}
+}
+
+// expectLines fails the test for each of wants that out lacks, comparing
+// runs of spaces as one.
+func expectLines(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !containsSpaced(out, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
 		}
 	}
 }
