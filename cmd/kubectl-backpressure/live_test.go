@@ -96,6 +96,16 @@ func TestLive(t *testing.T) {
 		}
 	})
 
+	t.Run("status of an empty namespace", func(t *testing.T) {
+		stdout, stderr, code := runCLI(t, "status", "-n", "default", "--kubeconfig", kubectl.Kubeconfig)
+		if code != 0 || stdout != "" || stderr != "No DownstreamQuotas found in namespace default.\n" {
+			t.Errorf("status -n default: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+		if got := live(t, "status", "-n", "default", "-o", "json"); !strings.Contains(got, `"items": []`) {
+			t.Errorf("status -n default -o json printed %s, want an empty List", got)
+		}
+	})
+
 	t.Run("status -A", func(t *testing.T) {
 		out := live(t, "status", "-A")
 		// By namespace: storefront, then warehouse.

@@ -60,3 +60,30 @@ func TestBuildStatusPods(t *testing.T) {
 		t.Errorf("without a division: applied %d, all %v, %q", v.Applied, v.AllApplied, appliedText(v.Pods[0], nil))
 	}
 }
+
+// The contract line states the quota's own contract with its cluster share,
+// or the shared contract it names, read or not.
+func TestContractLine(t *testing.T) {
+	share := int32(20)
+	own := &v1alpha1.DownstreamQuota{Spec: v1alpha1.DownstreamQuotaSpec{
+		Contract:      &v1alpha1.Contract{Concurrency: 50, RatePerSecond: 100, Burst: 10, ClusterShare: &v1alpha1.ClusterShare{Concurrency: &share}},
+		SafetyPercent: 90,
+	}}
+	shared := &v1alpha1.DownstreamQuota{Spec: v1alpha1.DownstreamQuotaSpec{ContractRef: &v1alpha1.ContractReference{Name: "logistics"}}}
+	dc := &v1alpha1.DownstreamContract{ObjectMeta: metav1.ObjectMeta{Name: "logistics"}, Spec: v1alpha1.DownstreamContractSpec{Contract: v1alpha1.Contract{Concurrency: 50}}}
+	for _, tt := range []struct {
+		q    *v1alpha1.DownstreamQuota
+		dc   *v1alpha1.DownstreamContract
+		want string
+	}{
+		// floor(20 × 90%) = 18.
+		{own, nil, "20 of 50 in flight for this cluster × 90% safety = 18 permits; rate 100/s, burst 10"},
+		// The contract's default safety, 80%: floor(50 × 80%) = 40.
+		{shared, dc, "DownstreamContract logistics, shared: 50 in flight × 80% safety = 40 permits over its callers"},
+		{shared, nil, "DownstreamContract logistics, shared (not readable here)"},
+	} {
+		if got := contractLine(contractOf(tt.q, tt.dc)); got != tt.want {
+			t.Errorf("contract line:\n got %q\nwant %q", got, tt.want)
+		}
+	}
+}
