@@ -44,14 +44,17 @@ func (o *planOptions) runContract(cmd *cobra.Command, format string) error {
 	if o.file == "" {
 		return errors.New("--filename: required with --contract: the quotas that share the contract")
 	}
-	dc, err := loadContract(o.contract)
+	if o.file == stdinPath && o.contract == stdinPath {
+		return errors.New("--contract: - reads the standard input, which -f - already reads; give one of them a file")
+	}
+	dc, err := loadContract(o.contract, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
 	if err := quotaplan.ValidateContract(dc.Spec); err != nil {
 		return fmt.Errorf("%s: %w", o.contract, err)
 	}
-	quotas, err := loadQuotas(o.file)
+	quotas, err := loadQuotas(o.file, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}

@@ -16,13 +16,14 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// run executes the command line args and returns the exit code: 0 on
-// success, 1 with one line on stderr on any error.
-func run(args []string, stdout, stderr io.Writer) int {
+// run executes the command line args, reading stdin for -f -, and returns
+// the exit code: 0 on success, 1 with one line on stderr on any error.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cmd := newRootCommand(stdout, stderr)
+	cmd.SetIn(stdin)
 	cmd.SetArgs(args)
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(stderr, "error: "+oneLine(err.Error()))

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
@@ -64,12 +65,17 @@ type planOptions struct {
 	retries        int32
 	retryBudget    int32
 	belowOne       string
+
+	// config are the kubeconfig flags, for plan dq/NAME.
+	config *genericclioptions.ConfigFlags
+	// live is the dq/NAME argument, when the quota comes from the cluster.
+	live string
 }
 
 func newPlanCommand(format func() string) *cobra.Command {
 	o := &planOptions{}
 	cmd := &cobra.Command{
-		Use:   "plan",
+		Use:   "plan [dq/NAME]",
 		Short: "Compute the per-pod plan of a DownstreamQuota over a replica count or range",
 		Long: `plan divides a downstream's global contract over the replicas that call it,
 exactly as the operator does. The usable permits A = floor(concurrency ×
@@ -83,7 +89,15 @@ The contract comes from -f FILE (a DownstreamQuota manifest), from flags, or
 both: flags override the file. --replicas gives the divisor; --replicas-range
 MIN..MAX plans every divisor an HPA may choose, with the permits in use at
 each and what the previous division (floor(A / N) for every pod) used;
---compare prints only that comparison.
+--compare prints only that comparison. A range also gives the bootstrap share
+for a fail-static start: the usable permits divided by MAX, the share a pod
+may take before the operator's plan reaches it.
+
+plan dq/NAME reads the DownstreamQuota NAME from the cluster (-n, or the
+context's namespace) and plans it over the range of the HPA that scales its
+workload (spec.hpaName, or the HPA whose scaleTargetRef names it):
+minReplicas..maxReplicas. --replicas or --replicas-range replace that range,
+and the contract flags override the live spec to ask "what if".
 
 --contract FILE reads a DownstreamContract shared by several workloads and
 splits it over the quotas of -f FILE that name it in contractRef, as the
@@ -93,16 +107,24 @@ then exactly over each caller's Ready pods (--replicas for every caller,
 		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
   kubectl backpressure plan -f quota.yaml --replicas-range 2..60 -o json
   kubectl backpressure plan -f quota.yaml --replicas-range 1..60 --compare
+  kubectl backpressure plan dq/logistics-api -n shop
+  kubectl get dq logistics-api -n shop -o yaml | kubectl backpressure plan -f - --replicas 8
   kubectl backpressure plan --concurrency 50 --latency 220ms --worst-latency 1.8s --deadline 2s \
     --max-queue-wait 100ms --demand 1900 --replicas 8`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return o.runLive(cmd, format(), args[0])
+			}
 			return o.run(cmd, format())
 		},
 	}
+	o.config = newConfigFlags(cmd)
+	cmd.ValidArgsFunction = completeQuotaNames(o.config, "dq/")
+	registerLiveCompletions(cmd, o.config)
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON); with --contract, the quotas sharing it")
-	f.StringVar(&o.contract, "contract", "", "DownstreamContract manifest to split over the quotas of -f that name it")
+	f.StringVarP(&o.file, "filename", "f", "", "DownstreamQuota manifest to plan (YAML or JSON, - for stdin); with --contract, the quotas sharing it")
+	f.StringVar(&o.contract, "contract", "", "DownstreamContract manifest to split over the quotas of -f that name it (- for stdin)")
 	f.StringToIntVar(&o.callerReplicas, "caller-replicas", nil, "with --contract, Ready pods of one caller, NAMESPACE/NAME=COUNT (repeatable)")
 	f.Int32Var(&o.replicas, "replicas", 0, "replica count to divide the contract by")
 	f.StringVar(&o.replicasRange, "replicas-range", "", "plan every replica count MIN..MAX, such as 2..20")
@@ -133,17 +155,15 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 	if flags.Changed("caller-replicas") {
 		return errors.New("--caller-replicas: needs --contract FILE")
 	}
-	switch {
-	case flags.Changed("replicas") && flags.Changed("replicas-range"):
-		return errors.New("--replicas, --replicas-range: give one, not both")
-	case !flags.Changed("replicas") && !flags.Changed("replicas-range"):
+	if !flags.Changed("replicas") && !flags.Changed("replicas-range") {
 		return errors.New("--replicas: required, or --replicas-range MIN..MAX for a sweep (a quota does not say how many replicas call it)")
-	case o.compare && !flags.Changed("replicas-range"):
-		return errors.New("--compare: needs --replicas-range MIN..MAX")
+	}
+	if err := o.checkDivisorFlags(flags); err != nil {
+		return err
 	}
 	var quota v1alpha1.DownstreamQuota
 	if o.file != "" {
-		q, err := loadQuota(o.file)
+		q, err := loadQuota(o.file, cmd.InOrStdin())
 		if err != nil {
 			return err
 		}
@@ -158,6 +178,36 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 			}
 		}
 	}
+	if err := o.applyFlags(flags, &quota.Spec); err != nil {
+		return err
+	}
+	var lo, hi int32
+	if o.replicasRange != "" {
+		var err error
+		if lo, hi, err = parseRange(o.replicasRange); err != nil {
+			return err
+		}
+	}
+	return o.print(cmd, format, quota, lo, hi)
+}
+
+// checkDivisorFlags rejects the combinations of --replicas,
+// --replicas-range and --compare that say nothing or two things.
+func (o *planOptions) checkDivisorFlags(flags *pflag.FlagSet) error {
+	switch {
+	case flags.Changed("replicas") && flags.Changed("replicas-range"):
+		return errors.New("--replicas, --replicas-range: give one, not both")
+	case o.compare && flags.Changed("replicas"):
+		return errors.New("--compare: needs --replicas-range MIN..MAX")
+	case o.compare && !flags.Changed("replicas-range") && o.live == "":
+		return errors.New("--compare: needs --replicas-range MIN..MAX")
+	}
+	return nil
+}
+
+// applyFlags checks the flags that override the quota's spec and applies
+// them to spec.
+func (o *planOptions) applyFlags(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQuotaSpec) error {
 	// The API defaults these fields when empty, so an explicit empty flag
 	// would be silently replaced by the default: refuse it instead.
 	if flags.Changed("safety-percent") && o.safetyPercent == 0 {
@@ -173,25 +223,33 @@ func (o *planOptions) run(cmd *cobra.Command, format string) error {
 	if err != nil {
 		return err
 	}
-	o.override(flags, &quota.Spec, share)
+	o.override(flags, spec, share)
+	return nil
+}
 
+// print plans quota over lo..hi replicas, or over --replicas when hi is 0,
+// and prints the plan in format.
+func (o *planOptions) print(cmd *cobra.Command, format string, quota v1alpha1.DownstreamQuota, lo, hi int32) error {
+	flags := cmd.Flags()
 	out := cmd.OutOrStdout()
-	if o.replicasRange != "" {
-		lo, hi, err := parseRange(o.replicasRange)
-		if err != nil {
-			return err
-		}
+	if hi > 0 {
 		in, sweep, err := quotaplan.Sweep(quota.Spec, lo, hi)
 		if err != nil {
 			return o.explain(flags, err)
 		}
+		boot := bootstrapOf(sweep, hi)
 		if format == outputJSON {
-			return writeJSON(out, sweepJSONOf(sweep))
+			return writeJSON(out, sweepBootstrapJSON{sweepJSON: sweepJSONOf(sweep), Bootstrap: boot})
 		}
 		if o.compare {
-			return writeCompareTable(out, quota.Name, in, sweep)
+			err = writeCompareTable(out, quota.Name, in, sweep)
+		} else {
+			err = writeSweepTable(out, quota.Name, in, sweep)
 		}
-		return writeSweepTable(out, quota.Name, in, sweep)
+		if err != nil {
+			return err
+		}
+		return writeBootstrap(out, boot)
 	}
 	plan, err := quotaplan.Compute(quota.Spec, o.replicas)
 	if err != nil {
@@ -291,11 +349,15 @@ func (o *planOptions) explain(flags *pflag.FlagSet, err error) error {
 	for flag, path := range planFlagFields {
 		// The cluster share's errors name its sub-fields.
 		matches := path == field || (flag == "cluster-share" && strings.HasPrefix(field, path+"."))
-		if matches && (flags.Changed(flag) || o.file == "") {
+		if matches && (flags.Changed(flag) || (o.file == "" && o.live == "")) {
 			return fmt.Errorf("--%s: %s", flag, fe.Detail)
 		}
 	}
-	return fmt.Errorf("%s: %s: %s", o.file, fe.Field, fe.Detail)
+	source := o.file
+	if o.live != "" {
+		source = o.live
+	}
+	return fmt.Errorf("%s: %s: %s", source, fe.Field, fe.Detail)
 }
 
 // parseRange parses MIN..MAX.

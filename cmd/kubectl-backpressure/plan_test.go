@@ -19,7 +19,7 @@ import (
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(args, &out, &errOut)
+	code = run(args, strings.NewReader(""), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
 
@@ -141,7 +141,7 @@ func TestPlanMatchesQuotaplan(t *testing.T) {
 		file     string
 		replicas int32
 	}{{"testdata/quota.yaml", 8}, {"testdata/sample-quota.yaml", 8}, {"testdata/bundle.yaml", 8}, {"testdata/sample-quota.yaml", 100}} {
-		q, err := loadQuota(tt.file)
+		q, err := loadQuota(tt.file, strings.NewReader(""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,10 +385,15 @@ func TestPlanDemandInFlight(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
-	var got sweepJSON
+	var got sweepBootstrapJSON
 	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "2..45")
 	if len(got.Sweep) != 44 || got.Usable != 40 || got.LastWithPermit != 40 || got.FirstBelowOne == nil || *got.FirstBelowOne != 41 {
 		t.Fatalf("sweep: %d rows, usable %d, last with permit %d, first below one %v; want 44, 40, 40, 41", len(got.Sweep), got.Usable, got.LastWithPermit, got.FirstBelowOne)
+	}
+	// 40 usable over at most 45 pods: below one permit each, so a pod that
+	// starts without the operator admits nothing until the plan arrives.
+	if want := (bootstrapJSON{Permits: 0, Usable: 40, MaxReplicas: 45}); got.Bootstrap != want {
+		t.Errorf("bootstrap over 2..45 = %+v, want %+v", got.Bootstrap, want)
 	}
 	for _, row := range got.Sweep {
 		// Every count uses all 40: base = floor(40 / N), 40 mod N pods
@@ -419,9 +424,18 @@ func TestSweep(t *testing.T) {
 		}
 	}
 
+	if want := "Bootstrap share: 0 permits per pod = floor(40 usable / 42, the most replicas): below one permit, a pod on runtime's bootstrap plan admits no call"; !strings.Contains(stdout, want) {
+		t.Errorf("sweep 38..42 lacks %q:\n%s", want, stdout)
+	}
+
+	got = sweepBootstrapJSON{}
 	runJSON(t, &got, "plan", "-f", "testdata/sample-quota.yaml", "--replicas-range", "1..4")
 	if got.FirstBelowOne != nil {
 		t.Errorf("sweep 1..4: firstBelowOne = %d, want null", *got.FirstBelowOne)
+	}
+	// floor(40 / 4) = 10: four pods on it hold 40, the whole usable.
+	if want := (bootstrapJSON{Permits: 10, Usable: 40, MaxReplicas: 4}); got.Bootstrap != want {
+		t.Errorf("bootstrap over 1..4 = %+v, want %+v", got.Bootstrap, want)
 	}
 }
 
@@ -488,7 +502,13 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "-f", "testdata/bad-duration.yaml", "--replicas", "8"}, `error: testdata/bad-duration.yaml: spec.latency.worst: must be a duration such as 220ms, got "soon"`},
 		{[]string{"plan", "-f", "testdata/invalid-spec.yaml", "--replicas", "8"}, "error: testdata/invalid-spec.yaml: spec.maxQueueWait: must be less than deadline 300ms, got 400ms"},
 		{[]string{"plan", "-f", "testdata/duplicate-key.yaml", "--replicas", "8"}, `error: testdata/duplicate-key.yaml: yaml: unmarshal errors: line 7: key "contract" already set in map`},
-		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "extra"}, `error: unknown command "extra" for "kubectl backpressure plan"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "extra"}, `error: argument "extra": must be dq/NAME, a DownstreamQuota of the namespace (-n)`},
+		{[]string{"plan", "dq/logistics-api", "-f", "testdata/quota.yaml"}, "error: --filename: not with dq/logistics-api, which reads the quota from the cluster"},
+		{[]string{"plan", "dq/logistics-api", "--replicas", "8", "--compare"}, "error: --compare: needs --replicas-range MIN..MAX"},
+		{[]string{"plan", "-f", "-", "--replicas", "8"}, "error: -: the standard input is empty; pipe a manifest into -f -"},
+		{[]string{"plan", "--contract", "-", "-f", "-", "--replicas", "8"}, "error: --contract: - reads the standard input, which -f - already reads; give one of them a file"},
+		{[]string{"status", "logistics-api", "-A"}, "error: --all-namespaces: a quota cannot be named across all namespaces; give -n NAMESPACE"},
+		{[]string{"status", "-o", "wide"}, "error: --output: unable to match a printer suitable for the output format \"wide\", allowed formats are: go-template,go-template-file,json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,name,template,templatefile,yaml"},
 		{[]string{"plan", "--frobnicate"}, "error: unknown flag: --frobnicate"},
 		{[]string{"evaluate", "--workers", "0", "--queue", "1", "--latency", "1s", "--deadline", "2s"}, "error: --workers: must be at least 1, got 0"},
 		{[]string{"evaluate", "--workers", "4", "--queue", "-1", "--latency", "1s", "--deadline", "2s"}, "error: --queue: must be at least 0, got -1"},

@@ -47,8 +47,8 @@ var contractDurationFields = [][]string{
 // one of them is a DownstreamQuota of backpressure.dev/v1alpha1. Decoding is
 // strict: unknown or duplicate fields are errors, and every error names the
 // file and the field.
-func loadQuota(path string) (*v1alpha1.DownstreamQuota, error) {
-	docs, err := readDocuments(path)
+func loadQuota(path string, stdin io.Reader) (*v1alpha1.DownstreamQuota, error) {
+	docs, err := readDocuments(path, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +65,8 @@ func loadQuota(path string) (*v1alpha1.DownstreamQuota, error) {
 
 // loadQuotas reads every DownstreamQuota of backpressure.dev/v1alpha1 in a
 // file, at least one; other documents are skipped.
-func loadQuotas(path string) ([]v1alpha1.DownstreamQuota, error) {
-	docs, err := readDocuments(path)
+func loadQuotas(path string, stdin io.Reader) ([]v1alpha1.DownstreamQuota, error) {
+	docs, err := readDocuments(path, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -89,8 +89,8 @@ func loadQuotas(path string) ([]v1alpha1.DownstreamQuota, error) {
 
 // loadContract reads the one DownstreamContract of backpressure.dev/v1alpha1
 // in a file; other documents are skipped.
-func loadContract(path string) (*v1alpha1.DownstreamContract, error) {
-	docs, err := readDocuments(path)
+func loadContract(path string, stdin io.Reader) (*v1alpha1.DownstreamContract, error) {
+	docs, err := readDocuments(path, stdin)
 	if err != nil {
 		return nil, err
 	}
@@ -114,9 +114,25 @@ func loadContract(path string) (*v1alpha1.DownstreamContract, error) {
 	return c, nil
 }
 
-// readDocuments reads a file's YAML or JSON documents as JSON.
-func readDocuments(path string) ([][]byte, error) {
-	data, err := os.ReadFile(path)
+// stdinPath is the file name that stands for the standard input, as in
+// kubectl apply -f -.
+const stdinPath = "-"
+
+// readDocuments reads a file's YAML or JSON documents as JSON; the path
+// stdinPath reads them from stdin.
+func readDocuments(path string, stdin io.Reader) ([][]byte, error) {
+	var data []byte
+	var err error
+	if path == stdinPath {
+		data, err = io.ReadAll(stdin)
+		if err == nil && len(bytes.TrimSpace(data)) == 0 {
+			// An empty stdin is most often a forgotten pipe: say so
+			// rather than "holds no document".
+			return nil, errors.New("-: the standard input is empty; pipe a manifest into -f -")
+		}
+	} else {
+		data, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -20,8 +20,14 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 per-pod plan of a DownstreamQuota over a replica count (or over an HPA's range),
 and the checks behind it: an existing pool against a deadline, retry
 amplification under overload, and backlog growth. Every table shows the formula
-behind each number; -o json gives the same figures to scripts.`,
-		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
+behind each number; -o json gives the same figures to scripts.
+
+Against a cluster (the kubeconfig flags of kubectl, -n, -A), status shows each
+pod's share of a live quota and whether the pod applied it, and plan dq/NAME
+plans a live quota over its HPA's range.`,
+		Example: `  kubectl backpressure status -n shop
+  kubectl backpressure plan dq/logistics-api -n shop
+  kubectl backpressure plan -f quota.yaml --replicas 8
   kubectl backpressure plan --concurrency 50 --latency 220ms --deadline 300ms --replicas-range 2..20
   kubectl backpressure evaluate --workers 10 --queue 20 --latency 150ms --deadline 300ms
   kubectl backpressure retry --capacity 181 --arrival 1900 --retries 1
@@ -40,7 +46,6 @@ behind each number; -o json gives the same figures to scripts.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&output, "output", "o", outputTable, "output format: table or json")
-	root.CompletionOptions.DisableDefaultCmd = true
 
 	format := func() string { return output }
 	root.AddCommand(
@@ -48,6 +53,7 @@ behind each number; -o json gives the same figures to scripts.`,
 		newEvaluateCommand(format),
 		newRetryCommand(format),
 		newBacklogCommand(format),
+		newStatusCommand(),
 	)
 	return root
 }

@@ -1,15 +1,21 @@
 package manifests
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/backpressure-dev/backpressure-operator/cmd/kubectl-backpressure/livefixture"
 )
 
 // markdownLink matches the target of an inline Markdown link.
@@ -71,11 +77,13 @@ func TestDocsLinksResolve(t *testing.T) {
 // The CLI sessions in the README and the docs are what the CLI prints: every
 // line of a "$ go run ./cmd/kubectl-backpressure ..." or "$ kubectl
 // backpressure ..." block (but "..." lines, which stand for cut ones) appears
-// in the real output, in order.
+// in the real output, in order. The live sessions (status, plan dq/NAME) run
+// against the control plane holding livefixture's objects, through its
+// kubeconfig.
 func TestDocsCLIOutputIsCurrent(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "kubectl-backpressure")
 	run(t, "go", "build", "-o", bin, "./cmd/kubectl-backpressure")
-	sessions := 0
+	sessions, liveSessions := 0, 0
 	for _, doc := range docFiles(t) {
 		for _, block := range fencedBlocks(string(readRepoFile(t, doc))) {
 			lines := strings.Split(block, "\n")
@@ -84,7 +92,12 @@ func TestDocsCLIOutputIsCurrent(t *testing.T) {
 				continue
 			}
 			sessions++
-			out := strings.Split(string(run(t, bin, strings.Fields(cmd)...)), "\n")
+			args := strings.Fields(cmd)
+			if liveSession(args) {
+				liveSessions++
+				args = append(args, "--kubeconfig", liveKubeconfig(t))
+			}
+			out := strings.Split(string(run(t, bin, args...)), "\n")
 			next := 0
 			for _, want := range lines[1:] {
 				if strings.TrimSpace(want) == "..." || strings.TrimSpace(want) == "" {
@@ -102,6 +115,53 @@ func TestDocsCLIOutputIsCurrent(t *testing.T) {
 	if sessions < 5 {
 		t.Errorf("found %d CLI sessions in docs/, want at least 5: the test would check nothing", sessions)
 	}
+	if liveSessions < 2 {
+		t.Errorf("found %d live CLI sessions (status, plan dq/NAME) in docs/, want at least 2: the test would check none", liveSessions)
+	}
+}
+
+// liveSession reports whether a session's arguments read the cluster:
+// status, or plan with a TYPE/NAME argument.
+func liveSession(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "status":
+		return true
+	case "plan":
+		return len(args) > 1 && strings.Contains(args[1], "/") && !strings.HasPrefix(args[1], "-")
+	}
+	return false
+}
+
+// live is the control plane state the live sessions read, put there once.
+var live struct {
+	once       sync.Once
+	kubeconfig string
+	err        error
+}
+
+// liveKubeconfig returns the kubeconfig of the control plane after putting
+// livefixture's objects into it on first use.
+func liveKubeconfig(t *testing.T) string {
+	t.Helper()
+	cfg, kubectl := controlPlane(t)
+	live.once.Do(func() {
+		c, err := client.New(cfg, client.Options{Scheme: scheme(t)})
+		if err != nil {
+			live.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		live.err = livefixture.Apply(ctx, c)
+		live.kubeconfig = kubectl.Kubeconfig
+	})
+	if live.err != nil {
+		t.Fatal(live.err)
+	}
+	return live.kubeconfig
 }
 
 // cliSession returns the arguments of a calculator session's first line,
