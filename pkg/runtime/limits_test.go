@@ -44,13 +44,13 @@ func TestGateLimits(t *testing.T) {
 		doc:  with(func(d *plan.Document) { d.Permits, d.DeadlineSeconds = 1, 2 }),
 		want: gate.Limits{Permits: 1},
 	}, {
-		name: "permits beyond what a gate counts are lowered",
-		doc:  with(func(d *plan.Document) { d.Permits = plan.MaxCount }),
-		want: gate.Limits{Permits: gate.MaxPermits},
-	}, {
-		name: "the largest count a gate holds is kept",
-		doc:  with(func(d *plan.Document) { d.Permits = gate.MaxPermits }),
-		want: gate.Limits{Permits: gate.MaxPermits},
+		name: "the plan's largest share is one a gate holds",
+		doc: with(func(d *plan.Document) {
+			d.Permits, d.RatePerSecond, d.Burst, d.QueueCapacity = plan.MaxPermits, plan.MaxPerSecond, plan.MaxBurst, plan.MaxQueueCapacity
+			d.MaxQueueWaitSeconds, d.AcquireTimeoutSeconds, d.LatencySeconds = plan.MaxSeconds, plan.MaxSeconds, plan.MaxSeconds
+		}),
+		want: gate.Limits{Permits: gate.MaxPermits, RatePerSecond: plan.MaxPerSecond, Burst: plan.MaxBurst, QueueCapacity: plan.MaxQueueCapacity,
+			MaxQueueWait: time.Hour, AcquireTimeout: time.Hour, TypicalLatency: time.Hour},
 	}, {
 		name: "sub-millisecond durations",
 		doc:  with(func(d *plan.Document) { d.MaxQueueWaitSeconds, d.LatencySeconds = 0.0005, 0.000001 }),
