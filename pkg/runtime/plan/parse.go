@@ -267,7 +267,7 @@ func wireField(w any, f Field) reflect.Value {
 
 // wireIndex maps each wire struct's JSON names to field indexes.
 var wireIndex = map[reflect.Type]map[string]int{
-	reflect.TypeFor[wireDocument]():  jsonIndex(reflect.TypeFor[wireDocument]()),
+	reflect.TypeFor[wireDocument](): jsonIndex(reflect.TypeFor[wireDocument]()),
 	reflect.TypeFor[wirePodShare](): jsonIndex(reflect.TypeFor[wirePodShare]()),
 }
 
