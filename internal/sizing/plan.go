@@ -195,7 +195,9 @@ func (p *planner) permits() {
 	if p.out.Base > 0 {
 		return
 	}
-	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), num(p.out.Share))
+	// The share per pod is cut, not rounded, as the events and the CLI
+	// state it (Division): 0.999 is not one permit.
+	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), truncated(p.out.Division(p.in.Divisor).Share()))
 	switch p.in.BelowOne {
 	case Strict:
 		if a == 0 {
@@ -338,7 +340,7 @@ func (p *planner) demand() {
 	}
 	p.out.Demand = dem
 
-	holds := p.holdsText()
+	holds := p.out.Division(p.in.Divisor).Holds()
 	if p.out.TotalPermits > available {
 		holds += fmt.Sprintf(", of which the contract accepts %d", available)
 	}
@@ -382,16 +384,6 @@ func (p *planner) rateAgainstConcurrency() {
 				rate(r), worst, num(l), c)
 		}
 	}
-}
-
-// holdsText states what the pods hold together: "2 permits × 19 pods + 1
-// permit × 2 pods".
-func (p *planner) holdsText() string {
-	n := int64(p.in.Divisor)
-	if p.out.Extra == 0 {
-		return fmt.Sprintf("%s × %s", permitsText(p.out.Base), replicas(n))
-	}
-	return fmt.Sprintf("%s × %s + %s × %s", permitsText(p.out.Base+1), replicas(p.out.Extra), permitsText(p.out.Base), replicas(n-p.out.Extra))
 }
 
 func permitsText(n int64) string {

@@ -278,7 +278,7 @@ func TestPlan(t *testing.T) {
 			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonOvercommitted,
-				Message: "50 × 80% = 40 permits over 45 replicas is 0.89 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
+				Message: "50 × 80% = 40 permits over 45 replicas is 0.88 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
 			}},
 		},
 	}, {
