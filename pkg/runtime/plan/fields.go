@@ -143,10 +143,11 @@ func init() {
 	for i := range fields {
 		f := &fields[i]
 		position[f.Key] = i
-		idx, ok := doc, true
+		idx := doc
 		if f.PerPod {
 			idx = share
 		}
+		var ok bool
 		f.index, ok = idx[f.Key]
 		if top, inDoc := doc[f.Key]; ok && inDoc {
 			f.top = top
