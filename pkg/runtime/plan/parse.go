@@ -176,13 +176,8 @@ func Hash(d Document) string {
 // and an empty Pods becomes nil (both encode as absent). The caller's Pods
 // map is never written: it is copied when an entry needs changing.
 func canonical(d Document) Document {
-	for _, f := range []*float64{
-		&d.RatePerSecond, &d.MaxQueueWaitSeconds, &d.AcquireTimeoutSeconds,
-		&d.LatencySeconds, &d.DeadlineSeconds, &d.RetryBudgetPerSecond,
-	} {
-		if *f == 0 {
-			*f = 0
-		}
+	for _, f := range fields {
+		positiveZero(f.topLevel(&d))
 	}
 	if len(d.Pods) == 0 {
 		d.Pods = nil
@@ -197,16 +192,33 @@ func canonical(d Document) Document {
 			d.Pods = maps.Clone(d.Pods)
 			copied = true
 		}
-		s.RatePerSecond += 0 // -0 + 0 is +0
-		s.RetryBudgetPerSecond += 0
+		for _, f := range fields {
+			if f.PerPod {
+				positiveZero(f.value(nil, &s))
+			}
+		}
 		d.Pods[name] = s
 	}
 	return d
 }
 
+// positiveZero turns a float field holding -0 into +0.
+func positiveZero(v reflect.Value) {
+	if v.Kind() == reflect.Float64 && v.Float() == 0 {
+		v.SetFloat(0)
+	}
+}
+
 func hasNegativeZero(s PodShare) bool {
-	return s.RatePerSecond == 0 && math.Signbit(s.RatePerSecond) ||
-		s.RetryBudgetPerSecond == 0 && math.Signbit(s.RetryBudgetPerSecond)
+	for _, f := range fields {
+		if !f.PerPod {
+			continue
+		}
+		if v := f.value(nil, &s); v.Kind() == reflect.Float64 && v.Float() == 0 && math.Signbit(v.Float()) {
+			return true
+		}
+	}
+	return false
 }
 
 // share returns the base share's fields of w as an entry of pods.
