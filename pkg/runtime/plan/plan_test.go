@@ -248,6 +248,16 @@ func TestValidate(t *testing.T) {
 		{"every bad field is reported", func(d *Document) {
 			d.Permits, d.QueueCapacity, d.MaxQueueWaitSeconds, d.Burst = -1, -2, -3, 7
 		}, []string{"permits", "queueCapacity", "burst", "maxQueueWaitSeconds"}},
+		{"workers above permits", func(d *Document) { d.Workers = d.Permits + 1 }, []string{"workers"}},
+		{"the out-of-memory document: 2³¹−1 workers", func(d *Document) { d.Workers = math.MaxInt32 }, []string{"workers"}},
+		{"a waiting room, a rate and a retry budget without a permit", func(d *Document) {
+			d.Permits, d.Workers, d.RatePerSecond, d.Burst = 0, 0, 1, 1
+		}, []string{"queueCapacity", "ratePerSecond", "retryBudgetPerSecond"}},
+		{"a pod's workers above its permits", func(d *Document) {
+			d.Pods["w"] = PodShare{Permits: 2, Workers: 3}
+		}, []string{`pods["w"].workers`}},
+		{"a wait beyond an hour", func(d *Document) { d.MaxQueueWaitSeconds = MaxSeconds + 0.001 }, []string{"maxQueueWaitSeconds"}},
+		{"a waiting room beyond a pod", func(d *Document) { d.QueueCapacity = MaxQueueCapacity + 1 }, []string{"queueCapacity"}},
 		{"no epoch", func(d *Document) { d.Epoch = "" }, []string{"epoch"}},
 		{"epoch of 64 characters", func(d *Document) { d.Epoch = strings.Repeat("A-9", 21) + "z" }, nil},
 		{"epoch with a dot", func(d *Document) { d.Epoch = "a.b" }, []string{"epoch"}},
