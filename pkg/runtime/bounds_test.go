@@ -62,7 +62,7 @@ func TestOutOfMemoryDocumentKeepsTheLastGoodPlan(t *testing.T) {
 backpressure_config_reloads_total{result="error"} 1
 backpressure_config_reloads_total{result="success"} 1
 `
-	eventually(t, 5*time.Second, "the rejection is counted", func() bool {
+	eventually(t, 10*time.Second, "the rejection is counted", func() bool {
 		return testutil.CollectAndCompare(reg, strings.NewReader(reloads), "backpressure_config_reloads_total") == nil
 	})
 	if err := testutil.CollectAndCompare(reg, strings.NewReader(reloads), "backpressure_config_reloads_total"); err != nil {
