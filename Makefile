@@ -146,9 +146,10 @@ PROMTOOL := $(GO) tool -modfile=hack/tools/promtool/go.mod promtool
 CHART := charts/backpressure-operator
 
 .PHONY: docs
-docs: ## Generate the API reference, docs/reference/api.md, from the API types.
+docs: ## Generate the API reference, docs/reference/api.md, from the API types, and the plan bounds, docs/reference/plan-bounds.md, from the plan's field table.
 	$(CRD_REF_DOCS) --source-path=api/v1alpha1 --config=docs/reference/config.yaml \
 		--renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
+	$(GO) run ./internal/quotaplan/boundsdoc > docs/reference/plan-bounds.md
 
 .PHONY: chart-sync
 chart-sync: ## Copy the CRDs, the manager's role, the alerts and the dashboard into the Helm chart.

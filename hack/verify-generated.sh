@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # What the generators write; keep in step with the Makefile.
-GENERATED=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml docs/reference/api.md
+GENERATED=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml docs/reference/api.md docs/reference/plan-bounds.md
   charts/backpressure-operator/crds charts/backpressure-operator/files)
 for extra in ${VERIFY_GENERATED_EXTRA:-}; do GENERATED+=("$extra"); done
 

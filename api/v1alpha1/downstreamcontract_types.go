@@ -26,6 +26,7 @@ type DownstreamContractSpec struct {
 	// RetryBudgetPerSecond is the global number of retries per second all
 	// callers together may spend; each gets its part.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	RetryBudgetPerSecond int32 `json:"retryBudgetPerSecond,omitempty"`
 	// NamespaceSelector selects the namespaces whose quotas may share this

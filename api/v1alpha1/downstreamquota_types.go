@@ -5,7 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Durations are metav1.Duration strings checked by CEL: the rule
+// Durations are metav1.Duration strings of at most one hour (the bound of
+// the published plan's durations, plan.MaxSeconds) checked by CEL: the rule
 // self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') gives a message a
 // person can act on, and every rule that calls duration() first checks that
 // syntax, because duration() of a malformed string fails the rule with a type
@@ -71,20 +72,24 @@ type WorkloadReference struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterShare) || !has(self.clusterShare.concurrency) || self.clusterShare.concurrency <= self.concurrency",message="must not exceed the contract's concurrency",fieldPath=".clusterShare.concurrency"
 type Contract struct {
 	// Concurrency is the number of calls the downstream accepts in flight at
-	// once, globally.
+	// once, globally; at most 1048575, the most calls a pod's gate counts,
+	// since one pod may be given all of it.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048575
 	// +required
 	Concurrency int32 `json:"concurrency"`
 
 	// RatePerSecond is the downstream's global request rate limit; zero or
 	// absent means none.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	RatePerSecond int32 `json:"ratePerSecond,omitempty"`
 
 	// Burst is the number of requests the downstream accepts above the rate
 	// at once; it requires ratePerSecond.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	Burst int32 `json:"burst,omitempty"`
 	// ClusterShare is the part of the contract this cluster may use, when
@@ -101,6 +106,7 @@ type ClusterShare struct {
 	// Concurrency is the calls in flight this cluster may use; at most the
 	// contract's concurrency.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048575
 	// +optional
 	Concurrency *int32 `json:"concurrency,omitempty"`
 	// Percent is the percentage of the contract this cluster may use.
@@ -118,6 +124,7 @@ type Latency struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
 	Typical metav1.Duration `json:"typical"`
@@ -127,6 +134,7 @@ type Latency struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	Worst *metav1.Duration `json:"worst,omitempty"`
 }
@@ -137,6 +145,7 @@ type Latency struct {
 type Demand struct {
 	// RatePerSecond is the expected total request rate over all pods.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	RatePerSecond int32 `json:"ratePerSecond,omitempty"`
 	// InFlight is the most calls in flight the whole workload can use. When
@@ -144,6 +153,7 @@ type Demand struct {
 	// of a shared contract is never given more than it can use while
 	// another caller wants more.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1048575
 	// +optional
 	InFlight *int32 `json:"inFlight,omitempty"`
 }
@@ -170,6 +180,7 @@ type Handover struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	UnacknowledgedDelay *metav1.Duration `json:"unacknowledgedDelay,omitempty"`
 	// StalledAfter is how long a pod that acknowledges plans may take to
@@ -180,6 +191,7 @@ type Handover struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	StalledAfter *metav1.Duration `json:"stalledAfter,omitempty"`
 }
@@ -196,6 +208,7 @@ type RetryPolicy struct {
 	// BudgetPerSecond is the global number of retries per second the whole
 	// workload may spend; each pod gets its share.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000000
 	// +kubebuilder:default=0
 	// +optional
 	BudgetPerSecond int32 `json:"budgetPerSecond"`
@@ -250,6 +263,7 @@ type DownstreamQuotaSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
 	Deadline metav1.Duration `json:"deadline"`
@@ -260,6 +274,7 @@ type DownstreamQuotaSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	MaxQueueWait *metav1.Duration `json:"maxQueueWait,omitempty"`
 
@@ -269,6 +284,7 @@ type DownstreamQuotaSpec struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
 

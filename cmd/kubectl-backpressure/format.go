@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
 // Output formats of every subcommand.
@@ -17,20 +17,13 @@ const (
 	outputJSON  = "json"
 )
 
-// num formats a figure for a table: at most two decimals, no trailing zeros.
-func num(f float64) string {
-	s := strconv.FormatFloat(math.Round(f*100)/100, 'f', 2, 64)
-	s = strings.TrimRight(s, "0")
-	return strings.TrimSuffix(s, ".")
-}
-
-// perSec formats calls per second.
-func perSec(f float64) string { return num(f) + "/s" }
-
-// percent formats a fraction as a percentage with one decimal.
-func percent(f float64) string {
-	return strconv.FormatFloat(math.Round(f*1000)/10, 'f', 1, 64) + "%"
-}
+// The figures of a table are formatted as sizing formats the figures of the
+// status's messages, so that both read the same.
+var (
+	num     = sizing.Num
+	perSec  = sizing.Rate
+	percent = sizing.Percent
+)
 
 // yesNo formats a boolean for a table.
 func yesNo(b bool) string {

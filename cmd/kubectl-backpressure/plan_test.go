@@ -218,7 +218,7 @@ func TestPlanTable(t *testing.T) {
 		"logistics-api → logistics.example.com: 50 in flight × 80% safety over 8 replicas (below one: Strict)",
 		"usable 40 floor(concurrency × safety) = floor(50 × 80%)",
 		"base 5 floor(usable / replicas) = floor(40 / 8)",
-		"in use 40 5 permits × 8 pods = 40, every usable permit",
+		"in use 40 5 permits × 8 replicas = 40, every usable permit",
 		"permits          5        base",
 		"capacity         22.73/s  permits / latency = 5 / 220ms",
 		"queue capacity   0        floor(permits × max queue wait / latency) = floor(5 × 40ms / 220ms)",
@@ -243,7 +243,7 @@ func TestPlanTable(t *testing.T) {
 	for _, want := range []string{
 		"base 1 floor(usable / replicas) = floor(40 / 21)",
 		"extra 19 usable mod replicas = 40 mod 21: the pods holding base + 1",
-		"in use 40 2 permits × 19 pods + 1 permit × 2 pods = 40, every usable permit",
+		"in use 40 2 permits × 19 replicas + 1 permit × 2 replicas = 40, every usable permit",
 		"previous 21 base × replicas = 1 × 21, the division before every permit was handed out (52.5% of usable)",
 		"PER POD BASE (2 PODS) BASE+1 (19 PODS) FORMULA",
 		"permits 1 2 base, base + 1",
@@ -259,7 +259,7 @@ func TestPlanTable(t *testing.T) {
 	// Below one under Strict: 40 pods hold one permit, 60 none.
 	stdout, _, _ = runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "100")
 	for _, want := range []string{
-		"in use 40 1 permit × 40 pods + 0 permits × 60 pods = 40, every usable permit",
+		"in use 40 1 permit × 40 replicas + 0 permits × 60 replicas = 40, every usable permit",
 		"previous 0 base × replicas = 0 × 100, the division before every permit was handed out (0% of usable)",
 		"PER POD BASE (60 PODS) BASE+1 (40 PODS) FORMULA",
 	} {
@@ -271,7 +271,7 @@ func TestPlanTable(t *testing.T) {
 	stdout, _, _ = runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "100", "--below-one", "AtLeastOne")
 	for _, want := range []string{
 		"base 1 floor(usable / replicas) = floor(40 / 100) = 0, raised to 1 by AtLeastOne",
-		"in use 100 1 permit × 100 pods = 100, 60 above usable: AtLeastOne over-commits",
+		"in use 100 1 permit × 100 replicas = 100, 60 above usable: AtLeastOne over-commits",
 	} {
 		if !containsSpaced(stdout, want) {
 			t.Errorf("AtLeastOne plan table lacks %q:\n%s", want, stdout)
@@ -322,8 +322,8 @@ func TestPlanSharedContract(t *testing.T) {
 		"reports/logistics-api 1 10 3 10 none none 2.5/s its demand of 10 in flight is met (weight 1 of 3)",
 		"shop/logistics-api 2 none given 8 30 none none 7.5/s weighted max-min fair share of 40 usable permits at weight 2 of 3: 30",
 		"shop/logistics-api: its part of the shared contract, 30 permits, over 8 replicas (below one: Strict)",
-		"in use 30 4 permits × 6 pods + 3 permits × 2 pods = 30, every usable permit",
-		"in use 10 4 permits × 1 pod + 3 permits × 2 pods = 10, every usable permit",
+		"in use 30 4 permits × 6 replicas + 3 permits × 2 replicas = 30, every usable permit",
+		"in use 10 4 permits × 1 replica + 3 permits × 2 replicas = 10, every usable permit",
 	} {
 		if !containsSpaced(stdout, want) {
 			t.Errorf("shared contract output lacks %q:\n%s", want, stdout)

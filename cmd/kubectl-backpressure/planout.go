@@ -179,12 +179,14 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 		}
 	}
 	if in.Part != nil {
-		fmt.Fprintf(out, "%s: its part of the shared contract, %s, over %s (below one: %s)\n\n",
+		fmt.Fprintf(out, "%s: its part of the shared contract, %s, over %s (below one: %s)\n",
 			subject, permitsWord(res.Usable), replicaCount(n), in.BelowOne)
 	} else {
-		fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n\n",
+		fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n",
 			subject, contractText(in), in.SafetyPercent, replicaCount(n), in.BelowOne)
 	}
+	// The division's equation, word for word as the quota's events give it.
+	fmt.Fprintf(out, "%s\n\n", res.Division(n).Equation())
 
 	if err := writeDivision(out, in, res); err != nil {
 		return err
@@ -290,15 +292,12 @@ func baseFormula(in sizing.Input, res sizing.PlanResult) string {
 	return f
 }
 
-// inUseFormula states what the pods hold together: "2 permits × 19 pods +
-// 1 permit × 2 pods = 40".
+// inUseFormula states what the pods hold together, as sizing states it in
+// the status and the controller in its events: "2 permits × 19 replicas +
+// 1 permit × 2 replicas = 40".
 func inUseFormula(in sizing.Input, res sizing.PlanResult) string {
-	n := int64(in.Divisor)
-	terms := fmt.Sprintf("%s × %s", permitsWord(res.Base), podsWord(n))
-	if res.Extra > 0 {
-		terms = fmt.Sprintf("%s × %s + %s × %s", permitsWord(res.Base+1), podsWord(res.Extra), permitsWord(res.Base), podsWord(n-res.Extra))
-	}
-	f := fmt.Sprintf("%s = %d", terms, res.TotalPermits)
+	d := res.Division(in.Divisor)
+	f := fmt.Sprintf("%s = %d", d.Holds(), d.InUse())
 	switch {
 	case res.TotalPermits > res.Usable:
 		return f + fmt.Sprintf(", %d above usable: AtLeastOne over-commits", res.TotalPermits-res.Usable)

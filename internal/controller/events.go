@@ -2,15 +2,14 @@ package controller
 
 import (
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
 // Event reasons and actions. Reasons of conditions double as event reasons
@@ -79,33 +78,20 @@ func (c planChange) message() string {
 	if a.extra > 0 {
 		permits += fmt.Sprintf(", %d for %d of them", a.permits+1, a.extra)
 	}
-	msg := fmt.Sprintf("%s: %s; %d usable permits", permits, pods, a.usable)
-	switch {
-	case a.divisor == 0:
-		msg += ", no Ready pod to hold them"
-	case int64(a.usable) < int64(a.divisor) && c.belowOne == v1alpha1.BelowOneAtLeastOne:
-		msg += fmt.Sprintf(" / %d = %s per pod, raised to 1 by AtLeastOne", a.divisor, decimal(float64(a.usable)/float64(a.divisor)))
-	default:
-		msg += fmt.Sprintf(" = %d × %d + %d", a.permits, a.divisor, a.extra)
-	}
+	msg := fmt.Sprintf("%s: %s; %s", permits, pods, a.division(c.belowOne).Equation())
 	if c.before == nil {
 		msg += "; published to ConfigMap " + c.configMap
 	}
 	return msg
 }
 
-// decimal renders f cut to at most two decimals, without trailing zeros. It
-// truncates rather than rounds, as permits do: 0.999 per pod is "0.99", not
-// a misleading "1".
-func decimal(f float64) string {
-	s := strconv.FormatFloat(math.Floor(f*100)/100, 'f', 2, 64)
-	for s[len(s)-1] == '0' {
-		s = s[:len(s)-1]
+// division returns the figures as sizing states a division, so that an
+// event says what the status and kubectl-backpressure say.
+func (f planFigures) division(belowOne v1alpha1.BelowOnePolicy) sizing.Division {
+	return sizing.Division{
+		Usable: int64(f.usable), Pods: int64(f.divisor), Base: int64(f.permits), Extra: int64(f.extra),
+		RaisedToOne: belowOne == v1alpha1.BelowOneAtLeastOne && f.usable < f.divisor,
 	}
-	if s[len(s)-1] == '.' {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // attentionFindings are the findings that need a person: the workload is

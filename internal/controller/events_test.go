@@ -1,9 +1,14 @@
 package controller
 
 import (
+	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
 )
 
 func TestPlanChangeMessage(t *testing.T) {
@@ -79,3 +84,45 @@ func TestPlanChangeSince(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// An event states the division in sizing's words, as the status and
+// kubectl-backpressure do: for a set of quotas and Ready pod counts, the
+// message built from the plan's figures (as publishPlan builds it) carries
+// the plan's own Division().Equation().
+func TestPlanChangeQuotesSizing(t *testing.T) {
+	for _, tt := range []struct {
+		concurrency, ready int32
+		belowOne           v1alpha1.BelowOnePolicy
+		want               string
+	}{
+		{50, 8, v1alpha1.BelowOneStrict, "40 usable permits = 5 × 8 + 0"},
+		{50, 9, v1alpha1.BelowOneStrict, "40 usable permits = 4 × 9 + 4"},
+		{50, 100, v1alpha1.BelowOneStrict, "40 usable permits = 0 × 100 + 40"},
+		{50, 45, v1alpha1.BelowOneAtLeastOne, "40 usable permits / 45 = 0.88 per pod, raised to 1 by AtLeastOne"},
+		{1, 3, v1alpha1.BelowOneAtLeastOne, "0 usable permits / 3 = 0 per pod, raised to 1 by AtLeastOne"},
+	} {
+		spec := v1alpha1.DownstreamQuotaSpec{
+			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "gw"},
+			Downstream:  "d.example.com",
+			Contract:    &v1alpha1.Contract{Concurrency: tt.concurrency},
+			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
+			Deadline:    metav1.Duration{Duration: time.Second},
+			BelowOne:    tt.belowOne,
+		}
+		p, err := quotaplan.Compute(spec, tt.ready)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := planChange{after: planFigures{
+			permits: int32(p.Result.Base), extra: int32(p.Result.Extra), usable: int32(p.Result.Usable),
+			divisor: tt.ready, source: v1alpha1.DivisorReadyPods,
+		}, belowOne: tt.belowOne, configMap: "cm"}
+		eq := p.Result.Division(int(tt.ready)).Equation()
+		if eq != tt.want {
+			t.Errorf("%d over %d (%s): sizing says %q, want %q", tt.concurrency, tt.ready, tt.belowOne, eq, tt.want)
+		}
+		if msg := c.message(); !strings.Contains(msg, "; "+eq+"; published") {
+			t.Errorf("%d over %d (%s): event %q does not quote sizing's %q", tt.concurrency, tt.ready, tt.belowOne, msg, eq)
+		}
+	}
+}

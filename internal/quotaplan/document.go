@@ -33,29 +33,15 @@ func (p Plan) Document(gate, downstream string, generation int64, div Division) 
 		Generation:            generation,
 		Epoch:                 div.Epoch,
 		Revision:              div.Revision,
-		Permits:               base.Permits,
-		RatePerSecond:         base.RatePerSecond,
-		Burst:                 base.Burst,
-		QueueCapacity:         base.QueueCapacity,
 		MaxQueueWaitSeconds:   base.MaxQueueWait.Seconds(),
 		AcquireTimeoutSeconds: base.AcquireTimeout.Seconds(),
 		LatencySeconds:        p.Input.Latency.Seconds(),
 		DeadlineSeconds:       p.Input.Deadline.Seconds(),
-		Workers:               base.Workers,
-		RetryBudgetPerSecond:  base.RetryBudgetPerSecond,
-	}
+	}.WithShare(base.PodShare)
 	if len(div.Pods) > 0 {
 		d.Pods = make(map[string]plan.PodShare, len(div.Pods))
 		for pod, permits := range div.Pods {
-			s := p.Result.ShareFor(permits)
-			d.Pods[pod] = plan.PodShare{
-				Permits:              s.Permits,
-				RatePerSecond:        s.RatePerSecond,
-				Burst:                s.Burst,
-				QueueCapacity:        s.QueueCapacity,
-				Workers:              s.Workers,
-				RetryBudgetPerSecond: s.RetryBudgetPerSecond,
-			}
+			d.Pods[pod] = p.Result.ShareFor(permits).PodShare
 		}
 	}
 	d.Hash = plan.Hash(d)

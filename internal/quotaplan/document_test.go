@@ -91,8 +91,7 @@ func TestPlanDocumentNamesPods(t *testing.T) {
 	var retries float64
 	for name, n := range pods {
 		s, want := got.Pods[name], p.Result.ShareFor(n)
-		if s != (plan.PodShare{Permits: want.Permits, RatePerSecond: want.RatePerSecond, Burst: want.Burst, QueueCapacity: want.QueueCapacity,
-			Workers: want.Workers, RetryBudgetPerSecond: want.RetryBudgetPerSecond}) {
+		if s != want.PodShare {
 			t.Errorf("pod %s: share %+v, want ShareFor(%d) = %+v", name, s, n, want)
 		}
 		permits += s.Permits

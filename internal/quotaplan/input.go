@@ -205,6 +205,9 @@ func input(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.Contract, safety
 	if err := in.Validate(); err != nil {
 		return sizing.Input{}, fieldError(err)
 	}
+	if err := validateBounds(spec, contract); err != nil {
+		return sizing.Input{}, err
+	}
 	if err := validateSchemaRules(spec); err != nil {
 		return sizing.Input{}, err
 	}

@@ -56,6 +56,17 @@ type Diagnostic struct {
 	Message string
 }
 
+// Num formats a figure as every message and table of a plan does: at most
+// two decimals, no trailing zeros. Rate and Percent are its forms for calls
+// per second and fractions; kubectl-backpressure formats with them too.
+func Num(f float64) string { return num(f) }
+
+// Rate formats calls per second: "181.82/s".
+func Rate(f float64) string { return rate(f) }
+
+// Percent formats a fraction as a percentage with one decimal: "90.4%".
+func Percent(f float64) string { return percent(f) }
+
 // num formats a figure for a message: at most two decimals, no trailing
 // zeros.
 func num(f float64) string {

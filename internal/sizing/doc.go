@@ -60,7 +60,7 @@
 //     bursts at most the usable burst, unless a [ReasonBurstRaisedToOne]
 //     diagnostic says by how much the raise to one exceeds it.
 //   - Every share: workers ≤ permits; queue capacity follows its own
-//     permits; AcquireTimeout ≤ MaxQueueWait; MaxQueueWait + W ≤ D
+//     permits, up to plan.MaxQueueCapacity; AcquireTimeout ≤ MaxQueueWait; MaxQueueWait + W ≤ D
 //     whenever D > W, and MaxQueueWait = QueueCapacity = 0 when D ≤ W.
 //   - No function panics. Every float in a result is finite and not
 //     negative, except [BacklogResult.GrowthPerSecond], which is signed by

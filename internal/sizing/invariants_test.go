@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // The checks in this file are the package's guarantees. The random tests
@@ -342,8 +344,8 @@ func checkShare(t *testing.T, in Input, got PlanResult, s PerPod) {
 	}
 	wantQueue := new(big.Int).Mul(big.NewInt(int64(s.Permits)), big.NewInt(int64(s.MaxQueueWait)))
 	wantQueue.Quo(wantQueue, big.NewInt(int64(in.Latency)))
-	if wantQueue.Cmp(big.NewInt(MaxCount)) > 0 {
-		wantQueue.SetInt64(MaxCount)
+	if wantQueue.Cmp(big.NewInt(plan.MaxQueueCapacity)) > 0 {
+		wantQueue.SetInt64(plan.MaxQueueCapacity)
 	}
 	if int64(s.QueueCapacity) != wantQueue.Int64() {
 		t.Errorf("QueueCapacity = %d, want floor(%d × %s / %s) = %s", s.QueueCapacity, s.Permits, s.MaxQueueWait, in.Latency, wantQueue)

@@ -3,29 +3,23 @@ package sizing
 import (
 	"fmt"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
-// PerPod is one pod's share of the contract.
+// PerPod is one pod's share of the contract: the share the published plan
+// gives it (plan.PodShare, the one model of a per-pod number, whose bounds
+// and meaning plan.Fields lists), the durations every pod shares, and the
+// capacity its permits sustain.
 type PerPod struct {
-	// Permits is the pod's in-flight limit (semaphore size).
-	Permits int
-	// RatePerSecond is the pod's token-bucket rate; 0 means no rate limit.
-	RatePerSecond float64
-	// Burst is the pod's token-bucket size; 0 when there is no rate limit.
-	Burst int
+	plan.PodShare
 	// CapacityPerSecond is μ = Permits / Latency, the calls per second the
 	// permits complete at the typical latency.
 	CapacityPerSecond float64
-	// QueueCapacity is the size of the pod's waiting room.
-	QueueCapacity int
 	// MaxQueueWait is the queue wait budget Qw.
 	MaxQueueWait time.Duration
 	// AcquireTimeout is the longest a caller waits for a permit.
 	AcquireTimeout time.Duration
-	// Workers is the dispatcher's worker count.
-	Workers int
-	// RetryBudgetPerSecond is the pod's share of the retry budget.
-	RetryBudgetPerSecond float64
 }
 
 // QueueWaitRule says where a plan's MaxQueueWait came from.
@@ -132,8 +126,8 @@ func Plan(in Input) (PlanResult, error) {
 	return p.out, nil
 }
 
-// ShareFor returns the share of a pod holding permits: the waiting room and
-// the dispatcher sized for them, and the pod's part of the usable rate,
+// ShareFor returns the share of a pod holding permits: the waiting room
+// (at most plan.MaxQueueCapacity) and the dispatcher sized for them, and the pod's part of the usable rate,
 // burst and retry budget in proportion to its permits, so that the pods
 // together never get more than the usable totals. A pod with permits but a
 // burst below one is raised to one, as Plan's BurstRaisedToOne says.
@@ -142,7 +136,7 @@ func (r PlanResult) ShareFor(permits int) PerPod {
 	p := int64(max(permits, 0))
 	pp.Permits = int(p)
 	pp.CapacityPerSecond = perSecond(p, r.Latency)
-	pp.QueueCapacity = capCount(mulDivFloor(p, int64(pp.MaxQueueWait), int64(r.Latency)))
+	pp.QueueCapacity = int(min(mulDivFloor(p, int64(pp.MaxQueueWait), int64(r.Latency)), plan.MaxQueueCapacity))
 	pp.Workers = int(p)
 	if r.DemandWorkers > 0 {
 		pp.Workers = min(pp.Workers, r.DemandWorkers)
@@ -201,7 +195,9 @@ func (p *planner) permits() {
 	if p.out.Base > 0 {
 		return
 	}
-	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), num(p.out.Share))
+	// The share per pod is cut, not rounded, as the events and the CLI
+	// state it (Division): 0.999 is not one permit.
+	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), truncated(p.out.Division(p.in.Divisor).Share()))
 	switch p.in.BelowOne {
 	case Strict:
 		if a == 0 {
@@ -344,7 +340,7 @@ func (p *planner) demand() {
 	}
 	p.out.Demand = dem
 
-	holds := p.holdsText()
+	holds := p.out.Division(p.in.Divisor).Holds()
 	if p.out.TotalPermits > available {
 		holds += fmt.Sprintf(", of which the contract accepts %d", available)
 	}
@@ -388,16 +384,6 @@ func (p *planner) rateAgainstConcurrency() {
 				rate(r), worst, num(l), c)
 		}
 	}
-}
-
-// holdsText states what the pods hold together: "2 permits × 19 pods + 1
-// permit × 2 pods".
-func (p *planner) holdsText() string {
-	n := int64(p.in.Divisor)
-	if p.out.Extra == 0 {
-		return fmt.Sprintf("%s × %s", permitsText(p.out.Base), replicas(n))
-	}
-	return fmt.Sprintf("%s × %s + %s × %s", permitsText(p.out.Base+1), replicas(p.out.Extra), permitsText(p.out.Base), replicas(n-p.out.Extra))
 }
 
 func permitsText(n int64) string {

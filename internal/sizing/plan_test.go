@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // approx compares floats to nine significant digits: the expectations below
@@ -66,13 +68,15 @@ func TestPlan(t *testing.T) {
 		in:   designExample(),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:              5,
-				CapacityPerSecond:    5 / 0.22,
-				QueueCapacity:        2,
-				MaxQueueWait:         100 * time.Millisecond,
-				AcquireTimeout:       100 * time.Millisecond,
-				Workers:              5,
-				RetryBudgetPerSecond: 1.25,
+				PodShare: plan.PodShare{
+					Permits:              5,
+					QueueCapacity:        2,
+					Workers:              5,
+					RetryBudgetPerSecond: 1.25,
+				},
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      100 * time.Millisecond,
+				AcquireTimeout:    100 * time.Millisecond,
 			},
 			Usable:                     40,
 			Base:                       5,
@@ -101,11 +105,13 @@ func TestPlan(t *testing.T) {
 		in:   sampleQuota(),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits: 5,
+					Workers: 5,
+				},
 				CapacityPerSecond: 5 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:        40,
 			Base:          5,
@@ -125,19 +131,23 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 7; in.WorstLatency = 0 }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits: 5,
+					Workers: 5,
+				},
 				CapacityPerSecond: 5 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           5,
 			},
 			PerPodExtra: &PerPod{
-				Permits:           6,
+				PodShare: plan.PodShare{
+					Permits:       6,
+					QueueCapacity: 1,
+					Workers:       6,
+				},
 				CapacityPerSecond: 6 / 0.22,
-				QueueCapacity:     1,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           6,
 			},
 			Usable:        40,
 			Base:          5,
@@ -154,15 +164,18 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.DemandPerSecond = 10 }),
 		want: PlanResult{
 			PerPod: PerPod{
+				PodShare:       plan.PodShare{},
 				MaxQueueWait:   40 * time.Millisecond,
 				AcquireTimeout: 40 * time.Millisecond,
 			},
 			PerPodExtra: &PerPod{
-				Permits:           1,
+				PodShare: plan.PodShare{
+					Permits: 1,
+					Workers: 1,
+				},
 				CapacityPerSecond: 1 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           1,
 			},
 			Usable:        40,
 			Extra:         40,
@@ -189,17 +202,20 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
+				PodShare:       plan.PodShare{},
 				MaxQueueWait:   40 * time.Millisecond,
 				AcquireTimeout: 40 * time.Millisecond,
 			},
 			PerPodExtra: &PerPod{
-				Permits:           1,
-				RatePerSecond:     2,
-				Burst:             1,
+				PodShare: plan.PodShare{
+					Permits:       1,
+					RatePerSecond: 2,
+					Burst:         1,
+					Workers:       1,
+				},
 				CapacityPerSecond: 1 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           1,
 			},
 			Usable:              40,
 			Extra:               40,
@@ -222,11 +238,13 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           1,
+				PodShare: plan.PodShare{
+					Permits: 1,
+					Workers: 1,
+				},
 				CapacityPerSecond: 1 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           1,
 			},
 			Usable:        40,
 			Base:          1,
@@ -244,11 +262,13 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 45; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           1,
+				PodShare: plan.PodShare{
+					Permits: 1,
+					Workers: 1,
+				},
 				CapacityPerSecond: 1 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           1,
 			},
 			Usable:        40,
 			Base:          1,
@@ -258,7 +278,7 @@ func TestPlan(t *testing.T) {
 			Latency:       220 * time.Millisecond,
 			Diagnostics: []Diagnostic{{
 				Reason:  ReasonOvercommitted,
-				Message: "50 × 80% = 40 permits over 45 replicas is 0.89 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
+				Message: "50 × 80% = 40 permits over 45 replicas is 0.88 per pod; AtLeastOne raised every pod to 1 permit, so the pods together hold up to 45 in flight against a contract of 50: within the contract, but 5 above the 40 handed out at 80% safety",
 			}},
 		},
 	}, {
@@ -281,9 +301,11 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits: 5,
+					Workers: 5,
+				},
 				CapacityPerSecond: 5 / 0.22,
-				Workers:           5,
 			},
 			Usable:        40,
 			Base:          5,
@@ -305,12 +327,14 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits:       5,
+					QueueCapacity: 1,
+					Workers:       5,
+				},
 				CapacityPerSecond: 5 / 0.22,
-				QueueCapacity:     1,
 				MaxQueueWait:      80 * time.Millisecond,
 				AcquireTimeout:    80 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:        40,
 			Base:          5,
@@ -338,14 +362,16 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
-				RatePerSecond:     10,
-				Burst:             2,
+				PodShare: plan.PodShare{
+					Permits:       5,
+					RatePerSecond: 10,
+					Burst:         2,
+					QueueCapacity: 20, // floor(5 × 890/220)
+					Workers:       5,
+				},
 				CapacityPerSecond: 5 / 0.22,
-				QueueCapacity:     20, // floor(5 × 890/220)
 				MaxQueueWait:      890 * time.Millisecond,
 				AcquireTimeout:    890 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:              40,
 			Base:                5,
@@ -372,13 +398,15 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
-				RatePerSecond:     100,
-				Burst:             1,
+				PodShare: plan.PodShare{
+					Permits:       5,
+					RatePerSecond: 100,
+					Burst:         1,
+					Workers:       5,
+				},
 				CapacityPerSecond: 5 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:              40,
 			Base:                5,
@@ -407,12 +435,14 @@ func TestPlan(t *testing.T) {
 		},
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           50,
+				PodShare: plan.PodShare{
+					Permits:       50,
+					QueueCapacity: 332, // floor(50 × 465/70)
+					Workers:       7,
+				},
 				CapacityPerSecond: 50 / 0.07,
-				QueueCapacity:     332, // floor(50 × 465/70)
 				MaxQueueWait:      465 * time.Millisecond,
 				AcquireTimeout:    465 * time.Millisecond,
-				Workers:           7,
 			},
 			Usable:        50,
 			Base:          50,
@@ -434,13 +464,15 @@ func TestPlan(t *testing.T) {
 		in:   with(designExample(), func(in *Input) { in.DemandPerSecond = 100 }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:              5,
-				CapacityPerSecond:    5 / 0.22,
-				QueueCapacity:        2,
-				MaxQueueWait:         100 * time.Millisecond,
-				AcquireTimeout:       100 * time.Millisecond,
-				Workers:              3, // ceil(100/8 × 0.22) = ceil(2.75)
-				RetryBudgetPerSecond: 1.25,
+				PodShare: plan.PodShare{
+					Permits:              5,
+					QueueCapacity:        2,
+					Workers:              3, // ceil(100/8 × 0.22) = ceil(2.75)
+					RetryBudgetPerSecond: 1.25,
+				},
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      100 * time.Millisecond,
+				AcquireTimeout:    100 * time.Millisecond,
 			},
 			Usable:                     40,
 			Base:                       5,
@@ -467,11 +499,13 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxRetries = 2 }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits: 5,
+					Workers: 5,
+				},
 				CapacityPerSecond: 5 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:        40,
 			Base:          5,
@@ -490,12 +524,14 @@ func TestPlan(t *testing.T) {
 		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxQueueWait = dur(44 * time.Millisecond) }),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
+				PodShare: plan.PodShare{
+					Permits:       5,
+					QueueCapacity: 1,
+					Workers:       5,
+				},
 				CapacityPerSecond: 5 / 0.22,
-				QueueCapacity:     1,
 				MaxQueueWait:      44 * time.Millisecond,
 				AcquireTimeout:    44 * time.Millisecond,
-				Workers:           5,
 			},
 			Usable:        40,
 			Base:          5,
@@ -519,23 +555,27 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:           5,
-				RatePerSecond:     10,
-				Burst:             1,
+				PodShare: plan.PodShare{
+					Permits:       5,
+					RatePerSecond: 10,
+					Burst:         1,
+					Workers:       5,
+				},
 				CapacityPerSecond: 5 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           5,
 			},
 			PerPodExtra: &PerPod{
-				Permits:           6,
-				RatePerSecond:     12,
-				Burst:             2,
+				PodShare: plan.PodShare{
+					Permits:       6,
+					RatePerSecond: 12,
+					Burst:         2,
+					QueueCapacity: 1,
+					Workers:       6,
+				},
 				CapacityPerSecond: 6 / 0.22,
-				QueueCapacity:     1,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           6,
 			},
 			Usable:              16,
 			Base:                5,
@@ -559,11 +599,13 @@ func TestPlan(t *testing.T) {
 		want: PlanResult{
 			PerPod: PerPod{MaxQueueWait: 40 * time.Millisecond, AcquireTimeout: 40 * time.Millisecond},
 			PerPodExtra: &PerPod{
-				Permits:           1,
+				PodShare: plan.PodShare{
+					Permits: 1,
+					Workers: 1,
+				},
 				CapacityPerSecond: 1 / 0.22,
 				MaxQueueWait:      40 * time.Millisecond,
 				AcquireTimeout:    40 * time.Millisecond,
-				Workers:           1,
 			},
 			Usable:        2,
 			Extra:         2,
@@ -591,26 +633,30 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:              5,
-				RatePerSecond:        30.0 * 5 / 21,
-				Burst:                1,
-				CapacityPerSecond:    5 / 0.22,
-				QueueCapacity:        2,
-				MaxQueueWait:         100 * time.Millisecond,
-				AcquireTimeout:       100 * time.Millisecond,
-				Workers:              5,
-				RetryBudgetPerSecond: 6.0 * 5 / 21,
+				PodShare: plan.PodShare{
+					Permits:              5,
+					RatePerSecond:        30.0 * 5 / 21,
+					Burst:                1,
+					QueueCapacity:        2,
+					Workers:              5,
+					RetryBudgetPerSecond: 6.0 * 5 / 21,
+				},
+				CapacityPerSecond: 5 / 0.22,
+				MaxQueueWait:      100 * time.Millisecond,
+				AcquireTimeout:    100 * time.Millisecond,
 			},
 			PerPodExtra: &PerPod{
-				Permits:              6,
-				RatePerSecond:        30.0 * 6 / 21,
-				Burst:                1,
-				CapacityPerSecond:    6 / 0.22,
-				QueueCapacity:        2,
-				MaxQueueWait:         100 * time.Millisecond,
-				AcquireTimeout:       100 * time.Millisecond,
-				Workers:              6,
-				RetryBudgetPerSecond: 6.0 * 6 / 21,
+				PodShare: plan.PodShare{
+					Permits:              6,
+					RatePerSecond:        30.0 * 6 / 21,
+					Burst:                1,
+					QueueCapacity:        2,
+					Workers:              6,
+					RetryBudgetPerSecond: 6.0 * 6 / 21,
+				},
+				CapacityPerSecond: 6 / 0.22,
+				MaxQueueWait:      100 * time.Millisecond,
+				AcquireTimeout:    100 * time.Millisecond,
 			},
 			Usable:                     21,
 			Base:                       5,
@@ -653,12 +699,14 @@ func TestPlan(t *testing.T) {
 		}),
 		want: PlanResult{
 			PerPod: PerPod{
-				Permits:              1,
-				CapacityPerSecond:    1 / 0.22,
-				MaxQueueWait:         40 * time.Millisecond,
-				AcquireTimeout:       40 * time.Millisecond,
-				Workers:              1,
-				RetryBudgetPerSecond: 0.5,
+				PodShare: plan.PodShare{
+					Permits:              1,
+					Workers:              1,
+					RetryBudgetPerSecond: 0.5,
+				},
+				CapacityPerSecond: 1 / 0.22,
+				MaxQueueWait:      40 * time.Millisecond,
+				AcquireTimeout:    40 * time.Millisecond,
 			},
 			Usable:                     8,
 			Base:                       1,

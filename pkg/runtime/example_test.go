@@ -30,7 +30,11 @@ func examplePlans(permits int) string {
 	}
 	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "0f1e-uid", Revision: 1,
 		Permits: permits, QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22,
-		DeadlineSeconds: 2, Workers: 5, RetryBudgetPerSecond: 1.25}
+		DeadlineSeconds: 2, Workers: permits, RetryBudgetPerSecond: 1.25}
+	if permits == 0 {
+		// A share without a permit grants nothing else either.
+		d.QueueCapacity, d.RetryBudgetPerSecond = 0, 0
+	}
 	d.Hash = plan.Hash(d)
 	data, err := plan.Marshal(d)
 	if err != nil {

@@ -10,10 +10,9 @@ import (
 // document's deadline is not a gate limit: it is the per-hop deadline the
 // plan was sized for, for the caller to put on its calls' contexts.
 //
-// Permits above gate.MaxPermits are lowered to it. A plan may hold up to
-// plan.MaxCount permits, which no gate can count; lowering them is the safe
-// direction, and at a million calls in flight per pod the limit does not
-// bind anyway. New and every reload log when that happens.
+// Every value of a valid plan is one a gate holds: plan.MaxPermits is
+// gate.MaxPermits. Permits above it are lowered all the same, the safe
+// direction, for a document that did not pass plan.Validate.
 func GateLimits(d plan.Document) gate.Limits {
 	return gate.Limits{
 		Permits:        min(d.Permits, gate.MaxPermits),

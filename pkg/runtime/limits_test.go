@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -44,13 +45,13 @@ func TestGateLimits(t *testing.T) {
 		doc:  with(func(d *plan.Document) { d.Permits, d.DeadlineSeconds = 1, 2 }),
 		want: gate.Limits{Permits: 1},
 	}, {
-		name: "permits beyond what a gate counts are lowered",
-		doc:  with(func(d *plan.Document) { d.Permits = plan.MaxCount }),
-		want: gate.Limits{Permits: gate.MaxPermits},
-	}, {
-		name: "the largest count a gate holds is kept",
-		doc:  with(func(d *plan.Document) { d.Permits = gate.MaxPermits }),
-		want: gate.Limits{Permits: gate.MaxPermits},
+		name: "the plan's largest share is one a gate holds",
+		doc: with(func(d *plan.Document) {
+			d.Permits, d.RatePerSecond, d.Burst, d.QueueCapacity = plan.MaxPermits, plan.MaxPerSecond, plan.MaxBurst, plan.MaxQueueCapacity
+			d.MaxQueueWaitSeconds, d.AcquireTimeoutSeconds, d.LatencySeconds = plan.MaxSeconds, plan.MaxSeconds, plan.MaxSeconds
+		}),
+		want: gate.Limits{Permits: gate.MaxPermits, RatePerSecond: plan.MaxPerSecond, Burst: plan.MaxBurst, QueueCapacity: plan.MaxQueueCapacity,
+			MaxQueueWait: time.Hour, AcquireTimeout: time.Hour, TypicalLatency: time.Hour},
 	}, {
 		name: "sub-millisecond durations",
 		doc:  with(func(d *plan.Document) { d.MaxQueueWaitSeconds, d.LatencySeconds = 0.0005, 0.000001 }),
@@ -90,5 +91,42 @@ func TestDispatchLimits(t *testing.T) {
 				t.Errorf("DispatchLimits (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// Every number of the plan model reaches what a pod enforces: changing any
+// field of the table changes the gate's or the dispatcher's limits, except
+// the two that are not limits of either (the retry budget sets the retry
+// budget's rate; the deadline is the caller's, for its contexts).
+func TestEveryPlanFieldIsEnforced(t *testing.T) {
+	notALimit := map[string]bool{"retryBudgetPerSecond": true, "deadlineSeconds": true}
+	base := plan.Document{Version: plan.CurrentVersion, Gate: "g", Epoch: "e", Revision: 1,
+		Permits: 4, RatePerSecond: 2, Burst: 2, QueueCapacity: 3, Workers: 2, RetryBudgetPerSecond: 1,
+		MaxQueueWaitSeconds: 0.2, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.05, DeadlineSeconds: 1}
+	raw, err := plan.Marshal(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range plan.Fields() {
+		// One more of the field (a tenth of a second for a duration),
+		// through the wire form, so that the test names fields by key.
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		step := 1.0
+		if f.Unit == plan.UnitSeconds {
+			step = 0.1
+		}
+		m[f.Key] = m[f.Key].(float64) + step
+		changed, _ := json.Marshal(m)
+		d, err := plan.Parse(changed)
+		if err != nil {
+			t.Fatalf("%s + %v: %v", f.Key, step, err)
+		}
+		same := cmp.Equal(runtime.GateLimits(d), runtime.GateLimits(base)) && runtime.DispatchLimits(d) == runtime.DispatchLimits(base)
+		if same != notALimit[f.Key] {
+			t.Errorf("%s changed from %v: gate or dispatcher limits changed = %v, want %v", f.Key, m[f.Key], !same, !notALimit[f.Key])
+		}
 	}
 }

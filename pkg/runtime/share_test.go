@@ -17,13 +17,14 @@ import (
 )
 
 // divided returns doc("logistics-api", base) with its own share for each
-// pod in own.
+// pod in own. A named pod's workers are half its permits, so that a test
+// tells them from its permits.
 func divided(base int, revision int64, own map[string]int) plan.Document {
 	d := doc("logistics-api", base)
 	d.Revision = revision
 	d.Pods = map[string]plan.PodShare{}
 	for pod, permits := range own {
-		d.Pods[pod] = plan.PodShare{Permits: permits, QueueCapacity: 3 * permits, Workers: permits + 1, RetryBudgetPerSecond: float64(permits) / 2}
+		d.Pods[pod] = plan.PodShare{Permits: permits, QueueCapacity: 3 * permits, Workers: permits / 2, RetryBudgetPerSecond: float64(permits) / 2}
 	}
 	d.Hash = plan.Hash(d)
 	return d
@@ -40,11 +41,11 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 		workers int
 		budget  float64
 	}{
-		{"named pod", "gateway-a", "", 6, 18, 7, 3},
-		{"named pod with a zero share", "gateway-b", "", 0, 0, 1, 0},
+		{"named pod", "gateway-a", "", 6, 18, 3, 3},
+		{"named pod with a zero share", "gateway-b", "", 0, 0, 0, 0},
 		{"pod the document does not name", "gateway-new", "", 4, 8, 4, 2},
-		{"name from POD_NAME", "", "gateway-a", 6, 18, 7, 3},
-		{"PodName wins over POD_NAME", "gateway-b", "gateway-a", 0, 0, 1, 0},
+		{"name from POD_NAME", "", "gateway-a", 6, 18, 3, 3},
+		{"PodName wins over POD_NAME", "gateway-b", "gateway-a", 0, 0, 0, 0},
 		{"no name at all", "", "", 4, 8, 4, 2},
 	}
 	for _, tt := range tests {

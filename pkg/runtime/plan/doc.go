@@ -13,6 +13,16 @@
 // does not know its name enforces. The other fields (the queue wait and
 // acquire bounds, latency, deadline) are shared by every pod.
 //
+// # Bounds
+//
+// Fields lists every number of a document with its unit and bounds: what
+// one pod can hold (MaxPermits calls in flight and workers, as a gate
+// counts) and what the DownstreamQuota API accepts. Parse and Validate
+// reject a document with any value outside them, workers above permits, or
+// a share that grants a waiting room, a rate or a retry budget without a
+// permit; a reader keeps its last good plan. docs/reference/plan-bounds.md
+// is generated from the same table.
+//
 // # Epoch, revision and acknowledgement
 //
 // epoch identifies the incarnation of the division, revision counts its

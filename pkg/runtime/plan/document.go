@@ -18,16 +18,9 @@ const CurrentVersion = 2
 // mounted volume.
 const KeySuffix = ".json"
 
-// Bounds of the numeric fields. They keep every value representable as a
-// Kubernetes int32 and every duration as a time.Duration; a value beyond
-// them is a corrupt document, not a plan.
+// Bounds of the fields that are not numbers of the plan; the numeric ones
+// are in fields.go.
 const (
-	// MaxCount bounds permits, burst, queueCapacity and workers.
-	MaxCount = math.MaxInt32
-	// MaxPerSecond bounds ratePerSecond and retryBudgetPerSecond.
-	MaxPerSecond = float64(math.MaxInt32)
-	// MaxSeconds bounds the duration fields: 366 days.
-	MaxSeconds = 366 * 24 * 60 * 60
 	// MaxGateLength bounds the gate name so that KeyFor(gate) is a valid
 	// ConfigMap key (at most 253 characters).
 	MaxGateLength = 253 - len(KeySuffix)
@@ -125,9 +118,27 @@ type PodShare struct {
 
 // Share returns the base share: the per-pod fields at the top level of d.
 func (d Document) Share() PodShare {
-	return PodShare{
-		Permits: d.Permits, RatePerSecond: d.RatePerSecond, Burst: d.Burst,
-		QueueCapacity: d.QueueCapacity, Workers: d.Workers, RetryBudgetPerSecond: d.RetryBudgetPerSecond,
+	var s PodShare
+	for _, f := range fields {
+		if f.PerPod {
+			f.value(nil, &s).Set(f.topLevel(&d))
+		}
+	}
+	return s
+}
+
+// WithShare returns a copy of d whose base share is s.
+func (d Document) WithShare(s PodShare) Document {
+	d.setShare(s)
+	return d
+}
+
+// setShare sets the per-pod fields at the top level of d to s.
+func (d *Document) setShare(s PodShare) {
+	for _, f := range fields {
+		if f.PerPod {
+			f.topLevel(d).Set(f.value(nil, &s))
+		}
 	}
 }
 
@@ -137,8 +148,7 @@ func (d Document) Share() PodShare {
 // and revision included, is d's: they identify the published document.
 func (d Document) For(pod string) Document {
 	if s, ok := d.Pods[pod]; ok && pod != "" {
-		d.Permits, d.RatePerSecond, d.Burst = s.Permits, s.RatePerSecond, s.Burst
-		d.QueueCapacity, d.Workers, d.RetryBudgetPerSecond = s.QueueCapacity, s.Workers, s.RetryBudgetPerSecond
+		d.setShare(s)
 	}
 	d.Pods = nil
 	return d

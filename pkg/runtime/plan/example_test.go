@@ -53,7 +53,7 @@ func ExampleParse() {
 	fmt.Println(err)
 	// Output:
 	// payments 8 50ms true
-	// plan: pods["payments-0"].permits: must be in [0, 2147483647], got -8
+	// plan: pods["payments-0"].permits: must be in [0, 1048575], got -8
 	// plan: pods["payments-0"].burst: must be at least 1 when ratePerSecond is set, got 0
 	// true
 	// plan: version: unsupported version 1; this reader understands version 2

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// FuzzParsePlan checks that whatever Parse accepts is valid, encodes, and
-// reads back as the same document with the same bytes and hash; and that
-// whatever it rejects comes with an error and no document.
+// FuzzParsePlan checks that whatever Parse accepts is valid, within the
+// bounds, encodes, and reads back as the same document with the same bytes
+// and hash; and that whatever it rejects comes with an error and no
+// document.
 func FuzzParsePlan(f *testing.F) {
 	f.Add([]byte(sample))
 	f.Add([]byte(`{"version":2,"gate":"g","epoch":"e","revision":1,"permits":0,"ratePerSecond":1e-300,"burst":1,"queueCapacity":0,` +
@@ -26,6 +27,15 @@ func FuzzParsePlan(f *testing.F) {
 	f.Add([]byte(`{"version":2,"pods":{"a":null,"a":{}}}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"version":2.0}`))
+	// What could run a pod out of memory: workers and a waiting room far
+	// beyond what a pod holds, and shares granted to a pod with no permit.
+	f.Add([]byte(`{"version":2,"gate":"g","epoch":"e","revision":1,"permits":2147483647,"ratePerSecond":0,"burst":0,` +
+		`"queueCapacity":2147483647,"maxQueueWaitSeconds":31622400,"acquireTimeoutSeconds":0,"latencySeconds":0,` +
+		`"deadlineSeconds":0,"workers":2147483647,"retryBudgetPerSecond":0}`))
+	f.Add([]byte(`{"version":2,"gate":"g","epoch":"e","revision":1,"permits":1048575,"ratePerSecond":1000000000,"burst":1000000000,` +
+		`"queueCapacity":1048575,"maxQueueWaitSeconds":3600,"acquireTimeoutSeconds":3600,"latencySeconds":3600,` +
+		`"deadlineSeconds":3600,"workers":1048575,"retryBudgetPerSecond":1000000000,` +
+		`"pods":{"a":{"permits":0,"ratePerSecond":0,"burst":0,"queueCapacity":5,"workers":0,"retryBudgetPerSecond":1}}}`))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		d, err := Parse(data)
@@ -38,6 +48,7 @@ func FuzzParsePlan(f *testing.F) {
 		if err := Validate(d); err != nil {
 			t.Fatalf("Parse accepted a document Validate rejects: %v\ninput: %q", err, data)
 		}
+		withinBounds(t, d, data)
 		if d.Hash == "" {
 			t.Fatalf("Parse left the hash empty for %q", data)
 		}
@@ -74,4 +85,37 @@ func FuzzParsePlan(f *testing.F) {
 			t.Fatalf("ParseAck(%q) = %+v, %v", AckFor(d), a, err)
 		}
 	})
+}
+
+// withinBounds fails t when d, the base share or any pod's, holds a value
+// outside the bounds of the field table or more workers than permits. It
+// reads the fields directly rather than through Validate, so that a gap in
+// Validate cannot hide itself.
+func withinBounds(t *testing.T, d Document, data []byte) {
+	t.Helper()
+	shares := map[string]PodShare{"(base)": d.Share()}
+	for name, s := range d.Pods {
+		shares[name] = s
+	}
+	for _, f := range Fields() {
+		for name, s := range shares {
+			if !f.PerPod && name != "(base)" {
+				continue
+			}
+			var x float64
+			if v := f.value(&d, &s); v.CanInt() {
+				x = float64(v.Int())
+			} else {
+				x = v.Float()
+			}
+			if !(x >= 0 && x <= f.Max) {
+				t.Fatalf("Parse accepted %s %s = %v outside [0, %v]\ninput: %q", name, f.Key, x, f.Max, data)
+			}
+		}
+	}
+	for name, s := range shares {
+		if s.Workers > s.Permits || s.Permits == 0 && (s.QueueCapacity != 0 || s.RatePerSecond != 0 || s.RetryBudgetPerSecond != 0) {
+			t.Fatalf("Parse accepted %s's inconsistent share %+v\ninput: %q", name, s, data)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 
 	sigsjson "sigs.k8s.io/json"
@@ -83,16 +84,12 @@ func Parse(data []byte) (Document, error) {
 	need("gate", w.Gate != nil)
 	need("epoch", w.Epoch != nil)
 	need("revision", w.Revision != nil)
-	need("permits", w.Permits != nil)
-	need("ratePerSecond", w.RatePerSecond != nil)
-	need("burst", w.Burst != nil)
-	need("queueCapacity", w.QueueCapacity != nil)
-	need("maxQueueWaitSeconds", w.MaxQueueWaitSeconds != nil)
-	need("acquireTimeoutSeconds", w.AcquireTimeoutSeconds != nil)
-	need("latencySeconds", w.LatencySeconds != nil)
-	need("deadlineSeconds", w.DeadlineSeconds != nil)
-	need("workers", w.Workers != nil)
-	need("retryBudgetPerSecond", w.RetryBudgetPerSecond != nil)
+	for _, f := range fields {
+		if !f.PerPod {
+			need(f.Key, !wireField(&w, f).IsNil())
+		}
+	}
+	missing = append(missing, w.share().missing("")...)
 	if len(w.Pods) > MaxPods {
 		// Too many to be worth reading further.
 		return Document{}, podCountError(len(w.Pods))
@@ -121,25 +118,22 @@ func Parse(data []byte) (Document, error) {
 	}
 
 	d := Document{
-		Version:               CurrentVersion,
-		Gate:                  *w.Gate,
-		Downstream:            deref(w.Downstream),
-		Hash:                  deref(w.Hash),
-		Generation:            deref(w.Generation),
-		Epoch:                 *w.Epoch,
-		Revision:              *w.Revision,
-		Permits:               *w.Permits,
-		RatePerSecond:         *w.RatePerSecond,
-		Burst:                 *w.Burst,
-		QueueCapacity:         *w.QueueCapacity,
-		MaxQueueWaitSeconds:   *w.MaxQueueWaitSeconds,
-		AcquireTimeoutSeconds: *w.AcquireTimeoutSeconds,
-		LatencySeconds:        *w.LatencySeconds,
-		DeadlineSeconds:       *w.DeadlineSeconds,
-		Workers:               *w.Workers,
-		RetryBudgetPerSecond:  *w.RetryBudgetPerSecond,
-		Pods:                  pods,
+		Version:    CurrentVersion,
+		Gate:       *w.Gate,
+		Downstream: deref(w.Downstream),
+		Hash:       deref(w.Hash),
+		Generation: deref(w.Generation),
+		Epoch:      *w.Epoch,
+		Revision:   *w.Revision,
+		Pods:       pods,
 	}
+	for _, f := range fields {
+		if !f.PerPod {
+			f.value(&d, nil).Set(wireField(&w, f).Elem())
+		}
+	}
+	base, _ := w.share().share()
+	d.setShare(base)
 	if err := Validate(d); err != nil {
 		return Document{}, err
 	}
@@ -182,13 +176,8 @@ func Hash(d Document) string {
 // and an empty Pods becomes nil (both encode as absent). The caller's Pods
 // map is never written: it is copied when an entry needs changing.
 func canonical(d Document) Document {
-	for _, f := range []*float64{
-		&d.RatePerSecond, &d.MaxQueueWaitSeconds, &d.AcquireTimeoutSeconds,
-		&d.LatencySeconds, &d.DeadlineSeconds, &d.RetryBudgetPerSecond,
-	} {
-		if *f == 0 {
-			*f = 0
-		}
+	for _, f := range fields {
+		positiveZero(f.topLevel(&d))
 	}
 	if len(d.Pods) == 0 {
 		d.Pods = nil
@@ -203,50 +192,95 @@ func canonical(d Document) Document {
 			d.Pods = maps.Clone(d.Pods)
 			copied = true
 		}
-		s.RatePerSecond += 0 // -0 + 0 is +0
-		s.RetryBudgetPerSecond += 0
+		for _, f := range fields {
+			if f.PerPod {
+				positiveZero(f.value(nil, &s))
+			}
+		}
 		d.Pods[name] = s
 	}
 	return d
 }
 
+// positiveZero turns a float field holding -0 into +0.
+func positiveZero(v reflect.Value) {
+	if v.Kind() == reflect.Float64 && v.Float() == 0 {
+		v.SetFloat(0)
+	}
+}
+
 func hasNegativeZero(s PodShare) bool {
-	return s.RatePerSecond == 0 && math.Signbit(s.RatePerSecond) ||
-		s.RetryBudgetPerSecond == 0 && math.Signbit(s.RetryBudgetPerSecond)
+	for _, f := range fields {
+		if !f.PerPod {
+			continue
+		}
+		if v := f.value(nil, &s); v.Kind() == reflect.Float64 && v.Float() == 0 && math.Signbit(v.Float()) {
+			return true
+		}
+	}
+	return false
+}
+
+// share returns the base share's fields of w as an entry of pods.
+func (w *wireDocument) share() *wirePodShare {
+	var out wirePodShare
+	for _, f := range fields {
+		if f.PerPod {
+			wireField(&out, f).Set(wireField(w, f))
+		}
+	}
+	return &out
 }
 
 // share returns the entry as a PodShare, and false when a field is missing
 // (or the entry itself is null).
 func (w *wirePodShare) share() (PodShare, bool) {
-	if w == nil || w.Permits == nil || w.RatePerSecond == nil || w.Burst == nil ||
-		w.QueueCapacity == nil || w.Workers == nil || w.RetryBudgetPerSecond == nil {
-		return PodShare{}, false
+	var s PodShare
+	if w == nil {
+		return s, false
 	}
-	return PodShare{
-		Permits: *w.Permits, RatePerSecond: *w.RatePerSecond, Burst: *w.Burst,
-		QueueCapacity: *w.QueueCapacity, Workers: *w.Workers, RetryBudgetPerSecond: *w.RetryBudgetPerSecond,
-	}, true
+	for _, f := range fields {
+		if !f.PerPod {
+			continue
+		}
+		p := wireField(w, f)
+		if p.IsNil() {
+			return PodShare{}, false
+		}
+		f.value(nil, &s).Set(p.Elem())
+	}
+	return s, true
 }
 
-// missing names each field the entry lacks; prefix is the entry's path.
+// missing names each field the entry lacks; prefix is the entry's path,
+// "" for the base share.
 func (w *wirePodShare) missing(prefix string) []error {
 	if w == nil {
 		return []error{&FieldError{Field: prefix, Detail: "must be an object with the per-pod fields, got null"}}
 	}
+	if prefix != "" {
+		prefix += "."
+	}
 	var errs []error
-	for _, f := range []struct {
-		name    string
-		present bool
-	}{
-		{"permits", w.Permits != nil}, {"ratePerSecond", w.RatePerSecond != nil}, {"burst", w.Burst != nil},
-		{"queueCapacity", w.QueueCapacity != nil}, {"workers", w.Workers != nil},
-		{"retryBudgetPerSecond", w.RetryBudgetPerSecond != nil},
-	} {
-		if !f.present {
-			errs = append(errs, &FieldError{Field: prefix + "." + f.name, Detail: "required"})
+	for _, f := range fields {
+		if f.PerPod && wireField(w, f).IsNil() {
+			errs = append(errs, &FieldError{Field: prefix + f.Key, Detail: "required"})
 		}
 	}
 	return errs
+}
+
+// wireField returns the pointer field of the wire struct *w (a
+// *wireDocument or *wirePodShare) that decodes f, found by f's key.
+func wireField(w any, f Field) reflect.Value {
+	v := reflect.ValueOf(w).Elem()
+	return v.Field(wireIndex[v.Type()][f.Key])
+}
+
+// wireIndex maps each wire struct's JSON names to field indexes.
+var wireIndex = map[reflect.Type]map[string]int{
+	reflect.TypeFor[wireDocument](): jsonIndex(reflect.TypeFor[wireDocument]()),
+	reflect.TypeFor[wirePodShare](): jsonIndex(reflect.TypeFor[wirePodShare]()),
 }
 
 func encode(d Document) ([]byte, error) {

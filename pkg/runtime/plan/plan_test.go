@@ -147,7 +147,7 @@ func TestParseRejects(t *testing.T) {
 			`pods["search-gateway-7d9f-abcde"].burst`, "at least 1 when ratePerSecond is set"},
 		{"a pod's negative permits", edit(t, `{"permits": 6`, `{"permits": -6`), `pods["search-gateway-7d9f-abcde"].permits`, "got -6"},
 		{"a pod's budget over its bound", edit(t, `"retryBudgetPerSecond": 1.5`, `"retryBudgetPerSecond": 1e20`),
-			`pods["search-gateway-7d9f-abcde"].retryBudgetPerSecond`, "[0, 2147483647]"},
+			`pods["search-gateway-7d9f-abcde"].retryBudgetPerSecond`, "[0, 1000000000]"},
 		{"a pod's fractional workers", edit(t, `"workers": 6`, `"workers": 6.5`), "", "malformed"},
 		{"a key that is not a pod name", edit(t, `"search-gateway-7d9f-abcde"`, `"Search_Gateway"`), `pods["Search_Gateway"]`, "key must be a pod name"},
 		{"an empty pod name", edit(t, `"search-gateway-7d9f-abcde"`, `""`), `pods[""]`, "must not be empty"},
@@ -158,13 +158,13 @@ func TestParseRejects(t *testing.T) {
 		{"missing gate", edit(t, `"gate": "logistics-api",`, ``), "gate", "required"},
 		{"fractional permits", edit(t, `"permits": 5`, `"permits": 5.5`), "", "malformed"},
 		{"integer as string", edit(t, `"permits": 5`, `"permits": "5"`), "", "malformed"},
-		{"negative permits", edit(t, `"permits": 5`, `"permits": -1`), "permits", "[0, 2147483647], got -1"},
-		{"permits beyond int32", edit(t, `"permits": 5`, `"permits": 2147483648`), "permits", "[0, 2147483647]"},
-		{"negative rate", edit(t, `"ratePerSecond": 0`, `"ratePerSecond": -0.5`), "ratePerSecond", "[0, 2147483647]"},
+		{"negative permits", edit(t, `"permits": 5`, `"permits": -1`), "permits", "[0, 1048575], got -1"},
+		{"permits beyond int32", edit(t, `"permits": 5`, `"permits": 2147483648`), "permits", "[0, 1048575]"},
+		{"negative rate", edit(t, `"ratePerSecond": 0`, `"ratePerSecond": -0.5`), "ratePerSecond", "[0, 1000000000]"},
 		{"rate without burst", edit(t, `"ratePerSecond": 0`, `"ratePerSecond": 10`), "burst", "at least 1 when ratePerSecond is set"},
 		{"burst without rate", edit(t, `"burst": 0`, `"burst": 4`), "burst", "must be 0 when ratePerSecond is 0"},
-		{"negative wait", edit(t, `"maxQueueWaitSeconds": 0.1`, `"maxQueueWaitSeconds": -0.1`), "maxQueueWaitSeconds", "seconds in [0, 31622400]"},
-		{"huge deadline", edit(t, `"deadlineSeconds": 2`, `"deadlineSeconds": 1e300`), "deadlineSeconds", "seconds in [0, 31622400]"},
+		{"negative wait", edit(t, `"maxQueueWaitSeconds": 0.1`, `"maxQueueWaitSeconds": -0.1`), "maxQueueWaitSeconds", "seconds in [0, 3600]"},
+		{"huge deadline", edit(t, `"deadlineSeconds": 2`, `"deadlineSeconds": 1e300`), "deadlineSeconds", "seconds in [0, 3600]"},
 		{"float overflow", edit(t, `"deadlineSeconds": 2`, `"deadlineSeconds": 1e999`), "", "malformed"},
 		{"bad gate name", edit(t, `"gate": "logistics-api"`, `"gate": "Logistics_API"`), "gate", "RFC 1123"},
 		{"empty gate name", edit(t, `"gate": "logistics-api"`, `"gate": ""`), "gate", "must not be empty"},
@@ -231,10 +231,11 @@ func TestValidate(t *testing.T) {
 		wantFields []string
 	}{
 		{"valid", func(*Document) {}, nil},
-		{"zero permits are a plan (strict policy)", func(d *Document) { d.Permits, d.Workers, d.QueueCapacity = 0, 0, 0 }, nil},
+		{"zero permits are a plan (strict policy)", func(d *Document) { d.Permits, d.Workers, d.QueueCapacity, d.RetryBudgetPerSecond = 0, 0, 0, 0 }, nil},
 		{"rate with burst", func(d *Document) { d.RatePerSecond, d.Burst = 0.5, 1 }, nil},
 		{"upper bounds are inclusive", func(d *Document) {
-			d.Permits, d.RatePerSecond, d.Burst, d.DeadlineSeconds = MaxCount, MaxPerSecond, MaxCount, MaxSeconds
+			d.Permits, d.RatePerSecond, d.Burst, d.QueueCapacity, d.Workers = MaxPermits, MaxPerSecond, MaxBurst, MaxQueueCapacity, MaxPermits
+			d.MaxQueueWaitSeconds, d.AcquireTimeoutSeconds, d.LatencySeconds, d.DeadlineSeconds = MaxSeconds, MaxSeconds, MaxSeconds, MaxSeconds
 		}, nil},
 		{"NaN rate", func(d *Document) { d.RatePerSecond = math.NaN() }, []string{"ratePerSecond"}},
 		{"Inf budget", func(d *Document) { d.RetryBudgetPerSecond = math.Inf(1) }, []string{"retryBudgetPerSecond"}},
@@ -247,13 +248,23 @@ func TestValidate(t *testing.T) {
 		{"every bad field is reported", func(d *Document) {
 			d.Permits, d.QueueCapacity, d.MaxQueueWaitSeconds, d.Burst = -1, -2, -3, 7
 		}, []string{"permits", "queueCapacity", "burst", "maxQueueWaitSeconds"}},
+		{"workers above permits", func(d *Document) { d.Workers = d.Permits + 1 }, []string{"workers"}},
+		{"the out-of-memory document: 2³¹−1 workers", func(d *Document) { d.Workers = math.MaxInt32 }, []string{"workers"}},
+		{"a waiting room, a rate and a retry budget without a permit", func(d *Document) {
+			d.Permits, d.Workers, d.RatePerSecond, d.Burst = 0, 0, 1, 1
+		}, []string{"queueCapacity", "ratePerSecond", "retryBudgetPerSecond"}},
+		{"a pod's workers above its permits", func(d *Document) {
+			d.Pods["w"] = PodShare{Permits: 2, Workers: 3}
+		}, []string{`pods["w"].workers`}},
+		{"a wait beyond an hour", func(d *Document) { d.MaxQueueWaitSeconds = MaxSeconds + 0.001 }, []string{"maxQueueWaitSeconds"}},
+		{"a waiting room beyond a pod", func(d *Document) { d.QueueCapacity = MaxQueueCapacity + 1 }, []string{"queueCapacity"}},
 		{"no epoch", func(d *Document) { d.Epoch = "" }, []string{"epoch"}},
 		{"epoch of 64 characters", func(d *Document) { d.Epoch = strings.Repeat("A-9", 21) + "z" }, nil},
 		{"epoch with a dot", func(d *Document) { d.Epoch = "a.b" }, []string{"epoch"}},
 		{"no revision", func(d *Document) { d.Revision = 0 }, []string{"revision"}},
 		{"nil pods", func(d *Document) { d.Pods = nil }, nil},
 		{"a pod with the largest share", func(d *Document) {
-			d.Pods["p"] = PodShare{Permits: MaxCount, RatePerSecond: MaxPerSecond, Burst: MaxCount, QueueCapacity: MaxCount, Workers: MaxCount, RetryBudgetPerSecond: MaxPerSecond}
+			d.Pods["p"] = PodShare{Permits: MaxPermits, RatePerSecond: MaxPerSecond, Burst: MaxBurst, QueueCapacity: MaxQueueCapacity, Workers: MaxPermits, RetryBudgetPerSecond: MaxPerSecond}
 		}, nil},
 		{"bad pods in name order, each field named", func(d *Document) {
 			d.Pods["b"] = PodShare{Permits: -1, RatePerSecond: math.NaN()}
@@ -566,8 +577,8 @@ func manyPods(n int) map[string]PodShare {
 	pods := make(map[string]PodShare, n)
 	for i := range n {
 		pods[fmt.Sprintf("search-gateway-7d9f5c6b8-%05d", i)] = PodShare{
-			Permits: i % 7, RatePerSecond: float64(i%3) * 1.5, Burst: min(i%3, 1) * 2,
-			QueueCapacity: i % 11, Workers: i % 7, RetryBudgetPerSecond: 0.25,
+			Permits: 1 + i%7, RatePerSecond: float64(i%3) * 1.5, Burst: min(i%3, 1) * 2,
+			QueueCapacity: i % 11, Workers: 1 + i%7, RetryBudgetPerSecond: 0.25,
 		}
 	}
 	return pods

@@ -3,7 +3,6 @@ package plan
 import (
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -70,16 +69,11 @@ func Validate(d Document) error {
 	}
 
 	validateShare("", d.Share(), bad)
-
-	duration := func(field string, v float64) {
-		if !inRange(v, MaxSeconds) {
-			bad(field, "must be a number of seconds in [0, %d], got %v", MaxSeconds, v)
+	for _, f := range fields {
+		if !f.PerPod {
+			f.check("", f.value(&d, nil), bad)
 		}
 	}
-	duration("maxQueueWaitSeconds", d.MaxQueueWaitSeconds)
-	duration("acquireTimeoutSeconds", d.AcquireTimeoutSeconds)
-	duration("latencySeconds", d.LatencySeconds)
-	duration("deadlineSeconds", d.DeadlineSeconds)
 
 	if len(d.Pods) > MaxPods {
 		errs = append(errs, podCountError(len(d.Pods)))
@@ -105,26 +99,18 @@ func Validate(d Document) error {
 }
 
 // validateShare reports, through bad, every per-pod field of s that is out
-// of range, each named with prefix (such as `pods["a"].`) before it.
+// of range or inconsistent with another, each named with prefix (such as
+// `pods["a"].`) before it.
 func validateShare(prefix string, s PodShare, bad func(field, format string, args ...any)) {
-	count := func(field string, v int) {
-		if v < 0 || v > MaxCount {
-			bad(prefix+field, "must be in [0, %d], got %d", MaxCount, v)
+	var in fieldSet
+	for i, f := range fields {
+		if f.PerPod && f.check(prefix, f.value(nil, &s), bad) {
+			in |= 1 << i
 		}
 	}
-	count("permits", s.Permits)
-	count("burst", s.Burst)
-	count("queueCapacity", s.QueueCapacity)
-	count("workers", s.Workers)
-
-	rate := func(field string, v float64) bool {
-		if !inRange(v, MaxPerSecond) {
-			bad(prefix+field, "must be a number in [0, %d], got %v", int64(MaxPerSecond), v)
-			return false
-		}
-		return true
-	}
-	if rate("ratePerSecond", s.RatePerSecond) && s.Burst >= 0 && s.Burst <= MaxCount {
+	// The rules compare fields, each only when both are in range: one out
+	// of range is reported once, above.
+	if in.has("ratePerSecond", "burst") {
 		switch {
 		case s.RatePerSecond > 0 && s.Burst < 1:
 			bad(prefix+"burst", "must be at least 1 when ratePerSecond is set, got %d", s.Burst)
@@ -132,7 +118,20 @@ func validateShare(prefix string, s PodShare, bad func(field, format string, arg
 			bad(prefix+"burst", "must be 0 when ratePerSecond is 0 (no rate limit), got %d", s.Burst)
 		}
 	}
-	rate("retryBudgetPerSecond", s.RetryBudgetPerSecond)
+	if in.has("permits", "workers") && s.Workers > s.Permits {
+		bad(prefix+"workers", "must be at most permits %d, got %d", s.Permits, s.Workers)
+	}
+	// A pod with no permit admits no call: a waiting room, a rate or a
+	// retry budget next to it is a share granted inconsistently.
+	if in.has("permits", "queueCapacity") && s.Permits == 0 && s.QueueCapacity != 0 {
+		bad(prefix+"queueCapacity", "must be 0 when permits is 0, got %d", s.QueueCapacity)
+	}
+	if in.has("permits", "ratePerSecond") && s.Permits == 0 && s.RatePerSecond != 0 {
+		bad(prefix+"ratePerSecond", "must be 0 when permits is 0, got %v", s.RatePerSecond)
+	}
+	if in.has("permits", "retryBudgetPerSecond") && s.Permits == 0 && s.RetryBudgetPerSecond != 0 {
+		bad(prefix+"retryBudgetPerSecond", "must be 0 when permits is 0, got %v", s.RetryBudgetPerSecond)
+	}
 }
 
 // shareValid reports whether validateShare would find nothing wrong with s,
@@ -165,12 +164,6 @@ func validEpoch(s string) string {
 		}
 	}
 	return ""
-}
-
-// inRange reports whether v is a finite number in [0, upper]; NaN fails
-// every comparison and so fails here too.
-func inRange(v, upper float64) bool {
-	return v >= 0 && v <= upper && !math.IsInf(v, 0)
 }
 
 func versionError(v int64) error {

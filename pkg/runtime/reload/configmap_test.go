@@ -114,7 +114,7 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 	if got := testutil.ToFloat64(s.tracker.metrics.reloads.WithLabelValues(ResultError)); got != 1 {
 		t.Errorf("reloads{error} = %v, want 1", got)
 	}
-	if got := logs.count("ratePerSecond: must be a number in [0, 2147483647], got -1"); got != 1 {
+	if got := logs.count("ratePerSecond: must be a number in [0, 1000000000], got -1"); got != 1 {
 		t.Errorf("logged the rejection %d times, want 1:\n%s", got, logs)
 	}
 	if got := s.Plans()["a"]; !plan.Equal(got, a2) {

@@ -237,7 +237,7 @@ func TestNewDirSourceFailsFast(t *testing.T) {
 			func(err error) bool {
 				var fe *plan.FieldError
 				return errors.Is(err, ErrNoPlan) && errors.As(err, &fe) && fe.Field == "permits"
-			}, "permits: must be in [0, 2147483647], got -1"},
+			}, "permits: must be in [0, 1048575], got -1"},
 		{"unknown version", map[string]string{"a.json": `{"version":9}`},
 			func(err error) bool { return errors.Is(err, plan.ErrUnsupportedVersion) }, "unsupported version 9"},
 	}
