@@ -16,7 +16,7 @@ import (
 // each replica count, the CLI prints the division's equation and holdings
 // and every status diagnostic word for word.
 func TestPlanArithmeticIsTheStatusAndEventText(t *testing.T) {
-	q, err := loadQuota("testdata/sample-quota.yaml")
+	q, err := loadQuota("testdata/sample-quota.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestPlanArithmeticIsTheStatusAndEventText(t *testing.T) {
 // The plan's JSON output carries every per-pod field of the plan model
 // under its document key, with the share's value.
 func TestPlanJSONCarriesThePlanModel(t *testing.T) {
-	q, err := loadQuota("testdata/sample-quota.yaml")
+	q, err := loadQuota("testdata/sample-quota.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +94,9 @@ func New() (*envtest.Environment, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		// envtest's 20 s default is short for a kube-apiserver starting on
+		// two cores busy with other suites; a slow start is not a failure.
+		ControlPlaneStartTimeout: 90 * time.Second,
 	}, nil
 }
 
