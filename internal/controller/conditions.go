@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
@@ -103,8 +104,8 @@ func readyCondition(in readiness) metav1.Condition {
 	summary := fmt.Sprintf("permits %d per pod over divisor %d (%s), published to ConfigMap %s",
 		in.permits, in.replicas.Divisor, in.replicas.DivisorSource, in.published.Name)
 	if h := in.handover; h != nil {
-		summary = fmt.Sprintf("%d usable permits over %d Ready pods: %s, published to ConfigMap %s",
-			h.status.Usable, in.replicas.Divisor, shareText(h.status), in.published.Name)
+		summary = fmt.Sprintf("%s %d; %s, published to ConfigMap %s",
+			divisorSourceText(in.replicas.DivisorSource), in.replicas.Divisor, sizingDivision(h.status, in.replicas.Divisor).Equation(), in.published.Name)
 	}
 	reasons := diagnosticReasons(in.diagnostics)
 	others := func(except string) string {
@@ -134,13 +135,15 @@ func readyCondition(in readiness) metav1.Condition {
 	return ready
 }
 
-// shareText states a division's targets: "4 permits × 4 pods + 3 × 5
-// pods".
-func shareText(st *v1alpha1.DivisionStatus) string {
-	if st.Extra == 0 {
-		return fmt.Sprintf("%d per pod", st.Base)
+// sizingDivision returns a handed-out division as sizing states it, so that the
+// Ready condition quotes the equation the events and kubectl-backpressure
+// quote. AtLeastOne raised every pod to one permit when the shares add up
+// to more than the usable permits.
+func sizingDivision(st *v1alpha1.DivisionStatus, pods int32) sizing.Division {
+	return sizing.Division{
+		Usable: int64(st.Usable), Pods: int64(pods), Base: int64(st.Base), Extra: int64(st.Extra),
+		RaisedToOne: int64(st.Base)*int64(pods)+int64(st.Extra) > int64(st.Usable),
 	}
-	return fmt.Sprintf("%d per pod, %d for %d of them", st.Base, st.Base+1, st.Extra)
 }
 
 func findDiagnostic(diags []v1alpha1.Diagnostic, reason string) (v1alpha1.Diagnostic, bool) {

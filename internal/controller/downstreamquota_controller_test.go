@@ -48,7 +48,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			c := ready(g, q)
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonPlanPublished))
-			g.Expect(c.Message).To(Equal("40 usable permits over 2 Ready pods: 20 per pod, published to ConfigMap gateway-backpressure"))
+			g.Expect(c.Message).To(Equal("Ready pods 2; 40 usable permits = 20 × 2 + 0, published to ConfigMap gateway-backpressure"))
 			g.Expect(q.Status.Replicas).To(HaveValue(MatchFields(IgnoreExtras, Fields{
 				"Spec": BeEquivalentTo(8), "ExistingPods": BeEquivalentTo(3), "ReadyPods": BeEquivalentTo(2),
 				"Divisor": BeEquivalentTo(2), "DivisorSource": Equal(v1alpha1.DivisorReadyPods),
@@ -488,7 +488,7 @@ var _ = Describe("DownstreamQuota controller", func() {
 			c := ready(g, q)
 			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonHPANotFound))
-			g.Expect(c.Message).To(Equal("HorizontalPodAutoscaler api-hpa not found; 80 usable permits over 4 Ready pods: 20 per pod, published to ConfigMap api-backpressure"))
+			g.Expect(c.Message).To(Equal("HorizontalPodAutoscaler api-hpa not found; Ready pods 4; 80 usable permits = 20 × 4 + 0, published to ConfigMap api-backpressure"))
 			doc, _ := publishedDocument(ctx, g, ns, "api-backpressure", "payments")
 			g.Expect(doc.For("api-03").Permits).To(Equal(20))
 			revision = doc.Revision
