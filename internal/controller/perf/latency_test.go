@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,8 +35,52 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 	defer cancel()
 	cfg, k8s := startAPIServer(t)
 	startManager(ctx, t, cfg)
+	probe := newReplicasProbe(ctx, t, cfg, k8s, "latency")
+	latencies := make([]time.Duration, 0, changes)
+	for i := range changes {
+		d, err := probe.change(ctx)
+		if err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		latencies = append(latencies, d)
+	}
+	slices.Sort(latencies)
+	t.Logf("spec.replicas → ConfigMap over %d changes: %s", changes, summary(latencies))
+}
 
-	const ns = "latency"
+// summary formats the median, p90, p99, maximum and minimum of sorted
+// durations.
+func summary(sorted []time.Duration) string {
+	if len(sorted) == 0 {
+		return "no samples"
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	return fmt.Sprintf("median %s, p90 %s, p99 %s, max %s (min %s)",
+		r(percentile(sorted, 50)), r(percentile(sorted, 90)), r(percentile(sorted, 99)), r(sorted[len(sorted)-1]), r(sorted[0]))
+}
+
+// replicasProbe is a Deployment without pods and its quota, in a namespace
+// of their own, whose spec replicas it changes to time how fast the new
+// plan reaches the ConfigMap. 1000 permits at 100% safety: 10 replicas get
+// 100 each, 20 get 50.
+type replicasProbe struct {
+	k8s       client.Client
+	workload  *appsv1.Deployment
+	replicas  int32
+	published <-chan publishedPlan
+}
+
+// publishedPlan is a plan a watcher of the probe's ConfigMap saw, and when.
+type publishedPlan struct {
+	permits int
+	at      time.Time
+}
+
+// newReplicasProbe creates the probe's namespace, workload and quota,
+// waits for the first plan, and starts watching the ConfigMap until ctx
+// ends.
+func newReplicasProbe(ctx context.Context, t *testing.T, cfg *rest.Config, k8s client.Client, ns string) *replicasProbe {
+	t.Helper()
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +88,6 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 	if err := k8s.Create(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	// 1000 permits at 100% safety: 10 replicas get 100 each, 20 get 50.
 	q := quota(ns, "payments", "api", 1000)
 	q.Spec.SafetyPercent = 100
 	if err := k8s.Create(ctx, q); err != nil {
@@ -62,12 +106,8 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
-	type seen struct {
-		permits int
-		at      time.Time
-	}
-	published := make(chan seen, 16)
+	t.Cleanup(w.Stop)
+	published := make(chan publishedPlan, 16)
 	go func() {
 		defer close(published)
 		for ev := range w.ResultChan() {
@@ -79,39 +119,37 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 				continue
 			}
 			if doc, err := plan.Parse([]byte(cm.Data["payments.json"])); err == nil {
-				published <- seen{doc.Permits, time.Now()}
+				published <- publishedPlan{doc.Permits, time.Now()}
 			}
 		}
 	}()
+	return &replicasProbe{k8s: k8s, workload: d, replicas: 10, published: published}
+}
 
-	latencies := make([]time.Duration, 0, changes)
-	replicas := int32(10)
-	for i := range changes {
-		replicas = 30 - replicas // 10 ↔ 20
-		want := 1000 / int(replicas)
-		start := time.Now()
-		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
-		// The response is a Scale, decoded into the object given: give a copy.
-		if err := k8s.SubResource("scale").Patch(ctx, d.DeepCopy(), patch); err != nil {
-			t.Fatalf("change %d: scale: %v", i, err)
-		}
-		for got := range published {
-			if got.permits == want {
-				latencies = append(latencies, got.at.Sub(start))
-				break
+// change switches the workload between 10 and 20 replicas and returns the
+// time until the watcher saw the plan for the new count.
+func (p *replicasProbe) change(ctx context.Context) (time.Duration, error) {
+	p.replicas = 30 - p.replicas
+	want := 1000 / int(p.replicas)
+	start := time.Now()
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, p.replicas))
+	// The response is a Scale, decoded into the object given: give a copy.
+	if err := p.k8s.SubResource("scale").Patch(ctx, p.workload.DeepCopy(), patch); err != nil {
+		return 0, fmt.Errorf("scale: %w", err)
+	}
+	for {
+		select {
+		case got, ok := <-p.published:
+			if !ok {
+				return 0, fmt.Errorf("the ConfigMap watch ended")
 			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("change %d: %v", i, ctx.Err())
+			if got.permits == want {
+				return got.at.Sub(start), nil
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 	}
-	if len(latencies) != changes {
-		t.Fatalf("saw %d of %d changes", len(latencies), changes)
-	}
-	slices.Sort(latencies)
-	t.Logf("spec.replicas → ConfigMap over %d changes: median %s, p90 %s, p99 %s, max %s (min %s)",
-		changes, percentile(latencies, 50).Round(10*time.Microsecond), percentile(latencies, 90).Round(10*time.Microsecond),
-		percentile(latencies, 99).Round(10*time.Microsecond), latencies[len(latencies)-1].Round(10*time.Microsecond), latencies[0].Round(10*time.Microsecond))
 }
 
 // waitFor polls done every 20ms until it reports true, failing the test on
