@@ -11,21 +11,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 )
 
 // readCounter counts the reads a client serves, by verb and type.
@@ -52,7 +46,8 @@ func (c *readCounter) take() map[string]int {
 // fanOutEnv has, in namespace shop, watchEnv's workloads and quotas plus
 // fillers Deployments without quotas, and in namespace quiet fillers
 // Deployments and a StatefulSet and no quota at all. Every read of its
-// reconciler's client is counted.
+// reconciler's client (newFakeEnv's, with the production indexes) is
+// counted.
 func fanOutEnv(t *testing.T, fillers int) (*DownstreamQuotaReconciler, *readCounter) {
 	t.Helper()
 	named := fakeQuota("named-hpa", "Deployment", "api")
@@ -73,19 +68,9 @@ func fanOutEnv(t *testing.T, fillers int) (*DownstreamQuotaReconciler, *readCoun
 		quiet.Namespace = "quiet"
 		objs = append(objs, quiet)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
-	for _, ix := range indexer.Indexes() {
-		b = b.WithIndex(ix.Object, ix.Field, ix.Extract)
-	}
+	env := newFakeEnv(objs...)
 	reads := &readCounter{reads: map[string]int{}}
-	c := interceptor.NewClient(b.Build(), interceptor.Funcs{
+	c := interceptor.NewClient(env.client, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			reads.count("get", obj)
 			return c.Get(ctx, key, obj, opts...)

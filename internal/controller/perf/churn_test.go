@@ -10,12 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
 )
 
@@ -99,7 +97,7 @@ func TestChurn(t *testing.T) {
 	// The sender left some workloads without Ready pods: a quota counts
 	// once it wrote a Ready condition for its generation, True or not.
 	waitFor(ctx, t, "every quota reconciled", func() (bool, error) {
-		return reconciledQuotas(ctx, mgr.GetCache()) == total, nil
+		return countQuotas(ctx, mgr.GetCache(), func(*metav1.Condition) bool { return true }) == total, nil
 	})
 	settle(ctx, t, mgr)
 	t.Logf("cold start over the churn set-up: every quota reconciled and the operator settled %s after its caches synced", time.Since(start).Round(time.Millisecond))
@@ -166,23 +164,6 @@ func TestChurn(t *testing.T) {
 	if errs := mgr.logErrors(t); len(errs) > 0 {
 		t.Logf("manager logged %d errors; first: %s", len(errs), errs[0])
 	}
-}
-
-// reconciledQuotas counts the quotas with a Ready condition for their
-// generation, as the manager's cache sees them.
-func reconciledQuotas(ctx context.Context, c client.Reader) int {
-	var list v1alpha1.DownstreamQuotaList
-	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
-		return 0
-	}
-	n := 0
-	for i := range list.Items {
-		q := &list.Items[i]
-		if meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady) != nil && q.Status.ObservedGeneration == q.Generation {
-			n++
-		}
-	}
-	return n
 }
 
 // podChurn flips the Ready condition of pods, one pod per event, in turn.

@@ -170,6 +170,12 @@ func forEach(t *testing.T, workers, n int, do func(i int) error) {
 // readyQuotas counts the quotas whose Ready is True for their generation,
 // as the manager's cache sees them.
 func readyQuotas(ctx context.Context, c client.Reader) int {
+	return countQuotas(ctx, c, func(ready *metav1.Condition) bool { return ready.Status == metav1.ConditionTrue })
+}
+
+// countQuotas counts the quotas that have a Ready condition for their
+// generation and for which counted holds of it, as c sees them.
+func countQuotas(ctx context.Context, c client.Reader, counted func(ready *metav1.Condition) bool) int {
 	var list v1alpha1.DownstreamQuotaList
 	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return 0
@@ -178,7 +184,7 @@ func readyQuotas(ctx context.Context, c client.Reader) int {
 	for i := range list.Items {
 		q := &list.Items[i]
 		if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c != nil &&
-			c.Status == metav1.ConditionTrue && q.Status.ObservedGeneration == q.Generation {
+			q.Status.ObservedGeneration == q.Generation && counted(c) {
 			n++
 		}
 	}
