@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -274,3 +277,60 @@ func TestPodFanOutIndependentOfNamespace(t *testing.T) {
 		t.Errorf("reads of 50 pod events: %v with no other workloads, %v with 500", per[0], per[500])
 	}
 }
+
+var _ = Describe("Pod events", func() {
+	It("reach the quotas of the Deployment or StatefulSet that owns the pod", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 3))).To(Succeed())
+		db := &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+			Spec: appsv1.StatefulSetSpec{
+				Replicas: ptr.To[int32](2),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "registry.example/db:1"}}},
+				},
+			},
+		}
+		Expect(k8s.Create(ctx, db)).To(Succeed())
+		Expect(k8s.Create(ctx, newQuota(ns, "payments", "api", 50))).To(Succeed())
+		ledger := newQuota(ns, "ledger", "db", 50)
+		ledger.Spec.WorkloadRef.Kind = "StatefulSet"
+		Expect(k8s.Create(ctx, ledger)).To(Succeed())
+		readyPods := func(quota string, want int) {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				q := getQuota(ctx, g, ns, quota)
+				g.Expect(replicasOf(g, q).ReadyPods).To(BeEquivalentTo(want))
+			}).Should(Succeed())
+		}
+		readyPods("payments", 0)
+		readyPods("ledger", 0)
+
+		// The pods come after the quotas: only their own events can tell
+		// the quotas, through their owner references.
+		create := func(pod *corev1.Pod) *corev1.Pod {
+			GinkgoHelper()
+			pod.Namespace = ns
+			pod.Spec = corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}}
+			pod.Status = corev1.PodStatus{}
+			Expect(k8s.Create(ctx, pod)).To(Succeed())
+			return pod
+		}
+		var apiPods, dbPods []*corev1.Pod
+		for i := range 3 {
+			apiPods = append(apiPods, create(deploymentPod(ns, "api", fmt.Sprintf("5d8f7b9c%d", i))))
+		}
+		for i := range 2 {
+			dbPods = append(dbPods, create(ownedPod(ns, fmt.Sprintf("db-%d", i), "apps/v1", "StatefulSet", "db", map[string]string{"app": "db"})))
+		}
+		setReady(ctx, apiPods[:2]...)
+		setReady(ctx, dbPods[0])
+		readyPods("payments", 2)
+		readyPods("ledger", 1)
+		setReady(ctx, apiPods[2], dbPods[1])
+		readyPods("payments", 3)
+		readyPods("ledger", 2)
+	})
+})
