@@ -1,7 +1,16 @@
 package controller
 
 import (
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 )
 
 // stripPod keeps of a pod what the controller reads: its metadata (labels,
@@ -52,4 +61,55 @@ func podLeaving(pod *corev1.Pod) bool { return pod.DeletionTimestamp != nil }
 // over: Ready, and neither terminating nor finished.
 func podServing(pod *corev1.Pod) bool {
 	return podReady(pod) && !podLeaving(pod) && !podFinished(pod)
+}
+
+// podOwner says what a pod's controller owner reference tells about the
+// workload it belongs to.
+type podOwner int
+
+const (
+	// ownerUnknown: the pod has no controller, or one the workload cannot be
+	// told from (a ReplicaSet whose name is not <deployment>-<hash>); only
+	// the workloads' selectors can tell.
+	ownerUnknown podOwner = iota
+	// ownerWorkload: the pod's controller is a StatefulSet, or a ReplicaSet
+	// that a Deployment made; the workload is known.
+	ownerWorkload
+	// ownerOther: the pod's controller is of another kind (a Job, a
+	// DaemonSet, ...); it belongs to no workload a quota may name.
+	ownerOther
+)
+
+// podWorkload returns indexer.WorkloadKey of the Deployment or StatefulSet
+// that controls pod, read from its controller owner reference alone: a
+// StatefulSet controls its pods directly; a Deployment controls a
+// ReplicaSet named <deployment>-<pod-template-hash>, whose pods carry the
+// hash as a label. A Deployment name long enough for the Deployment
+// controller to have cut it short in the ReplicaSet's name cannot be told
+// from it, and neither can a ReplicaSet no Deployment made: both are
+// ownerUnknown.
+func podWorkload(pod client.Object) (string, podOwner) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil {
+		return "", ownerUnknown
+	}
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil || gv.Group != appsv1.GroupName {
+		return "", ownerOther
+	}
+	switch ref.Kind {
+	case kindStatefulSet:
+		return indexer.WorkloadKey(kindStatefulSet, ref.Name), ownerWorkload
+	case "ReplicaSet":
+		hash := pod.GetLabels()[appsv1.DefaultDeploymentUniqueLabelKey]
+		name, ok := strings.CutSuffix(ref.Name, "-"+hash)
+		// The Deployment controller cuts the Deployment's name so that the
+		// ReplicaSet's fits in a DNS subdomain: a name of exactly that
+		// length may be the start of a longer one.
+		if hash == "" || !ok || name == "" || len(name) >= validation.DNS1123SubdomainMaxLength-1-len(hash) {
+			return "", ownerUnknown
+		}
+		return indexer.WorkloadKey(kindDeployment, name), ownerWorkload
+	}
+	return "", ownerOther
 }

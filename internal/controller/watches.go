@@ -223,35 +223,92 @@ func (r *DownstreamQuotaReconciler) quotasForHPA(ctx context.Context, obj client
 	return reqs
 }
 
-// quotasForPod maps a pod to the quotas of every workload of its namespace
-// whose selector matches its labels: the same match by which a reconcile
-// counts pods. Pod metadata alone does not name a Deployment (its owner is
-// a ReplicaSet), and the selector is the rule the count follows anyway.
+// quotasForPod maps a pod to the quotas that count it: those of the
+// workload whose selector matches its labels, the match by which a
+// reconcile counts pods.
+//
+// A pod event costs work in proportion to the quotas of the pod's workload,
+// not to its namespace. A pod that a Deployment's ReplicaSet or a
+// StatefulSet controls names its workload in its owner reference
+// (podWorkload): one lookup in the quota index by workload key, which finds
+// nothing in a namespace without quotas. A pod that another kind of
+// controller owns (a Job, a DaemonSet) belongs to no workload a quota may
+// name and costs nothing. Only a pod without a known controller (created
+// alone, or by a ReplicaSet no Deployment made) is matched against the
+// selectors of the workloads that the namespace's quotas name
+// (quotasSelecting).
+//
+// The owner stands for the selector: a controller adopts only pods its
+// selector matches and releases a pod whose labels stop matching, and an
+// update maps both the old and the new pod. What the owner does not tell is
+// a workload whose selector also matches another workload's pods, which
+// Kubernetes warns against: its quotas count such a pod, but see its
+// changes only at their next reconcile.
 func (r *DownstreamQuotaReconciler) quotasForPod(ctx context.Context, obj client.Object) []reconcile.Request {
-	podLabels := labels.Set(obj.GetLabels())
+	switch key, owner := podWorkload(obj); owner {
+	case ownerWorkload:
+		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: key})
+	case ownerOther:
+		return nil
+	}
+	return r.quotasSelecting(ctx, obj)
+}
+
+// quotasSelecting maps a pod to the quotas of its namespace whose workload's
+// selector matches its labels, reading each workload a quota names once.
+// A namespace without quotas costs one lookup of the quota cache.
+func (r *DownstreamQuotaReconciler) quotasSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
 	ns := obj.GetNamespace()
+	var quotas v1alpha1.DownstreamQuotaList
+	if err := r.client.List(ctx, &quotas, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "namespace", ns)
+		return nil
+	}
+	if len(quotas.Items) == 0 {
+		return nil
+	}
+	podLabels := labels.Set(obj.GetLabels())
+	matches := map[v1alpha1.WorkloadReference]bool{}
 	var reqs []reconcile.Request
-	matches := func(kind, name string, sel *metav1.LabelSelector) {
-		s, err := metav1.LabelSelectorAsSelector(sel)
-		if err == nil && !s.Empty() && s.Matches(podLabels) {
-			reqs = append(reqs, r.quotasMatching(ctx, ns, client.MatchingFields{indexer.QuotaWorkloadKey: indexer.WorkloadKey(kind, name)})...)
+	for i := range quotas.Items {
+		q := &quotas.Items[i]
+		ref := v1alpha1.WorkloadReference{Kind: q.Spec.WorkloadRef.Kind, Name: q.Spec.WorkloadRef.Name}
+		match, seen := matches[ref]
+		if !seen {
+			match = r.workloadSelects(ctx, ns, ref, podLabels)
+			matches[ref] = match
+		}
+		if match {
+			reqs = append(reqs, request(q.Namespace, q.Name))
 		}
 	}
-	var deployments appsv1.DeploymentList
-	if err := r.client.List(ctx, &deployments, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Failed to list deployments", "namespace", ns)
-	}
-	for i := range deployments.Items {
-		matches(kindDeployment, deployments.Items[i].Name, deployments.Items[i].Spec.Selector)
-	}
-	var statefulSets appsv1.StatefulSetList
-	if err := r.client.List(ctx, &statefulSets, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Failed to list statefulsets", "namespace", ns)
-	}
-	for i := range statefulSets.Items {
-		matches(kindStatefulSet, statefulSets.Items[i].Name, statefulSets.Items[i].Spec.Selector)
-	}
 	return reqs
+}
+
+// workloadSelects reports whether the Deployment or StatefulSet ref of
+// namespace exists and its selector matches podLabels. An empty selector
+// matches nothing (apps/v1 rejects one anyway).
+func (r *DownstreamQuotaReconciler) workloadSelects(ctx context.Context, ns string, ref v1alpha1.WorkloadReference, podLabels labels.Set) bool {
+	key := client.ObjectKey{Namespace: ns, Name: ref.Name}
+	var selector *metav1.LabelSelector
+	switch ref.Kind {
+	case kindDeployment:
+		var d appsv1.Deployment
+		if err := r.client.Get(ctx, key, &d); err != nil {
+			return false
+		}
+		selector = d.Spec.Selector
+	case kindStatefulSet:
+		var s appsv1.StatefulSet
+		if err := r.client.Get(ctx, key, &s); err != nil {
+			return false
+		}
+		selector = s.Spec.Selector
+	default:
+		return false
+	}
+	s, err := metav1.LabelSelectorAsSelector(selector)
+	return err == nil && !s.Empty() && s.Matches(podLabels)
 }
 
 // configMapHandler maps events on the operator's ConfigMaps to quotas. A

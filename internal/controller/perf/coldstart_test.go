@@ -130,18 +130,31 @@ func TestColdStart(t *testing.T) {
 // createAll creates objects with 8 concurrent writers.
 func createAll(ctx context.Context, t *testing.T, k8s client.Client, objects []client.Object) {
 	t.Helper()
+	forEach(t, 8, len(objects), func(i int) error {
+		if err := k8s.Create(ctx, objects[i]); err != nil {
+			return fmt.Errorf("create %T %s: %w", objects[i], objects[i].GetName(), err)
+		}
+		return nil
+	})
+}
+
+// forEach calls do for 0..n-1 from a pool of workers goroutines, and fails
+// the test with the first error once they stopped; a worker stops at its
+// first error.
+func forEach(t *testing.T, workers, n int, do func(i int) error) {
+	t.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
+	errs := make(chan error, workers)
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(objects) {
+				if i >= n {
 					return
 				}
-				if err := k8s.Create(ctx, objects[i]); err != nil {
-					errs <- fmt.Errorf("create %T %s: %w", objects[i], objects[i].GetName(), err)
+				if err := do(i); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -157,6 +170,12 @@ func createAll(ctx context.Context, t *testing.T, k8s client.Client, objects []c
 // readyQuotas counts the quotas whose Ready is True for their generation,
 // as the manager's cache sees them.
 func readyQuotas(ctx context.Context, c client.Reader) int {
+	return countQuotas(ctx, c, func(ready *metav1.Condition) bool { return ready.Status == metav1.ConditionTrue })
+}
+
+// countQuotas counts the quotas that have a Ready condition for their
+// generation and for which counted holds of it, as c sees them.
+func countQuotas(ctx context.Context, c client.Reader, counted func(ready *metav1.Condition) bool) int {
 	var list v1alpha1.DownstreamQuotaList
 	if err := c.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return 0
@@ -165,7 +184,7 @@ func readyQuotas(ctx context.Context, c client.Reader) int {
 	for i := range list.Items {
 		q := &list.Items[i]
 		if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c != nil &&
-			c.Status == metav1.ConditionTrue && q.Status.ObservedGeneration == q.Generation {
+			q.Status.ObservedGeneration == q.Generation && counted(c) {
 			n++
 		}
 	}

@@ -168,7 +168,8 @@ func (m *runningManager) logErrors(t *testing.T) []string {
 
 // controllerMetric sums the samples of a metric family of the global
 // registry that belong to the controller: whose label (controller, or name
-// for the work queue) is its name.
+// for the work queue) is its name. A histogram's sample is the sum of its
+// observations.
 func controllerMetric(t *testing.T, family, label string) float64 {
 	const value = bpcontroller.ControllerName
 	t.Helper()
@@ -190,6 +191,8 @@ func controllerMetric(t *testing.T, family, label string) float64 {
 			sum += m.GetCounter().GetValue()
 		case m.GetGauge() != nil:
 			sum += m.GetGauge().GetValue()
+		case m.GetHistogram() != nil:
+			sum += m.GetHistogram().GetSampleSum()
 		}
 	}
 	return sum

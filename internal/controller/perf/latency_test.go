@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,28 +23,80 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
-// TestReplicasToConfigMapLatency measures the time from a change of a
-// workload's spec replicas (a scale subresource patch, as kubectl scale and
-// the HPA write it) to a watcher of the workload's ConfigMap seeing the new
-// plan. The clock starts before the patch is sent, so each figure includes
-// the patch's own round trip.
-func TestReplicasToConfigMapLatency(t *testing.T) {
+// TestReadyPodsToConfigMapLatency measures the time from a change of the
+// number of a workload's Ready pods (the divisor: a pod's Ready condition
+// flips, as the kubelet writes it) to a watcher of the workload's ConfigMap
+// seeing the new plan. The clock starts before the status patch is sent, so
+// each figure includes the patch's own round trip.
+func TestReadyPodsToConfigMapLatency(t *testing.T) {
 	requirePerf(t)
 	changes := envInt(t, "BACKPRESSURE_PERF_CHANGES", 200)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cfg, k8s := startAPIServer(t)
 	startManager(ctx, t, cfg)
+	probe := newReadyProbe(ctx, t, cfg, k8s, "latency")
+	latencies := make([]time.Duration, 0, changes)
+	for i := range changes {
+		d, err := probe.change(ctx)
+		if err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+		latencies = append(latencies, d)
+	}
+	slices.Sort(latencies)
+	t.Logf("Ready pods → ConfigMap over %d changes: %s", changes, summary(latencies))
+}
 
-	const ns = "latency"
+// summary formats the median, p90, p99, maximum and minimum of sorted
+// durations.
+func summary(sorted []time.Duration) string {
+	if len(sorted) == 0 {
+		return "no samples"
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	return fmt.Sprintf("median %s, p90 %s, p99 %s, max %s (min %s)",
+		r(percentile(sorted, 50)), r(percentile(sorted, 90)), r(percentile(sorted, 99)), r(sorted[len(sorted)-1]), r(sorted[0]))
+}
+
+// readyProbe is a Deployment with three Ready pods and a quota of 1000
+// permits at 100% safety, in a namespace of their own. It flips the third
+// pod's Ready condition to time how fast the new division reaches the
+// ConfigMap: a pod that stops being Ready is told 0 permits at once, and
+// one that is Ready again gets back the share it may still hold (nobody
+// acknowledges here, so the other two keep theirs).
+type readyProbe struct {
+	k8s       client.Client
+	pod       *corev1.Pod
+	ready     bool
+	published <-chan publishedPlan
+}
+
+// publishedPlan is the share of the probe's flipping pod that a watcher of
+// the ConfigMap saw, and when.
+type publishedPlan struct {
+	permits int
+	at      time.Time
+}
+
+// newReadyProbe creates the probe's namespace, workload, pods and quota,
+// waits for the first plan, and starts watching the ConfigMap until ctx
+// ends.
+func newReadyProbe(ctx context.Context, t *testing.T, cfg *rest.Config, k8s client.Client, ns string) *readyProbe {
+	t.Helper()
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	d := deployment(ns, "api", 10)
-	if err := k8s.Create(ctx, d); err != nil {
+	if err := k8s.Create(ctx, deployment(ns, "api", 3)); err != nil {
 		t.Fatal(err)
 	}
-	// 1000 permits at 100% safety: 10 replicas get 100 each, 20 get 50.
+	var pods []*corev1.Pod
+	createPods(ctx, t, k8s, 3, func(i int) *corev1.Pod {
+		p := realisticPod(ns, "api", i)
+		pods = append(pods, p)
+		return p
+	})
+	flipping := podName("api", 2)
 	q := quota(ns, "payments", "api", 1000)
 	q.Spec.SafetyPercent = 100
 	if err := k8s.Create(ctx, q); err != nil {
@@ -54,7 +107,7 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 			return false, err
 		}
 		c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionTrue, nil
+		return c != nil && c.Status == metav1.ConditionTrue && q.Status.Replicas != nil && q.Status.Replicas.Divisor == 3, nil
 	})
 
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -62,12 +115,8 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
-	type seen struct {
-		permits int
-		at      time.Time
-	}
-	published := make(chan seen, 16)
+	t.Cleanup(w.Stop)
+	published := make(chan publishedPlan, 16)
 	go func() {
 		defer close(published)
 		for ev := range w.ResultChan() {
@@ -79,39 +128,45 @@ func TestReplicasToConfigMapLatency(t *testing.T) {
 				continue
 			}
 			if doc, err := plan.Parse([]byte(cm.Data["payments.json"])); err == nil {
-				published <- seen{doc.Permits, time.Now()}
+				published <- publishedPlan{doc.For(flipping).Permits, time.Now()}
 			}
 		}
 	}()
+	return &readyProbe{k8s: k8s, pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: flipping}}, ready: true, published: published}
+}
 
-	latencies := make([]time.Duration, 0, changes)
-	replicas := int32(10)
-	for i := range changes {
-		replicas = 30 - replicas // 10 ↔ 20
-		want := 1000 / int(replicas)
-		start := time.Now()
-		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
-		// The response is a Scale, decoded into the object given: give a copy.
-		if err := k8s.SubResource("scale").Patch(ctx, d.DeepCopy(), patch); err != nil {
-			t.Fatalf("change %d: scale: %v", i, err)
-		}
-		for got := range published {
-			if got.permits == want {
-				latencies = append(latencies, got.at.Sub(start))
-				break
+// change flips the probe pod's Ready condition and returns the time until
+// the watcher saw its share follow: none when it is not Ready, some when it
+// is.
+func (p *readyProbe) change(ctx context.Context) (time.Duration, error) {
+	p.ready = !p.ready
+	status := corev1.ConditionFalse
+	if p.ready {
+		status = corev1.ConditionTrue
+	}
+	start := time.Now()
+	if err := p.k8s.Status().Patch(ctx, p.pod.DeepCopy(), readyPatch(status)); err != nil {
+		return 0, fmt.Errorf("pod status: %w", err)
+	}
+	for {
+		select {
+		case got, ok := <-p.published:
+			if !ok {
+				return 0, fmt.Errorf("the ConfigMap watch ended")
 			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("change %d: %v", i, ctx.Err())
+			if (got.permits > 0) == p.ready {
+				return got.at.Sub(start), nil
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 	}
-	if len(latencies) != changes {
-		t.Fatalf("saw %d of %d changes", len(latencies), changes)
-	}
-	slices.Sort(latencies)
-	t.Logf("spec.replicas → ConfigMap over %d changes: median %s, p90 %s, p99 %s, max %s (min %s)",
-		changes, percentile(latencies, 50).Round(10*time.Microsecond), percentile(latencies, 90).Round(10*time.Microsecond),
-		percentile(latencies, 99).Round(10*time.Microsecond), latencies[len(latencies)-1].Round(10*time.Microsecond), latencies[0].Round(10*time.Microsecond))
+}
+
+// readyPatch is a strategic merge patch of a pod's status that sets its
+// Ready condition's status.
+func readyPatch(status corev1.ConditionStatus) client.Patch {
+	return client.RawPatch(types.StrategicMergePatchType, fmt.Appendf(nil, `{"status":{"conditions":[{"type":"Ready","status":%q}]}}`, status))
 }
 
 // waitFor polls done every 20ms until it reports true, failing the test on

@@ -1,0 +1,237 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
+)
+
+// churnP99Goal is the p99 of a Ready pods change to ConfigMap (the
+// replicas that count: the divisor is the Ready pods) that the operator
+// must keep while pods churn around it.
+const churnP99Goal = 100 * time.Millisecond
+
+// TestChurn measures the operator under pod churn: by default 20,000
+// realistic pods over 2,000 Deployments (in 20 namespaces) with one quota
+// each, and 200 pod events per second for a minute, each flipping one
+// pod's Ready condition (a change every quota of the pod's workload must
+// see). It reports the operator's CPU per event, its reconciles per event,
+// and the cache memory per pod, and asserts that a change of another
+// workload's Ready pods (readyProbe) reaches its ConfigMap within
+// churnP99Goal at the 99th percentile during the churn.
+//
+// The operator runs in the test's process, and so does the client that
+// sends the events: its CPU per event is measured first, alone (before the
+// operator starts), and taken off the process's.
+func TestChurn(t *testing.T) {
+	requirePerf(t)
+	pods := envInt(t, "BACKPRESSURE_PERF_CHURN_PODS", 20000)
+	workloads := envInt(t, "BACKPRESSURE_PERF_CHURN_WORKLOADS", 2000)
+	rate := envInt(t, "BACKPRESSURE_PERF_CHURN_RATE", 200)
+	duration := time.Duration(envInt(t, "BACKPRESSURE_PERF_CHURN_SECONDS", 60)) * time.Second
+	const namespaces = 20
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	cfg, k8s := startAPIServer(t)
+
+	setupStart := time.Now()
+	var objects []client.Object
+	for n := range min(namespaces, workloads) {
+		objects = append(objects, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", n)}})
+	}
+	createAll(ctx, t, k8s, objects)
+	objects = objects[:0]
+	workloadOf := func(i int) (ns, name string) {
+		w := i % workloads
+		return fmt.Sprintf("churn-%d", w%namespaces), fmt.Sprintf("app-%04d", w)
+	}
+	perWorkload := int32(max(1, pods/workloads))
+	for w := range workloads {
+		ns, name := workloadOf(w)
+		objects = append(objects, deployment(ns, name, perWorkload), quota(ns, name+"-api", name, 4*perWorkload))
+	}
+	createAll(ctx, t, k8s, objects)
+	// Pod i belongs to workload i mod workloads, so that successive events
+	// reach successive workloads.
+	createPods(ctx, t, k8s, pods, func(i int) *corev1.Pod {
+		ns, name := workloadOf(i)
+		return realisticPod(ns, name, i)
+	})
+	t.Logf("set-up: %d pods over %d Deployments with %d quotas in %d namespaces in %s",
+		pods, workloads, workloads, min(namespaces, workloads), time.Since(setupStart).Round(time.Millisecond))
+
+	perPod := cacheHeapPerPod(ctx, t, cfg, bpcontroller.CacheOptions(), &corev1.Pod{}, pods)
+	t.Logf("pod cache memory: %.0f B of Go heap in use per pod (%d pods, as the controller caches them)", perPod, pods)
+
+	gen := &podChurn{k8s: k8s, pods: pods, name: func(i int) types.NamespacedName {
+		ns, name := workloadOf(i)
+		return types.NamespacedName{Namespace: ns, Name: podName(name, i)}
+	}}
+	gen.ready = make([]atomic.Bool, pods)
+	for i := range gen.ready {
+		gen.ready[i].Store(true)
+	}
+	// The sender's own CPU, without the operator.
+	baseline := min(duration, 10*time.Second)
+	cpuBefore := readCPU()
+	sent := gen.run(ctx, t, rate, baseline)
+	senderCPU := readCPU().sub(cpuBefore).self
+	senderPerEvent := senderCPU / time.Duration(max(sent, 1))
+	t.Logf("the event sender alone: %d events in %s, %s of CPU per event", sent, baseline, senderPerEvent.Round(time.Microsecond))
+
+	mgr := startManager(ctx, t, cfg)
+	probe := newReadyProbe(ctx, t, cfg, k8s, "churn-probe")
+	total := workloads + 1
+	start := time.Now()
+	// The sender left some workloads without Ready pods: a quota counts
+	// once it wrote a Ready condition for its generation, True or not.
+	waitFor(ctx, t, "every quota reconciled", func() (bool, error) {
+		return countQuotas(ctx, mgr.GetCache(), func(*metav1.Condition) bool { return true }) == total, nil
+	})
+	settle(ctx, t, mgr)
+	t.Logf("cold start over the churn set-up: every quota reconciled and the operator settled %s after its caches synced", time.Since(start).Round(time.Millisecond))
+
+	reconciledBefore := controllerMetric(t, "controller_runtime_reconcile_total", "controller")
+	reconcileSecondsBefore := controllerMetric(t, "controller_runtime_reconcile_time_seconds", "controller")
+	writesBefore := mgr.writes.Total()
+	cpuBefore = readCPU()
+	probeDone := make(chan []time.Duration, 1)
+	churnCtx, endChurn := context.WithCancel(ctx)
+	go func() {
+		var latencies []time.Duration
+		defer func() { probeDone <- latencies }()
+		for churnCtx.Err() == nil {
+			changeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			d, err := probe.change(changeCtx)
+			cancel()
+			if err != nil {
+				t.Errorf("probe: %v", err)
+				return
+			}
+			latencies = append(latencies, d)
+			select {
+			case <-churnCtx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Logf("churn: sending %d pod events a second for %s", rate, duration)
+	churnStart := time.Now()
+	events := gen.run(ctx, t, rate, duration)
+	churnTook := time.Since(churnStart)
+	endChurn()
+	latencies := <-probeDone
+	cpu := readCPU().sub(cpuBefore)
+	reconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller") - reconciledBefore
+	writes := mgr.writes.Total() - writesBefore
+	reconcileSeconds := controllerMetric(t, "controller_runtime_reconcile_time_seconds", "controller") - reconcileSecondsBefore
+	depth := controllerMetric(t, "workqueue_depth", "name")
+
+	operatorCPU := cpu.self - senderPerEvent*time.Duration(events)
+	slices.Sort(latencies)
+	t.Logf("churn: %d pod events in %s (%.0f per second; goal %d)", events, churnTook.Round(time.Millisecond), float64(events)/churnTook.Seconds(), rate)
+	t.Logf("churn CPU: operator %s per event (test process %s less the sender's %s per event); API server and etcd %s per event",
+		(operatorCPU / time.Duration(max(events, 1))).Round(time.Microsecond), cpu.self.Round(10*time.Millisecond),
+		senderPerEvent.Round(time.Microsecond), (cpu.controlPlane / time.Duration(max(events, 1))).Round(time.Microsecond))
+	t.Logf("churn reconciles: %.0f, %.2f per event (the probe's %d changes included), %s each on average; API writes %d, %.2f per event; queue depth %.0f at the end",
+		reconciles, reconciles/float64(max(events, 1)), len(latencies), (time.Duration(reconcileSeconds / max(reconciles, 1) * 1e9)).Round(time.Millisecond),
+		writes, float64(writes)/float64(max(events, 1)), depth)
+	t.Logf("churn Ready pods → ConfigMap over %d changes: %s", len(latencies), summary(latencies))
+
+	// The queue drains, but the operator does not fall silent: pods that
+	// gave up a share never acknowledge it here, so the handovers wait out
+	// their unacknowledged delay and write as they do.
+	drainStart := time.Now()
+	for controllerMetric(t, "workqueue_depth", "name") > 0 && time.Since(drainStart) < 3*time.Minute {
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("churn: the work queue held %.0f quotas %s after the churn", controllerMetric(t, "workqueue_depth", "name"), time.Since(drainStart).Round(100*time.Millisecond))
+	if len(latencies) == 0 {
+		t.Fatal("the probe measured nothing during the churn")
+	}
+	if p99 := percentile(latencies, 99); p99 >= churnP99Goal {
+		t.Errorf("Ready pods → ConfigMap p99 during the churn is %s, goal < %s", p99.Round(10*time.Microsecond), churnP99Goal)
+	}
+	if errs := mgr.logErrors(t); len(errs) > 0 {
+		t.Logf("manager logged %d errors; first: %s", len(errs), errs[0])
+	}
+}
+
+// podChurn flips the Ready condition of pods, one pod per event, in turn.
+type podChurn struct {
+	k8s   client.Client
+	pods  int
+	name  func(i int) types.NamespacedName
+	ready []atomic.Bool
+	next  int
+}
+
+// run sends events at rate per second for d, from 32 concurrent senders so
+// that a slow response does not hold back the rate, and returns how many it
+// sent. When every sender is busy the pace falls behind, which the caller
+// sees in the count.
+func (c *podChurn) run(ctx context.Context, t *testing.T, rate int, d time.Duration) int {
+	t.Helper()
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	for range 32 {
+		wg.Go(func() {
+			for i := range jobs {
+				if err := c.flip(ctx, i); err != nil {
+					if failed.Add(1) == 1 {
+						firstErr.Store(err)
+					}
+				}
+			}
+		})
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	sent := 0
+	for next := start; time.Since(start) < d; next = next.Add(interval) {
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		}
+		select {
+		case jobs <- c.next % c.pods:
+			c.next++
+			sent++
+		case <-ctx.Done():
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d pod events failed; first: %v", n, sent, firstErr.Load())
+	}
+	return sent
+}
+
+// flip patches pod i's Ready condition to the opposite of what it was.
+func (c *podChurn) flip(ctx context.Context, i int) error {
+	ready := !c.ready[i].Load()
+	c.ready[i].Store(ready)
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	key := c.name(i)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	if err := c.k8s.Status().Patch(ctx, pod, readyPatch(status)); err != nil {
+		return fmt.Errorf("pod %s: %w", key, err)
+	}
+	return nil
+}
