@@ -106,6 +106,22 @@ bench: ## Benchmark the gate and the dispatcher against their peers in one run (
 	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ ./pkg/runtime/dispatch/ | tee _output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 
+# Each round runs the three vias one after the other, so that a change in the
+# machine's load touches all three alike; the rounds are the samples.
+PROXY_BENCH_ROUNDS ?= 6
+PROXY_BENCH_TIME ?= 2s
+
+.PHONY: bench-proxy
+bench-proxy: ## Measure the sidecar proxy beside a direct call and a plain httputil.ReverseProxy at 2 cores (_output/bench-proxy.txt).
+	@mkdir -p _output
+	$(GO) test -c -o _output/backpressure-proxy.test ./cmd/backpressure-proxy/
+	@rm -f _output/bench-proxy.txt
+	for i in $$(seq $(PROXY_BENCH_ROUNDS)); do \
+		(cd cmd/backpressure-proxy && ../../_output/backpressure-proxy.test -test.run '^$$' -test.bench BenchmarkProxy \
+			-test.cpu 2 -test.count 1 -test.benchtime $(PROXY_BENCH_TIME)) | tee -a _output/bench-proxy.txt; \
+	done
+	$(BENCHSTAT) -col '/via@(reverseproxy backpressure direct)' _output/bench-proxy.txt
+
 # perf runs no kubectl, so a KUBEBUILDER_ASSETS with kube-apiserver and etcd
 # alone will do.
 .PHONY: perf

@@ -26,6 +26,7 @@ type config struct {
 	acknowledge     bool
 	metricsListen   string
 	shutdownTimeout time.Duration
+	version         bool
 }
 
 // route is one local port standing for one downstream.
@@ -134,6 +135,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.planDir, "plan-dir", "", "read the plans from a mounted directory (one <gate>.json per gate) instead of --configmap")
 	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
 	fs.StringVar(&c.metricsListen, "metrics-listen", ":9090", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
 
 	if err := fs.Parse(args); err != nil {
@@ -148,6 +150,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 
+	if c.version {
+		return c, nil
+	}
 	var errs []error
 	if len(c.routes) == 0 && c.forwardListen == "" {
 		errs = append(errs, errors.New("at least one --route or --forward-listen is required"))

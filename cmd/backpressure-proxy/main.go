@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -38,12 +39,18 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/version"
 )
 
 func main() {
 	log := newLogger(os.Stderr)
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err == nil && cfg.version {
+		fmt.Println("backpressure-proxy", version.Get())
 		return
 	}
 	if err == nil {
