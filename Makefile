@@ -188,6 +188,13 @@ docker-build: ## Build the manager image IMG (needs a Docker engine, or CONTAINE
 docker-push: ## Push the manager image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
 
+# The sidecar's image, the Dockerfile's proxy target.
+PROXY_IMG ?= backpressure-proxy:latest
+
+.PHONY: docker-build-proxy
+docker-build-proxy: ## Build the sidecar image PROXY_IMG, backpressure-proxy (the Dockerfile's proxy target).
+	$(CONTAINER_TOOL) build --target proxy -t $(PROXY_IMG) .
+
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.
 	@mkdir -p _output/deploy
