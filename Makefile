@@ -106,9 +106,11 @@ bench: ## Benchmark the gate and the dispatcher against their peers in one run (
 	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ ./pkg/runtime/dispatch/ | tee _output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 
-# Each round runs the three vias one after the other, so that a change in the
-# machine's load touches all three alike; the rounds are the samples.
-PROXY_BENCH_ROUNDS ?= 6
+# Each round runs the three vias, each in a process of its own, in an order
+# that rotates from round to round, so that neither a change in the
+# machine's load nor the one before it in the same process favours one of
+# them; the rounds are the samples.
+PROXY_BENCH_ROUNDS ?= 8
 PROXY_BENCH_TIME ?= 2s
 
 .PHONY: bench-proxy
@@ -116,9 +118,14 @@ bench-proxy: ## Measure the sidecar proxy beside a direct call and a plain httpu
 	@mkdir -p _output
 	$(GO) test -c -o _output/backpressure-proxy.test ./cmd/backpressure-proxy/
 	@rm -f _output/bench-proxy.txt
+	@set -- direct reverseproxy backpressure; \
 	for i in $$(seq $(PROXY_BENCH_ROUNDS)); do \
-		(cd cmd/backpressure-proxy && ../../_output/backpressure-proxy.test -test.run '^$$' -test.bench BenchmarkProxy \
-			-test.cpu 2 -test.count 1 -test.benchtime $(PROXY_BENCH_TIME)) | tee -a _output/bench-proxy.txt; \
+		for via in "$$@"; do \
+			(cd cmd/backpressure-proxy && ../../_output/backpressure-proxy.test -test.run '^$$' \
+				-test.bench "BenchmarkProxy/mode=.*/via=$$via\$$" -test.cpu 2 -test.count 1 \
+				-test.benchtime $(PROXY_BENCH_TIME)) | tee -a _output/bench-proxy.txt; \
+		done; \
+		set -- "$${@:2}" "$$1"; \
 	done
 	$(BENCHSTAT) -col '/via@(reverseproxy backpressure direct)' _output/bench-proxy.txt
 
