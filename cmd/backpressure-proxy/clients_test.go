@@ -238,15 +238,29 @@ func checkLocalRejection(t *testing.T, client string, a answer, status int, reas
 	}
 }
 
-func TestCurlThroughTheProxy(t *testing.T) {
-	need(t, "curl")
+// startForClients starts an upstream with a large body and a proxy with
+// room for every call: a route to the upstream's URL with path appended, and
+// a forwarding port admitting 127.0.0.1. It returns the upstream and the
+// route's and the forwarding port's URLs.
+func startForClients(t *testing.T, path string) (u *upstream, route, fwd string) {
+	t.Helper()
 	dir := t.TempDir()
 	writePlan(t, dir, testPlan(testGate, 64, 0))
-	u := startUpstream(t, bigSize)
+	u = startUpstream(t, bigSize)
 	p := startProxy(t, nil, "--plan-dir", dir,
-		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL+"/base",
+		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL+path,
 		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
-	route, fwd := "http://"+p.addr(testGate), "http://"+p.addr("forward")
+	t.Cleanup(func() {
+		if v, ok := p.metric(t, `backpressure_gate_admitted_total{gate="`+testGate+`"}`); !ok || v == "0" {
+			t.Errorf("backpressure_gate_admitted_total = %q, %v after the calls", v, ok)
+		}
+	})
+	return u, "http://" + p.addr(testGate), "http://" + p.addr("forward")
+}
+
+func TestCurlThroughTheProxy(t *testing.T) {
+	need(t, "curl")
+	u, route, fwd := startForClients(t, "/base")
 	// The route's upstream has a path: the proxy joins it with the call's.
 	mux := http.NewServeMux()
 	mux.Handle("/base/", http.StripPrefix("/base", u.Config.Handler))
@@ -318,9 +332,6 @@ func TestCurlThroughTheProxy(t *testing.T) {
 			t.Errorf("curl through a CONNECT: %v %s; want a failure naming 405", err, out)
 		}
 	})
-	if v, ok := p.metric(t, `backpressure_gate_admitted_total{gate="`+testGate+`"}`); !ok || v == "0" {
-		t.Errorf("backpressure_gate_admitted_total = %q, %v after the calls", v, ok)
-	}
 }
 
 // mustBig is bigFile's path alone.
@@ -331,13 +342,7 @@ func mustBig(t *testing.T, u *upstream) string {
 
 func TestPythonThroughTheProxy(t *testing.T) {
 	need(t, "python3")
-	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 64, 0))
-	u := startUpstream(t, bigSize)
-	p := startProxy(t, nil, "--plan-dir", dir,
-		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL,
-		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
-	route, fwd := "http://"+p.addr(testGate), "http://"+p.addr("forward")
+	u, route, fwd := startForClients(t, "")
 
 	t.Run("streams as the downstream flushes", func(t *testing.T) {
 		cmd := exec.Command(need(t, "python3"), "testdata/client.py", "stream", route+"/stream")

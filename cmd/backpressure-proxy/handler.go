@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // The headers the proxy adds to the answers it writes itself. The
@@ -39,15 +41,47 @@ var rejectedValue = []string{"true"}
 // limited, 503 otherwise, with Retry-After), and proxies the admitted ones
 // with rp. The permit is held until rp has copied the whole response,
 // trailers included, to the client.
-func gated(g *gate.Gate, rp *httputil.ReverseProxy) http.Handler {
+//
+// A client that leaves does not end the call at once: the downstream is
+// still working on it, and counts it in flight until it answers, so the
+// permit stays taken until then, for at most linger() after the client
+// left (the plan's deadline), after which the call is cancelled. Releasing
+// the permit when the client leaves would let a new call in while the
+// downstream still holds the abandoned one, and exceed the contract
+// whenever callers time out.
+func gated(g *gate.Gate, rp http.Handler, linger func() time.Duration) http.Handler {
 	admitted := httpmw.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		delete(w.Header(), RejectedHeader)
-		rp.ServeHTTP(w, r)
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		defer cancel()
+		stop := context.AfterFunc(r.Context(), func() {
+			t := time.AfterFunc(linger(), cancel)
+			context.AfterFunc(ctx, func() { t.Stop() })
+		})
+		defer stop()
+		rp.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header()[RejectedHeader] = rejectedValue
 		admitted.ServeHTTP(w, r)
 	})
+}
+
+// defaultLinger bounds how long a call whose client has left may keep its
+// permit when the plan gives no deadline.
+const defaultLinger = 10 * time.Second
+
+// lingerFor returns the linger of gated for the gate name: the deadline of
+// the plan in force, or defaultLinger.
+func lingerFor(plans interface {
+	Plan(string) (plan.Document, bool)
+}, name string) func() time.Duration {
+	return func() time.Duration {
+		if d, ok := plans.Plan(name); ok && d.Deadline() > 0 {
+			return d.Deadline()
+		}
+		return defaultLinger
+	}
 }
 
 // upstreamTransport sends the admitted calls. Compression is off so that
@@ -109,14 +143,14 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, gates func(string) *gate.Gate, t http.RoundTripper, log *slog.Logger) *forwarder {
+func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) *forwarder {
 	rp := newReverseProxy(nil, t, log)
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
 		h, ok := byGate[name]
 		if !ok {
-			h = gated(gates(name), rp)
+			h = gated(rt.Gate(name), rp, lingerFor(rt, name))
 			byGate[name] = h
 		}
 		f.hosts[host] = h

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,10 +56,10 @@ func writePlan(t testing.TB, dir string, d plan.Document) {
 // running is a proxy serving in the test process.
 type running struct {
 	*proxy
-	log    *syncWriter // its JSON log lines
-	cancel context.CancelFunc
-	done   chan struct{} // closed when serve has returned
-	err    error         // serve's result, once done is closed
+	logPath string // its JSON log lines
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when serve has returned
+	err     error         // serve's result, once done is closed
 }
 
 // stop ends serve's context and returns its result.
@@ -75,24 +73,6 @@ func (r *running) stop(t testing.TB) error {
 		t.Fatal("the proxy did not stop within 30s")
 		return nil
 	}
-}
-
-// syncWriter keeps what the proxy's goroutines log.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // startProxy parses args (plus a free metrics port unless args set one),
@@ -110,14 +90,19 @@ func startProxy(t testing.TB, ack *reload.AckOptions, args ...string) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncWriter{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logPath := filepath.Join(t.TempDir(), "proxy.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	log := slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p, err := newProxy(t.Context(), cfg, src, ack, log)
 	if err != nil {
 		t.Fatalf("newProxy: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{proxy: p, log: logs, cancel: cancel, done: make(chan struct{})}
+	r := &running{proxy: p, logPath: logPath, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		r.err = p.serve(ctx)
 		close(r.done)
@@ -140,7 +125,19 @@ func startProxy(t testing.TB, ack *reload.AckOptions, args ...string) *running {
 // ("name{labels}") on the proxy's /metrics, and false when there is none.
 func (r *running) metric(t testing.TB, series string) (string, bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + r.metricsAddr + "/metrics")
+	_, body, _ := get(t, "http://"+r.metricsAddr+"/metrics")
+	for line := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// get calls url from Go and returns the status, the body and the trailers.
+func get(t testing.TB, url string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +146,7 @@ func (r *running) metric(t testing.TB, series string) (string, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			return rest, true
-		}
-	}
-	return "", false
+	return resp.StatusCode, string(body), resp.Trailer
 }
 
 // eventually polls cond every 20ms for up to timeout.

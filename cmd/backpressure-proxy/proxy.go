@@ -67,13 +67,13 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *reload.A
 
 	t := upstreamTransport()
 	for _, r := range cfg.routes {
-		h := gated(p.rt.Gate(r.gate), newReverseProxy(r.upstream, t, log))
+		h := gated(p.rt.Gate(r.gate), newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		if err := p.listen("forward", cfg.forwardListen, newForwarder(cfg.forwardHosts, p.rt.Gate, t, log)); err != nil {
+		if err := p.listen("forward", cfg.forwardListen, newForwarder(cfg.forwardHosts, p.rt, t, log)); err != nil {
 			return nil, err
 		}
 	}

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,21 +18,6 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
-
-// get calls url from Go and returns the status, the body and the trailers.
-func get(t *testing.T, url string) (int, string, http.Header) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body), resp.Trailer
-}
 
 func TestTrailersPassThrough(t *testing.T) {
 	dir := t.TempDir()
@@ -179,8 +164,8 @@ func TestShutdownDrainsThenReleases(t *testing.T) {
 	if got := annotation(); got != one.Epoch+"/released" {
 		t.Errorf("after shutdown the pod carries %q, want %s/released", got, one.Epoch)
 	}
-	if !strings.Contains(p2.log.String(), `"msg":"Stopped"`) {
-		t.Errorf("no Stopped line in the log:\n%s", p2.log.String())
+	if logs, err := os.ReadFile(p2.logPath); err != nil || !strings.Contains(string(logs), `"msg":"Stopped"`) {
+		t.Errorf("no Stopped line in the log (%v):\n%s", err, logs)
 	}
 }
 
@@ -191,4 +176,67 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// A client that gives up does not free its permit while the downstream,
+// which cannot tell, still works on the call; the permit comes back when
+// the downstream answers, or, at the latest, the plan's deadline after the
+// client left.
+func TestAbandonedCallKeepsItsPermitUntilTheDownstreamAnswers(t *testing.T) {
+	inFlight := `backpressure_gate_in_flight{gate="` + testGate + `"}`
+	abandon := func(t *testing.T, url string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/hold", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			t.Fatalf("the held call answered %d before the client gave up", resp.StatusCode)
+		}
+	}
+
+	t.Run("until the downstream answers", func(t *testing.T) {
+		dir := t.TempDir()
+		writePlan(t, dir, testPlan(testGate, 1, 0))
+		u := startUpstream(t, 0)
+		p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
+		route := "http://" + p.addr(testGate)
+		abandon(t, route)
+		time.Sleep(300 * time.Millisecond) // well past the client's leaving
+		if u.holding.Load() != 1 {
+			t.Fatalf("the downstream holds %d calls, want the abandoned one", u.holding.Load())
+		}
+		if v, _ := p.metric(t, inFlight); v != "1" {
+			t.Errorf("%s = %q while the downstream still holds the abandoned call, want 1", inFlight, v)
+		}
+		if code, body, _ := get(t, route+"/echo"); code != 503 || strings.TrimSpace(body) != "queue_full" {
+			t.Errorf("a call while the abandoned one holds the only permit: %d %q, want 503 queue_full", code, body)
+		}
+		u.releaseAll()
+		eventually(t, 5*time.Second, "the permit coming back once the downstream answered", func() bool {
+			v, _ := p.metric(t, inFlight)
+			return v == "0"
+		})
+	})
+	t.Run("for at most the plan's deadline", func(t *testing.T) {
+		dir := t.TempDir()
+		d := testPlan(testGate, 1, 0)
+		d.DeadlineSeconds = 0.5
+		d.Hash = plan.Hash(d)
+		writePlan(t, dir, d)
+		u := startUpstream(t, 0) // never answers /hold on its own
+		p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
+		abandon(t, "http://"+p.addr(testGate))
+		left := time.Now()
+		if v, _ := p.metric(t, inFlight); v != "1" {
+			t.Errorf("%s = %q just after the client left, want 1", inFlight, v)
+		}
+		eventually(t, 5*time.Second, "the abandoned call cancelled after the plan's deadline", func() bool {
+			v, _ := p.metric(t, inFlight)
+			return v == "0" && u.holding.Load() == 0
+		})
+		if took := time.Since(left); took < 400*time.Millisecond {
+			t.Errorf("the permit came back %v after the client left, before the plan's 500ms deadline", took)
+		}
+	})
 }
