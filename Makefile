@@ -106,6 +106,29 @@ bench: ## Benchmark the gate and the dispatcher against their peers in one run (
 	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ ./pkg/runtime/dispatch/ | tee _output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 
+# Each round runs the three vias, each in a process of its own, in an order
+# that rotates from round to round, so that neither a change in the
+# machine's load nor the one before it in the same process favours one of
+# them; the rounds are the samples.
+PROXY_BENCH_ROUNDS ?= 8
+PROXY_BENCH_TIME ?= 2s
+
+.PHONY: bench-proxy
+bench-proxy: ## Measure the sidecar proxy beside a direct call and a plain httputil.ReverseProxy at 2 cores (_output/bench-proxy.txt).
+	@mkdir -p _output
+	$(GO) test -c -o _output/backpressure-proxy.test ./cmd/backpressure-proxy/
+	@rm -f _output/bench-proxy.txt
+	@set -- direct reverseproxy backpressure; \
+	for i in $$(seq $(PROXY_BENCH_ROUNDS)); do \
+		for via in "$$@"; do \
+			(cd cmd/backpressure-proxy && ../../_output/backpressure-proxy.test -test.run '^$$' \
+				-test.bench "BenchmarkProxy/mode=.*/via=$$via\$$" -test.cpu 2 -test.count 1 \
+				-test.benchtime $(PROXY_BENCH_TIME)) | tee -a _output/bench-proxy.txt; \
+		done; \
+		set -- "$${@:2}" "$$1"; \
+	done
+	$(BENCHSTAT) -col '/via@(reverseproxy backpressure direct)' _output/bench-proxy.txt
+
 # perf runs no kubectl, so a KUBEBUILDER_ASSETS with kube-apiserver and etcd
 # alone will do.
 .PHONY: perf
@@ -172,6 +195,13 @@ docker-build: ## Build the manager image IMG (needs a Docker engine, or CONTAINE
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
+
+# The sidecar's image, the Dockerfile's proxy target.
+PROXY_IMG ?= backpressure-proxy:latest
+
+.PHONY: docker-build-proxy
+docker-build-proxy: ## Build the sidecar image PROXY_IMG, backpressure-proxy (the Dockerfile's proxy target).
+	$(CONTAINER_TOOL) build --target proxy -t $(PROXY_IMG) .
 
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.

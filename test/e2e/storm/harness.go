@@ -52,6 +52,8 @@ type Harness struct {
 	procs   *Processes
 	manager *Process
 	gateway string
+	// proxyPod runs a pod of a Sidecar variant.
+	proxyPod string
 }
 
 // Setup builds the manager and examples/gateway, starts the control plane,
@@ -83,12 +85,14 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 
 	bin := filepath.Join(h.OutDir, "bin")
 	h.logf("Building the manager and examples/gateway into %s", bin)
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/manager", "./examples/gateway")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/manager", "./examples/gateway",
+		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod")
 	build.Dir = h.Root
 	if out, err := build.CombinedOutput(); err != nil {
 		return h, fmt.Errorf("storm: go build: %w\n%s", err, out)
 	}
 	h.gateway = filepath.Join(bin, "gateway")
+	h.proxyPod = filepath.Join(bin, "proxypod")
 
 	h.logf("Starting kube-apiserver and etcd")
 	if h.env, err = testenv.New(); err != nil {

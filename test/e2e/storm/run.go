@@ -127,7 +127,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		args = append(args, GatewayRetryArgs...)
 		proc, err := h.procs.Start(ProcessSpec{
 			Name:    ns + "/" + pod.Name,
-			Path:    h.gateway,
+			Path:    h.podProgram(v),
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: filepath.Join(logDir, pod.Name+".log"),

@@ -27,6 +27,10 @@ type Variant struct {
 	// Schedule, when set, is the variant's own scenario: it runs on it
 	// instead of the common schedule, and is reported apart.
 	Schedule *Schedule
+	// Sidecar variants run every pod as examples/gateway without a gate of
+	// its own in front of backpressure-proxy, which enforces the pod's
+	// share instead of the library (see proxypod).
+	Sidecar bool
 }
 
 // ScheduleOr returns the variant's own schedule, or common.
@@ -44,8 +48,9 @@ func (v Variant) ScheduleOr(common Schedule) Schedule {
 var GatewayRetryArgs = []string{"--max-retries", "1", "--retry-on-429"}
 
 // Variants returns the variants in the order they run: the operator, the
-// hand-tuned static share for 8 pods, and the naive full contract per pod,
-// on the common schedule; then the laggard scenario on its own.
+// hand-tuned static share for 8 pods, the naive full contract per pod, and
+// the operator with pods calling through the sidecar proxy, on the common
+// schedule; then the laggard scenario on its own.
 func Variants(s Schedule) ([]Variant, error) {
 	static, err := StaticPlan(s.InitialReplicas)
 	if err != nil {
@@ -72,6 +77,7 @@ func Variants(s Schedule) ([]Variant, error) {
 			Description: "every pod may hold the whole contract, and retries once on 429",
 			Plan:        &naive,
 		},
+		ProxyVariant(),
 		{
 			Name:        "laggard",
 			Description: fmt.Sprintf("the operator, with one pod applying every new plan %v late", LaggardDelay),

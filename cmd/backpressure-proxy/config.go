@@ -1,0 +1,191 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+// config is the command line.
+type config struct {
+	routes          []route
+	forwardListen   string
+	forwardHosts    map[string]string // lower-case host or host:port → gate
+	configMap       string
+	namespace       string
+	kubeconfig      string
+	planDir         string
+	acknowledge     bool
+	metricsListen   string
+	shutdownTimeout time.Duration
+	version         bool
+}
+
+// route is one local port standing for one downstream.
+type route struct {
+	listen   string
+	gate     string
+	upstream *url.URL
+}
+
+// gates returns every gate the routes and forwarded hosts name, sorted and
+// without repeats: the gates the proxy cannot start without.
+func (c config) gates() []string {
+	var gs []string
+	for _, r := range c.routes {
+		gs = append(gs, r.gate)
+	}
+	for _, g := range c.forwardHosts {
+		gs = append(gs, g)
+	}
+	slices.Sort(gs)
+	return slices.Compact(gs)
+}
+
+// routeFlag collects --route values.
+type routeFlag struct{ routes *[]route }
+
+func (f routeFlag) String() string { return "" }
+
+// Set parses listen=ADDR,gate=NAME,upstream=URL.
+func (f routeFlag) Set(s string) error {
+	var r route
+	var upstream string
+	for field := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(field, "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", field)
+		}
+		switch k {
+		case "listen":
+			r.listen = v
+		case "gate":
+			r.gate = v
+		case "upstream":
+			upstream = v
+		default:
+			return fmt.Errorf("unknown key %q (want listen, gate, upstream)", k)
+		}
+	}
+	var errs []error
+	if _, _, err := net.SplitHostPort(r.listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q is not host:port", r.listen))
+	}
+	if r.gate == "" {
+		errs = append(errs, errors.New("gate is required"))
+	}
+	u, err := url.Parse(upstream)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		errs = append(errs, fmt.Errorf("upstream %q is not an http or https URL", upstream))
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		errs = append(errs, fmt.Errorf("upstream %q must be scheme://host[:port][/path], without user, query or fragment", upstream))
+	default:
+		r.upstream = u
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	*f.routes = append(*f.routes, r)
+	return nil
+}
+
+// hostFlag collects --forward-host values.
+type hostFlag struct{ hosts map[string]string }
+
+func (f hostFlag) String() string { return "" }
+
+// Set parses HOST[:PORT]=GATE.
+func (f hostFlag) Set(s string) error {
+	host, g, ok := strings.Cut(s, "=")
+	if !ok || host == "" || g == "" {
+		return fmt.Errorf("%q is not HOST[:PORT]=GATE", s)
+	}
+	if strings.ContainsAny(host, "/@ ") {
+		return fmt.Errorf("host %q must be a host name or host:port", host)
+	}
+	host = strings.ToLower(host)
+	if prev, dup := f.hosts[host]; dup && prev != g {
+		return fmt.Errorf("host %q is mapped to both %q and %q", host, prev, g)
+	}
+	f.hosts[host] = g
+	return nil
+}
+
+// parseConfig reads the command line; getenv supplies the namespace's
+// default. With -h it returns flag.ErrHelp after writing the usage to usage.
+func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, error) {
+	c := config{forwardHosts: map[string]string{}}
+	fs := flag.NewFlagSet("backpressure-proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(routeFlag{&c.routes}, "route", "a local port standing for one downstream: listen=127.0.0.1:PORT,gate=NAME,upstream=URL (repeatable)")
+	fs.StringVar(&c.forwardListen, "forward-listen", "", "serve HTTP_PROXY-style forwarding (absolute-form requests) on this address; CONNECT is declined")
+	fs.Var(hostFlag{c.forwardHosts}, "forward-host", "a host the forwarding port admits, and its gate: HOST[:PORT]=GATE (repeatable); other hosts are refused with 403")
+	fs.StringVar(&c.configMap, "configmap", "", "read the plans from this ConfigMap through the API")
+	fs.StringVar(&c.namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
+	fs.StringVar(&c.planDir, "plan-dir", "", "read the plans from a mounted directory (one <gate>.json per gate) instead of --configmap")
+	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
+	fs.StringVar(&c.metricsListen, "metrics-listen", ":9090", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(usage)
+			fmt.Fprintln(usage, "Usage: backpressure-proxy (--route ... | --forward-listen ADDR --forward-host HOST=GATE ...) (--configmap NAME | --plan-dir DIR) [flags]")
+			fs.PrintDefaults()
+		}
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	if c.version {
+		return c, nil
+	}
+	var errs []error
+	if len(c.routes) == 0 && c.forwardListen == "" {
+		errs = append(errs, errors.New("at least one --route or --forward-listen is required"))
+	}
+	if (c.forwardListen == "") != (len(c.forwardHosts) == 0) {
+		errs = append(errs, errors.New("--forward-listen and --forward-host go together"))
+	}
+	listens := map[string]bool{}
+	for _, l := range append(routeListens(c.routes), c.forwardListen) {
+		if l == "" {
+			continue
+		}
+		if listens[l] && !strings.HasSuffix(l, ":0") {
+			errs = append(errs, fmt.Errorf("listen address %q is used twice", l))
+		}
+		listens[l] = true
+	}
+	switch {
+	case (c.configMap == "") == (c.planDir == ""):
+		errs = append(errs, errors.New("exactly one of --configmap and --plan-dir is required"))
+	case c.configMap != "" && c.namespace == "":
+		errs = append(errs, errors.New("--configmap needs --namespace or $"+reload.EnvPodNamespace))
+	}
+	if c.shutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
+	}
+	return c, errors.Join(errs...)
+}
+
+func routeListens(rs []route) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.listen
+	}
+	return out
+}

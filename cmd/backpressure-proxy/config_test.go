@@ -1,0 +1,81 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseConfig(t *testing.T) {
+	env := func(k string) string { return map[string]string{"POD_NAMESPACE": "shop"}[k] }
+	c, err := parseConfig([]string{
+		"--route", "listen=127.0.0.1:9001,gate=logistics-api,upstream=https://logistics.example.com/v2",
+		"--route", "listen=127.0.0.1:9002,gate=payments-api,upstream=http://payments:8080",
+		"--forward-listen", "127.0.0.1:3128",
+		"--forward-host", "Payments.Internal=payments-api",
+		"--forward-host", "geo.internal:8443=geo-api",
+		"--configmap", "search-gateway-backpressure",
+	}, env, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.namespace != "shop" || c.configMap != "search-gateway-backpressure" || c.metricsListen != ":9090" {
+		t.Errorf("namespace %q, configmap %q, metrics %q", c.namespace, c.configMap, c.metricsListen)
+	}
+	if len(c.routes) != 2 || c.routes[0].listen != "127.0.0.1:9001" || c.routes[0].gate != "logistics-api" ||
+		c.routes[0].upstream.String() != "https://logistics.example.com/v2" {
+		t.Errorf("routes %+v", c.routes)
+	}
+	if diff := cmp.Diff(map[string]string{"payments.internal": "payments-api", "geo.internal:8443": "geo-api"}, c.forwardHosts); diff != "" {
+		t.Errorf("forward hosts (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"geo-api", "logistics-api", "payments-api"}, c.gates()); diff != "" {
+		t.Errorf("gates (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseConfigErrorsNameTheFlag(t *testing.T) {
+	route := "listen=127.0.0.1:9001,gate=a,upstream=http://a"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plan-dir", "/p"}, "at least one --route or --forward-listen"},
+		{[]string{"--route", route}, "exactly one of --configmap and --plan-dir"},
+		{[]string{"--route", route, "--configmap", "cm"}, "--configmap needs --namespace"},
+		{[]string{"--route", "listen=9001,gate=a,upstream=http://a", "--plan-dir", "/p"}, `listen "9001" is not host:port`},
+		{[]string{"--route", "listen=127.0.0.1:9001,upstream=http://a", "--plan-dir", "/p"}, "gate is required"},
+		{[]string{"--route", "listen=127.0.0.1:9001,gate=a,upstream=ftp://a", "--plan-dir", "/p"}, `upstream "ftp://a" is not an http or https URL`},
+		{[]string{"--route", "listen=127.0.0.1:9001,gate=a,upstream=http://a/?x=1", "--plan-dir", "/p"}, "without user, query or fragment"},
+		{[]string{"--route", "listen=127.0.0.1:9001,gate=a,port=1", "--plan-dir", "/p"}, `unknown key "port"`},
+		{[]string{"--route", route, "--route", route, "--plan-dir", "/p"}, `listen address "127.0.0.1:9001" is used twice`},
+		{[]string{"--forward-listen", "127.0.0.1:3128", "--plan-dir", "/p"}, "--forward-listen and --forward-host go together"},
+		{[]string{"--forward-host", "a=b", "--route", route, "--plan-dir", "/p"}, "--forward-listen and --forward-host go together"},
+		{[]string{"--forward-listen", ":1", "--forward-host", "a", "--plan-dir", "/p"}, `"a" is not HOST[:PORT]=GATE`},
+		{[]string{"--forward-listen", ":1", "--forward-host", "http://a=b", "--plan-dir", "/p"}, "must be a host name or host:port"},
+		{[]string{"--forward-listen", ":1", "--forward-host", "a=b", "--forward-host", "A=c", "--plan-dir", "/p"}, `host "a" is mapped to both "b" and "c"`},
+		{[]string{"--route", route, "--plan-dir", "/p", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s must be positive"},
+		{[]string{"--route", route, "--plan-dir", "/p", "extra"}, "unexpected arguments"},
+	} {
+		_, err := parseConfig(c.args, func(string) string { return "" }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseConfig(%q) = %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+func TestParseConfigHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConfig([]string{"-h"}, func(string) string { return "" }, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	for _, want := range []string{"Usage: backpressure-proxy", "-route", "-forward-host", "-acknowledge"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+)
+
+// The headers the proxy adds to the answers it writes itself. The
+// downstream's answers are passed through without them.
+const (
+	// RejectedHeader marks a local rejection: this pod's share had no room,
+	// the downstream was not called, and the call must not be retried. Its
+	// value is "true"; the body names the gate's reason (e.g. queue_full).
+	RejectedHeader = "X-Backpressure-Rejected"
+	// ProxyErrorHeader marks a 502, 504, 403, 405 or 400 the proxy wrote
+	// because it could not or would not reach the downstream; its value
+	// says why (upstream_unreachable, upstream_timeout, host_not_mapped,
+	// connect_declined, not_absolute_form).
+	ProxyErrorHeader = "X-Backpressure-Proxy-Error"
+)
+
+// rejectedValue is set on every gated request before the gate decides, and
+// removed once it admits, so that only the gate's rejection keeps it. One
+// shared slice: header values are never written in place.
+var rejectedValue = []string{"true"}
+
+// gated returns a handler that admits each request through g with
+// httpmw.Middleware, which also answers the rejections (429 when rate
+// limited, 503 otherwise, with Retry-After), and proxies the admitted ones
+// with rp. The permit is held until rp has copied the whole response,
+// trailers included, to the client.
+//
+// A client that leaves does not end the call at once: the downstream is
+// still working on it, and counts it in flight until it answers, so the
+// permit stays taken until then, for at most linger() after the client
+// left (the plan's deadline), after which the call is cancelled. Releasing
+// the permit when the client leaves would let a new call in while the
+// downstream still holds the abandoned one, and exceed the contract
+// whenever callers time out.
+func gated(g *gate.Gate, rp http.Handler, linger func() time.Duration) http.Handler {
+	admitted := httpmw.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		delete(w.Header(), RejectedHeader)
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		defer cancel()
+		stop := context.AfterFunc(r.Context(), func() {
+			t := time.AfterFunc(linger(), cancel)
+			context.AfterFunc(ctx, func() { t.Stop() })
+		})
+		defer stop()
+		rp.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()[RejectedHeader] = rejectedValue
+		admitted.ServeHTTP(w, r)
+	})
+}
+
+// defaultLinger bounds how long a call whose client has left may keep its
+// permit when the plan gives no deadline.
+const defaultLinger = 10 * time.Second
+
+// lingerFor returns the linger of gated for the gate name: the deadline of
+// the plan in force, or defaultLinger.
+func lingerFor(plans interface {
+	Plan(string) (plan.Document, bool)
+}, name string) func() time.Duration {
+	return func() time.Duration {
+		if d, ok := plans.Plan(name); ok && d.Deadline() > 0 {
+			return d.Deadline()
+		}
+		return defaultLinger
+	}
+}
+
+// upstreamTransport sends the admitted calls. Compression is off so that
+// bodies pass through as the downstream sent them (the transport would
+// otherwise ask for gzip and decompress on its own), and the environment's
+// proxy is ignored so that the proxy never sends calls back to itself.
+func upstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DisableCompression = true
+	// Every call in flight may need a connection of its own; keeping them
+	// idle avoids a new TCP (and TLS) handshake per call.
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	return t
+}
+
+// newReverseProxy returns the proxy for one route or for the forwarding
+// port: target, when not nil, replaces the scheme, host and path prefix of
+// each request (a route); nil keeps the absolute-form URL the client sent
+// (forwarding). Responses are flushed as they arrive (FlushInterval -1), so
+// streams stay streams; no X-Forwarded-* header is added.
+func newReverseProxy(target *url.URL, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if target != nil {
+				pr.SetURL(target)
+			}
+		},
+		Transport:     t,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler:  proxyError(log),
+	}
+}
+
+// proxyError answers a call the downstream did not answer: 504 when it
+// timed out, 502 otherwise. A call whose client has gone gets no answer.
+func proxyError(log *slog.Logger) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return
+		}
+		code, reason := http.StatusBadGateway, "upstream_unreachable"
+		if ne, ok := errors.AsType[net.Error](err); errors.Is(err, context.DeadlineExceeded) || ok && ne.Timeout() {
+			code, reason = http.StatusGatewayTimeout, "upstream_timeout"
+		}
+		log.Debug("Downstream call failed", "host", r.URL.Host, "err", err)
+		w.Header().Set(ProxyErrorHeader, reason)
+		http.Error(w, reason, code)
+	}
+}
+
+// forwarder serves HTTP_PROXY-style requests: absolute-form URLs whose host
+// is mapped to a gate. CONNECT is declined: a tunnel hides the calls it
+// carries, so a permit held for a tunnel's life would count connections,
+// not calls in flight (see docs/sidecar.md).
+type forwarder struct {
+	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
+}
+
+func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) *forwarder {
+	rp := newReverseProxy(nil, t, log)
+	byGate := map[string]http.Handler{}
+	f := &forwarder{hosts: map[string]http.Handler{}}
+	for host, name := range hosts {
+		h, ok := byGate[name]
+		if !ok {
+			h = gated(rt.Gate(name), rp, lingerFor(rt, name))
+			byGate[name] = h
+		}
+		f.hosts[host] = h
+	}
+	return f
+}
+
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect:
+		w.Header().Set("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+		w.Header().Set(ProxyErrorHeader, "connect_declined")
+		http.Error(w, "connect_declined: CONNECT tunnels are not gated; call this downstream through a --route port", http.StatusMethodNotAllowed)
+		return
+	case !r.URL.IsAbs() || r.URL.Scheme != "http":
+		w.Header().Set(ProxyErrorHeader, "not_absolute_form")
+		http.Error(w, "not_absolute_form: this port forwards absolute-form http:// requests only", http.StatusBadRequest)
+		return
+	}
+	if h := f.lookup(r.URL.Host); h != nil {
+		h.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set(ProxyErrorHeader, "host_not_mapped")
+	http.Error(w, "host_not_mapped: no gate for host "+r.URL.Host, http.StatusForbidden)
+}
+
+// lookup finds the gated proxy of hostport: host:port first, then host.
+func (f *forwarder) lookup(hostport string) http.Handler {
+	hostport = strings.ToLower(hostport)
+	if h, ok := f.hosts[hostport]; ok {
+		return h
+	}
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return f.hosts[host]
+	}
+	return nil
+}
+
+// readHeaderTimeout bounds how long a client may take to send a request's
+// headers; bodies and responses have no bound, as streams may be long.
+const readHeaderTimeout = 10 * time.Second

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+const testGate = "logistics-api"
+
+// testPlan returns a valid plan for gate with the given permits and rate
+// (0: none), and no waiting room; every change of them is another revision.
+func testPlan(gate string, permits int, rate float64) plan.Document {
+	d := plan.Document{
+		Version: plan.CurrentVersion, Gate: gate, Downstream: "logistics.example.com", Generation: 1,
+		Epoch: "e1", Revision: int64(permits)*1000 + int64(rate*1000) + 1,
+		Permits: permits, MaxQueueWaitSeconds: 0.05, AcquireTimeoutSeconds: 0.05,
+		DeadlineSeconds: 10, Workers: max(permits, 1), RetryBudgetPerSecond: 10,
+	}
+	if rate > 0 {
+		d.RatePerSecond, d.Burst = rate, 1
+	}
+	d.Hash = plan.Hash(d)
+	if err := plan.Validate(d); err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// writePlan writes d into dir as a temporary file renamed into place, as a
+// writer other than the kubelet should.
+func writePlan(t testing.TB, dir string, d plan.Document) {
+	t.Helper()
+	data, err := plan.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "."+plan.KeyFor(d.Gate)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, plan.KeyFor(d.Gate))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running is a proxy serving in the test process.
+type running struct {
+	*proxy
+	logPath string // its JSON log lines
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when serve has returned
+	err     error         // serve's result, once done is closed
+}
+
+// stop ends serve's context and returns its result.
+func (r *running) stop(t testing.TB) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the proxy did not stop within 30s")
+		return nil
+	}
+}
+
+// startProxy parses args (plus a free metrics port unless args set one),
+// opens the proxy and serves it until the test ends.
+func startProxy(t testing.TB, ack *reload.AckOptions, args ...string) *running {
+	t.Helper()
+	if !strings.Contains(strings.Join(args, " "), "--metrics-listen") {
+		args = append(args, "--metrics-listen", "127.0.0.1:0")
+	}
+	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatalf("parseConfig(%q): %v", args, err)
+	}
+	src, _, err := planSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "proxy.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	log := slog.New(slog.NewJSONHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := newProxy(t.Context(), cfg, src, ack, log)
+	if err != nil {
+		t.Fatalf("newProxy: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{proxy: p, logPath: logPath, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		r.err = p.serve(ctx)
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+			if r.err != nil {
+				t.Errorf("the proxy stopped with: %v", r.err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("the proxy did not stop within 30s")
+		}
+	})
+	return r
+}
+
+// metric returns the value of the sample whose line starts with series
+// ("name{labels}") on the proxy's /metrics, and false when there is none.
+func (r *running) metric(t testing.TB, series string) (string, bool) {
+	t.Helper()
+	_, body, _ := get(t, "http://"+r.metricsAddr+"/metrics")
+	for line := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return rest, true
+		}
+	}
+	return "", false
+}
+
+// get calls url from Go and returns the status, the body and the trailers.
+func get(t testing.TB, url string) (int, string, http.Header) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body), resp.Trailer
+}
+
+// eventually polls cond every 20ms for up to timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+// proxy is the running sidecar: one server per route, one for forwarding,
+// the Runtime that sizes their gates, and the metrics server.
+type proxy struct {
+	cfg     config
+	log     *slog.Logger
+	rt      *runtime.Runtime
+	servers []*server
+	metrics *http.Server
+	// metricsAddr is the metrics listener's address, "" without one.
+	metricsAddr string
+	// stopping turns /readyz to 503 once shutdown has begun.
+	stopping atomic.Bool
+}
+
+// server is one listener and what it serves.
+type server struct {
+	name string // the route's gate, or "forward"
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// newProxy reads the plans (failing without a valid one for every gate
+// named), makes the gates, and opens every listener. Nothing is served
+// until serve.
+func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *reload.AckOptions, log *slog.Logger) (p *proxy, err error) {
+	p = &proxy{cfg: cfg, log: log}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts := runtime.Options{
+		Gates:      cfg.gates(),
+		Registerer: reg,
+		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan
+		// Kubernetes stops a native sidecar after the application, so
+		// little is left in flight; the whole shutdown is bounded anyway.
+		DrainTimeout: cfg.shutdownTimeout,
+		Ack:          ack,
+	}
+	if p.rt, err = runtime.New(ctx, src, opts); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			p.closeListeners()
+			_ = p.rt.Shutdown(context.Background())
+		}
+	}()
+
+	t := upstreamTransport()
+	for _, r := range cfg.routes {
+		h := gated(p.rt.Gate(r.gate), newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
+		if err := p.listen(r.gate, r.listen, h); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.forwardListen != "" {
+		if err := p.listen("forward", cfg.forwardListen, newForwarder(cfg.forwardHosts, p.rt, t, log)); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.metricsListen != "" {
+		ln, err := net.Listen("tcp", cfg.metricsListen)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-listen: %w", err)
+		}
+		p.metricsAddr = ln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/readyz", p.readyz)
+		p.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout}
+		// Serve fails only when the listener does; the proxy goes on
+		// without metrics then.
+		go func() { _ = p.metrics.Serve(ln) }()
+		log.Info("Serving metrics", "address", p.metricsAddr)
+	}
+	return p, nil
+}
+
+func (p *proxy) listen(name, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for %s: %w", name, err)
+	}
+	p.servers = append(p.servers, &server{name: name, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout}})
+	return nil
+}
+
+// readyz answers 200 while the proxy takes calls, 503 once it stops.
+func (p *proxy) readyz(w http.ResponseWriter, _ *http.Request) {
+	if p.stopping.Load() {
+		http.Error(w, "stopping", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// addr returns the address the server named name listens on.
+func (p *proxy) addr(name string) string {
+	for _, s := range p.servers {
+		if s.name == name {
+			return s.ln.Addr().String()
+		}
+	}
+	return ""
+}
+
+func (p *proxy) closeListeners() {
+	for _, s := range p.servers {
+		_ = s.ln.Close()
+	}
+}
+
+// serve serves every listener and follows the plans until ctx ends, then
+// shuts down gracefully (see shutdown). It returns early, after the same
+// shutdown, when a listener fails.
+func (p *proxy) serve(ctx context.Context) error {
+	sourceCtx, stopSource := context.WithCancel(context.Background())
+	defer stopSource()
+	started := make(chan error, 1)
+	go func() { started <- p.rt.Start(sourceCtx) }() // resizes the gates on every plan change
+
+	serveErr := make(chan error, len(p.servers))
+	for _, s := range p.servers {
+		p.log.Info("Serving", "address", s.ln.Addr().String(), "gate", s.name)
+		go func() {
+			if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("serve %s: %w", s.name, err)
+			}
+		}()
+	}
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-serveErr:
+	}
+	return errors.Join(failed, p.shutdown(stopSource, started))
+}
+
+// shutdown stops taking calls and waits for the calls in flight to finish;
+// then it ends the Runtime's Start, which closes the gates, waits for
+// anything still in flight and, with --acknowledge, annotates the pod
+// "<epoch>/released" so that the operator hands this pod's share to the
+// others before the process exits. That is the library's order: the gates
+// stay open for as long as calls are being finished.
+func (p *proxy) shutdown(stopSource context.CancelFunc, started <-chan error) error {
+	p.stopping.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.shutdownTimeout)
+	defer cancel()
+	var errs []error
+	done := make(chan error, len(p.servers))
+	for _, s := range p.servers {
+		go func() { done <- s.srv.Shutdown(ctx) }()
+	}
+	for range p.servers {
+		if err := <-done; err != nil {
+			errs = append(errs, fmt.Errorf("calls in flight did not finish within %v: %w", p.cfg.shutdownTimeout, err))
+			break
+		}
+	}
+	stopSource()
+	select {
+	case err := <-started:
+		if err != nil {
+			errs = append(errs, err)
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("the gates were not drained and released within %v", p.cfg.shutdownTimeout))
+	}
+	if p.metrics != nil {
+		_ = p.metrics.Shutdown(ctx)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	p.log.Info("Stopped")
+	return nil
+}

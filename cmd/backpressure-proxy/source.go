@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+)
+
+// planSource returns where the plans come from, the library's two sources,
+// and the acknowledgement options when --acknowledge is on.
+func planSource(c config) (runtime.Source, *reload.AckOptions, error) {
+	var client kubernetes.Interface
+	if c.configMap != "" || c.acknowledge {
+		cfg, err := restConfig(c.kubeconfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
+		}
+		cfg.UserAgent = "backpressure-proxy"
+		if client, err = kubernetes.NewForConfig(cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	var ack *reload.AckOptions
+	if c.acknowledge {
+		ack = &reload.AckOptions{Client: client}
+	}
+	if c.configMap != "" {
+		return runtime.FromConfigMap(client, c.namespace, c.configMap), ack, nil
+	}
+	return runtime.FromDir(c.planDir), ack, nil
+}
+
+// restConfig reads the kubeconfig at path, or the in-cluster config without
+// one.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}
