@@ -44,6 +44,7 @@ const (
 	releaseURL   = "https://downloads.example.com/backpressure/v1.2.3-rc.1"
 	plugin       = "kubectl-backpressure"
 	manager      = "manager"
+	proxy        = "backpressure-proxy"
 	// kubeVersion is the Kubernetes version Helm renders for: the control
 	// plane's (hack/setup-envtest.sh).
 	kubeVersion = "1.37.2"
@@ -78,7 +79,7 @@ func TestRelease(t *testing.T) {
 	t.Run("files", func(t *testing.T) {
 		want := []string{"backpressure-operator-" + chartVersion + ".tgz", "backpressure.yaml", "checksums.txt", "install.yaml"}
 		for _, p := range platforms {
-			want = append(want, p.archiveName(manager), p.archiveName(plugin))
+			want = append(want, p.archiveName(manager), p.archiveName(plugin), p.archiveName(proxy))
 		}
 		slices.Sort(want)
 		entries, err := os.ReadDir(dist)
@@ -205,7 +206,7 @@ func checkArchives(t *testing.T, root, dist string, platforms []platform) {
 	license := readFile(t, filepath.Join(root, "LICENSE"))
 	readme := readFile(t, filepath.Join(root, "README.md"))
 	for _, p := range platforms {
-		for _, bin := range []string{manager, plugin} {
+		for _, bin := range []string{manager, plugin, proxy} {
 			name := p.archiveName(bin)
 			files := readArchive(t, filepath.Join(dist, name))
 			got := make([]string, 0, len(files))
@@ -281,6 +282,7 @@ func checkVersionFlag(t *testing.T, bin string, exe []byte) {
 	want := map[string]string{
 		manager: "manager " + version + " (commit " + commit + ")\n",
 		plugin:  "kubectl backpressure version " + version + " (commit " + commit + ")\n",
+		proxy:   "backpressure-proxy " + version + " (commit " + commit + ")\n",
 	}[bin]
 	if string(out) != want {
 		t.Errorf("%s --version printed %q, want %q", bin, out, want)
