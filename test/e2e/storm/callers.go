@@ -288,7 +288,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return proc, nil
 		}
 		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Client: h.Client, Config: h.Config, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
 		if err != nil {
@@ -428,7 +428,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		}
 	}
 	data.Status = contractObs.last()
-	if err := h.ManagerErr(); err != nil {
+	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
 	return AnalyzeCallers(data), nil

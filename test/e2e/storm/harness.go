@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -35,15 +36,18 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Harness is what the variants share: the control plane with the CRDs
-// applied, the built binaries, and the operator's manager running as a
-// process against the control plane, as `make run` would run it.
+// Harness is what the variants share: the control plane (kube-apiserver,
+// etcd and kube-controller-manager) with the CRDs applied, the built
+// binaries, and the operator's manager running as a process against the
+// control plane, as `make run` would run it.
 type Harness struct {
 	// Root and OutDir are as in Options, resolved.
 	Root   string
 	OutDir string
 	// Client talks to the API server.
 	Client client.WithWatch
+	// Config is the API server's admin config.
+	Config *rest.Config
 	// Kubectl runs the kubectl built beside the control plane.
 	Kubectl *testenv.Kubectl
 
@@ -51,6 +55,7 @@ type Harness struct {
 	env     *envtest.Environment
 	procs   *Processes
 	manager *Process
+	kcm     *Process
 	gateway string
 }
 
@@ -100,6 +105,7 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	if err != nil {
 		return h, fmt.Errorf("storm: start control plane: %w", err)
 	}
+	h.Config = cfg
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return h, err
@@ -122,6 +128,11 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 		return h, err
 	}
 	if err := h.kubectl("create", "namespace", ManagerNamespace); err != nil {
+		return h, err
+	}
+
+	h.logf("Starting kube-controller-manager (%s)", strings.Join(Controllers, ", "))
+	if h.kcm, err = StartControllerManager(ctx, h.env, h.Client, h.procs, h.OutDir); err != nil {
 		return h, err
 	}
 
@@ -167,6 +178,19 @@ func (h *Harness) ManagerErr() error {
 	select {
 	case <-h.manager.Done():
 		return h.manager.Exited()
+	default:
+		return nil
+	}
+}
+
+// ControllersErr returns an error when kube-controller-manager has exited.
+func (h *Harness) ControllersErr() error {
+	if h.kcm == nil {
+		return nil
+	}
+	select {
+	case <-h.kcm.Done():
+		return fmt.Errorf("storm: kube-controller-manager exited: %w; its last lines:\n%s", h.kcm.Exited(), h.kcm.Tail())
 	default:
 		return nil
 	}

@@ -152,6 +152,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	w, err := NewWorkload(ctx, WorkloadOptions{
 		Client:     h.Client,
+		Config:     h.Config,
 		Namespace:  ns,
 		Deployment: WorkloadName,
 		HPA:        WorkloadName,
@@ -207,7 +208,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		data.PermitsCheck = obs.CheckPermits(ctx, QuotaName, w.Running())
 	}
-	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
+	if err := errors.Join(w.Err(), h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
 	return Analyze(data), nil
