@@ -148,7 +148,7 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 	hpa.TypeMeta = metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"}
 	hpa.Name, hpa.Namespace = c.Name, c.Namespace
 	hpa.Spec.ScaleTargetRef.Name = c.Name
-	hpa.Spec.MinReplicas = ptrTo(int32(1))
+	DictateHPA(&hpa)
 
 	q, err := Quota()
 	if err != nil {
@@ -288,7 +288,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return proc, nil
 		}
 		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Config: h.Config, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
 		if err != nil {

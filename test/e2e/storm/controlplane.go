@@ -24,15 +24,21 @@ import (
 const NodeName = "storm-node"
 
 // Controllers are the kube-controller-manager controllers the storm runs:
-// the Deployment and ReplicaSet controllers create and delete the pods, the
-// garbage collector removes what a deleted owner leaves, and the
-// EndpointSlice controller writes the Service's slices.
+// the HPA controller decides the replica count from the custom metrics API
+// (see MetricsAPI), the Deployment and ReplicaSet controllers create and
+// delete the pods, the garbage collector removes what a deleted owner
+// leaves, and the EndpointSlice controller writes the Service's slices.
 var Controllers = []string{
+	"horizontal-pod-autoscaler-controller",
 	"deployment-controller",
 	"replicaset-controller",
 	"garbage-collector-controller",
 	"endpointslice-controller",
 }
+
+// HPASyncPeriod is how often the HPA controller evaluates every HPA: 15s
+// by default, 2s here so that a 70-second storm sees its decisions.
+const HPASyncPeriod = 2 * time.Second
 
 // ControllerManagerArgs are kube-controller-manager's flags in the storm:
 // its own kubeconfig, the controllers above, no leader election (it is the
@@ -46,6 +52,7 @@ func ControllerManagerArgs(kubeconfig string) []string {
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--use-service-account-credentials=false",
+		"--horizontal-pod-autoscaler-sync-period=" + HPASyncPeriod.String(),
 		// The storm's Deployments and ReplicaSets are small; a few workers
 		// each are what a real cluster runs too.
 		"--concurrent-deployment-syncs=5",

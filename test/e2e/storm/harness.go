@@ -36,8 +36,9 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Harness is what the variants share: the control plane (kube-apiserver,
-// etcd and kube-controller-manager) with the CRDs applied, the built
+// Harness is what the variants share: the control plane (kube-apiserver
+// with the aggregation layer, etcd and kube-controller-manager) with the
+// CRDs applied, the custom metrics API the HPA controller reads, the built
 // binaries, and the operator's manager running as a process against the
 // control plane, as `make run` would run it.
 type Harness struct {
@@ -48,6 +49,8 @@ type Harness struct {
 	Client client.WithWatch
 	// Config is the API server's admin config.
 	Config *rest.Config
+	// Metrics is the custom metrics API the HPA controller reads.
+	Metrics *MetricsAPI
 	// Kubectl runs the kubectl built beside the control plane.
 	Kubectl *testenv.Kubectl
 
@@ -101,6 +104,10 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 	// The CRDs are applied with kubectl below, as a user installs them.
 	h.env.CRDDirectoryPaths, h.env.ErrorIfCRDPathMissing = nil, false
+	pki, err := configureAggregation(h.env, h.OutDir)
+	if err != nil {
+		return h, err
+	}
 	cfg, err := h.env.Start()
 	if err != nil {
 		return h, fmt.Errorf("storm: start control plane: %w", err)
@@ -128,6 +135,14 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 		return h, err
 	}
 	if err := h.kubectl("create", "namespace", ManagerNamespace); err != nil {
+		return h, err
+	}
+
+	h.logf("Serving the custom metrics API through the aggregation layer")
+	if h.Metrics, err = StartMetricsAPI(pki); err != nil {
+		return h, err
+	}
+	if err := RegisterMetricsAPI(ctx, h.Client, h.Metrics, pki); err != nil {
 		return h, err
 	}
 
@@ -205,6 +220,9 @@ func (h *Harness) Close() {
 		}
 	}
 	h.procs.StopAll()
+	if h.Metrics != nil {
+		_ = h.Metrics.Close()
+	}
 	if h.env != nil {
 		if err := h.env.Stop(); err != nil {
 			h.logf("Stopping the control plane failed: %v", err)

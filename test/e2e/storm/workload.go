@@ -15,11 +15,13 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
+	autoscalinginformers "k8s.io/client-go/informers/autoscaling/v2"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -59,6 +61,9 @@ type WorkloadOptions struct {
 	// PreStop is the pause between a pod leaving the endpoints and its
 	// process getting SIGTERM.
 	PreStop time.Duration
+	// Metrics is the custom metrics API through which Scale asks the HPA
+	// for a replica count.
+	Metrics *MetricsAPI
 }
 
 // Workload plays, for one Deployment, the parts of a cluster that the API
@@ -75,9 +80,10 @@ type WorkloadOptions struct {
 //     deleted with grace period 0, as the kubelet does;
 //   - the Service: Endpoints hold exactly the Ready pods, from the moment
 //     the kubelet sees them Ready to the moment it sees their deletion;
-//   - when asked through Scale, the HPA controller: it sets the
-//     Deployment's spec.replicas through the scale subresource, then the
-//     HPA's status.
+//
+// The HPA controller decides the replica count. A scenario with scale steps
+// of its own asks it for them through Scale, which sets the ReplicasMetric
+// the HPA of such a scenario scales on (see DictateHPA).
 type Workload struct {
 	opts     WorkloadOptions
 	c        client.Client
@@ -88,6 +94,8 @@ type Workload struct {
 
 	mu      sync.Mutex
 	desired int32              // the Deployment's spec.replicas
+	scales  []ScaleEvent       // every change of desired seen
+	hpa     HPAStatus          // the HPA's status, as last seen
 	pods    map[string]*simPod // every Pod object the kubelet runs
 	seen    map[types.UID]bool // every Pod the kubelet ever ran
 	errs    []error
@@ -160,29 +168,32 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	deps := appsinformers.NewFilteredDeploymentInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Deployment).String()
 	})
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.observePod(obj, false) },
-		UpdateFunc: func(_, obj any) { w.observePod(obj, false) },
-		DeleteFunc: func(obj any) { w.observePod(obj, true) },
-	}); err != nil {
-		w.cancel()
-		return nil, err
+	hpas := autoscalinginformers.NewFilteredHorizontalPodAutoscalerInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.HPA).String()
+	})
+	// Deployments and HPAs are followed on every add and update; pods on
+	// deletion too.
+	follow := func(f func(any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }}
 	}
-	if _, err := deps.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.observeDeployment,
-		UpdateFunc: func(_, obj any) { w.observeDeployment(obj) },
-	}); err != nil {
-		w.cancel()
-		return nil, err
+	podHandler := follow(func(obj any) { w.observePod(obj, false) })
+	podHandler.DeleteFunc = func(obj any) { w.observePod(obj, true) }
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		pods: podHandler, deps: follow(w.observeDeployment), hpas: follow(w.observeHPA),
+	} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			w.cancel()
+			return nil, err
+		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods, deps} {
+	for _, inf := range []cache.SharedIndexInformer{pods, deps, hpas} {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			inf.RunWithContext(w.ctx)
 		}()
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, deps.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, deps.HasSynced, hpas.HasSynced) {
 		w.cancel()
 		w.wg.Wait()
 		return nil, fmt.Errorf("storm: workload %s: watches did not sync: %w", opts.Deployment, ctx.Err())
@@ -190,15 +201,79 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	return w, nil
 }
 
-// observeDeployment follows the Deployment's spec.replicas.
+// observeDeployment follows the Deployment's spec.replicas: each change
+// is a decision of the HPA controller (or Start's).
 func (w *Workload) observeDeployment(obj any) {
 	dep, ok := obj.(*appsv1.Deployment)
 	if !ok || dep.Spec.Replicas == nil {
 		return
 	}
 	w.mu.Lock()
-	w.desired = *dep.Spec.Replicas
+	if n := *dep.Spec.Replicas; n != w.desired {
+		w.scales = append(w.scales, ScaleEvent{At: time.Now(), From: w.desired, To: n})
+		w.desired = n
+	}
 	w.mu.Unlock()
+}
+
+// HPAStatus is what the HPA controller last wrote in the HPA's status.
+type HPAStatus struct {
+	// Desired is status.desiredReplicas.
+	Desired int32
+	// Metric is the current value of its first metric: the average per
+	// pod for a Pods metric, the value for an Object metric; MetricOK is
+	// false while the controller has none.
+	Metric   float64
+	MetricOK bool
+}
+
+// observeHPA follows the HPA's status.
+func (w *Workload) observeHPA(obj any) {
+	hpa, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
+	if !ok {
+		return
+	}
+	st := HPAStatus{Desired: hpa.Status.DesiredReplicas}
+	for _, m := range hpa.Status.CurrentMetrics {
+		var q *resource.Quantity
+		switch {
+		case m.Pods != nil:
+			q = m.Pods.Current.AverageValue
+		case m.Object != nil:
+			q = m.Object.Current.Value
+			if q == nil {
+				q = m.Object.Current.AverageValue
+			}
+		}
+		if q != nil {
+			st.Metric, st.MetricOK = q.AsApproximateFloat64(), true
+			break
+		}
+	}
+	w.mu.Lock()
+	w.hpa = st
+	w.mu.Unlock()
+}
+
+// HPA returns the HPA's status as last seen.
+func (w *Workload) HPA() HPAStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hpa
+}
+
+// Scales returns the changes of the Deployment's replicas seen since
+// since.
+func (w *Workload) Scales(since time.Time) []ScaleEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ScaleEvent
+	for _, sc := range w.scales {
+		if !sc.At.Before(since) {
+			out = append(out, sc)
+		}
+	}
+	return out
 }
 
 // observePod is the kubelet's view of a Pod event: a new Pod gets a
@@ -248,32 +323,13 @@ func (w *Workload) stopLocked(p *simPod) {
 }
 
 // Start brings the workload to n replicas before the story begins, as a
-// workload that has run a while: the Deployment's spec and the HPA's status
-// at n; the controllers create the pods.
+// workload that has run a while: the Deployment's spec at n, and the
+// ReplicasMetric at n for an HPA that scales on it; the controllers create
+// the pods.
 func (w *Workload) Start(ctx context.Context, n int32) error {
-	if err := w.scaleDeployment(ctx, n); err != nil {
-		return err
+	if w.opts.Metrics != nil {
+		w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
 	}
-	return w.setHPAStatus(ctx, n, n)
-}
-
-// Scale plays the HPA deciding on n replicas: the Deployment's spec.replicas
-// through the scale subresource first, then the HPA's status. The
-// Deployment and ReplicaSet controllers then create or delete Pods, which
-// the kubelet starts and stops in the background.
-func (w *Workload) Scale(ctx context.Context, n int32) error {
-	c := w.Counts()
-	current := int32(c.Existing - c.Terminating)
-	if err := w.scaleDeployment(ctx, n); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.desired = n
-	w.mu.Unlock()
-	return w.setHPAStatus(ctx, current, n)
-}
-
-func (w *Workload) scaleDeployment(ctx context.Context, n int32) error {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		scale := &autoscalingv1.Scale{}
@@ -289,21 +345,16 @@ func (w *Workload) scaleDeployment(ctx context.Context, n int32) error {
 	return nil
 }
 
-func (w *Workload) setHPAStatus(ctx context.Context, current, desired int32) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var hpa autoscalingv2.HorizontalPodAutoscaler
-		if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: w.opts.HPA}, &hpa); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		hpa.Status.CurrentReplicas = current
-		hpa.Status.DesiredReplicas = desired
-		hpa.Status.LastScaleTime = &now
-		return w.c.Status().Update(ctx, &hpa)
-	})
-	if err != nil {
-		return fmt.Errorf("storm: update hpa status: %w", err)
+// Scale asks the HPA for n replicas, for a scenario with scale steps of its
+// own: it sets the Deployment's ReplicasMetric, which that scenario's HPA
+// (DictateHPA) follows exactly at its next sync. The HPA controller then
+// scales the Deployment, and the Deployment and ReplicaSet controllers
+// create or delete Pods.
+func (w *Workload) Scale(_ context.Context, n int32) error {
+	if w.opts.Metrics == nil {
+		return errors.New("storm: Scale needs the custom metrics API (WorkloadOptions.Metrics)")
 	}
+	w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
 	return nil
 }
 
