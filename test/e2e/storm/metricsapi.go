@@ -31,7 +31,7 @@ const (
 	// DemandTarget is the average DemandMetric per pod that the storm's HPA
 	// (manifests/hpa.yaml) aims at: just above the 52 of 8 pods at the
 	// typical latency (1900/s ÷ 8 × 0.22 s), so that 8 pods hold steady
-	// within the HPA's 10% tolerance.
+	// within its tolerance.
 	DemandTarget = 55
 	// ReplicasMetric is an Object metric of a Deployment whose value is the
 	// replica count a scenario with scale steps of its own asks for; its
@@ -39,16 +39,17 @@ const (
 	ReplicasMetric = "storm_scenario_replicas"
 	// DemandWindow is the window the demand is measured over: a rate over
 	// a few seconds, as a Prometheus adapter's rate() would give.
-	DemandWindow = 3 * time.Second
-	// scrapeInterval is how often every pod's /metrics is read.
-	scrapeInterval = 500 * time.Millisecond
+	DemandWindow = 5 * time.Second
+	// scrapeInterval is how often every pod's /metrics is read: a few
+	// samples per window, and little load on a machine the storm shares.
+	scrapeInterval = time.Second
 )
 
 // MetricsAPI is the harness's custom metrics API server: an HTTPS server
 // that the API server's aggregation layer proxies
 // /apis/custom.metrics.k8s.io/v1beta2 to, with the front proxy's client
 // certificate. It computes each pod's DemandMetric from what the pod's
-// gate exports (scraped every 500ms) and serves the ReplicasMetric values
+// gate exports (scraped every second, over DemandWindow) and serves the ReplicasMetric values
 // a scenario sets. It is safe for concurrent use.
 type MetricsAPI struct {
 	ln     net.Listener
@@ -191,29 +192,37 @@ func (m *MetricsAPI) scrapeLoop(ctx context.Context) {
 	}
 }
 
-// demand is DemandMetric over the samples of one pod: the mean calls in
-// flight times offered calls over admitted ones, which is the offered rate
-// times the mean time an admitted call stays in flight. ok is false when
-// the window holds no call at all: a pod without traffic has no demand to
-// report, as a rate over no samples has none.
+// demand is DemandMetric over the samples of one pod: for each interval
+// between two scrapes, the mean calls in flight times offered calls over
+// admitted ones (the offered rate times the mean time an admitted call
+// stays in flight), and the median of those over the window, so that a
+// stall of a second or two of this shared machine, in which a pod admits
+// little and so seems to wait long, does not read as demand. ok is false
+// when no interval of the window admitted a call: a pod without traffic has
+// no demand to report, as a rate over no samples has none, and a pod that
+// admitted nothing measured no latency (the HPA counts it as missing).
 func demand(ss []gateSample) (v float64, ok bool) {
 	if len(ss) < 2 || ss[len(ss)-1].at.Sub(ss[0].at) < DemandWindow/2 {
 		return 0, false
 	}
-	first, last := ss[0], ss[len(ss)-1]
-	admitted := last.admitted - first.admitted
-	offered := admitted + last.rejected - first.rejected
-	if offered <= 0 {
+	var vs []float64
+	for i := 1; i < len(ss); i++ {
+		a, b := ss[i-1], ss[i]
+		admitted := b.admitted - a.admitted
+		if admitted <= 0 {
+			continue
+		}
+		offered := admitted + b.rejected - a.rejected
+		vs = append(vs, (a.inFlight+b.inFlight)/2*offered/admitted)
+	}
+	if len(vs) == 0 {
 		return 0, false
 	}
-	var inFlight float64
-	for _, s := range ss {
-		inFlight += s.inFlight
+	sort.Float64s(vs)
+	if n := len(vs); n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2, true
 	}
-	inFlight /= float64(len(ss))
-	// A pod that admitted nothing in the window still had its permits
-	// full: count one admission, a lower bound on its demand.
-	return inFlight * offered / math.Max(admitted, 1), true
+	return vs[len(vs)/2], true
 }
 
 // scrapeGate reads one gate's in-flight, admitted and rejected calls from a

@@ -23,22 +23,36 @@ func TestDemand(t *testing.T) {
 	}{
 		{"no samples", nil, 0, false},
 		{"one sample", []gateSample{{at: at(0), inFlight: 5}}, 0, false},
-		{"window too short", []gateSample{{at: at(0), inFlight: 5}, {at: at(1000), inFlight: 5, admitted: 10}}, 0, false},
+		{"window too short", []gateSample{{at: at(0), inFlight: 5}, {at: at(2000), inFlight: 5, admitted: 10}}, 0, false},
 		{"no calls", []gateSample{{at: at(0), inFlight: 0}, {at: at(3000), inFlight: 0}}, 0, false},
 		// 8 pods at 220ms: 5 permits full, 22.7 admitted/s of 237.5 offered.
 		{"saturated at the typical latency", []gateSample{
 			{at: at(0), inFlight: 5, admitted: 1000, rejected: 5000},
-			{at: at(1500), inFlight: 5},
+			{at: at(1500), inFlight: 5, admitted: 1000 + 34.1, rejected: 5000 + 322.15},
 			{at: at(3000), inFlight: 5, admitted: 1000 + 68.2, rejected: 5000 + 644.3},
-		}, 5 * (68.2 + 644.3) / 68.2, true},
-		{"every call admitted", []gateSample{
+		}, 5 * (34.1 + 322.15) / 34.1, true},
+		{"every call admitted, in flight averaged over each interval", []gateSample{
 			{at: at(0), inFlight: 2, admitted: 0},
 			{at: at(3000), inFlight: 4, admitted: 30},
 		}, 3, true},
-		{"nothing admitted: one admission is the lower bound", []gateSample{
+		// A one-second stall: the pod admits 2 calls instead of 20 and
+		// seems to keep them ten times as long; the median ignores it.
+		{"a stall does not read as demand", []gateSample{
+			{at: at(0), inFlight: 5, admitted: 0, rejected: 0},
+			{at: at(1000), inFlight: 5, admitted: 20, rejected: 200},
+			{at: at(2000), inFlight: 5, admitted: 22, rejected: 420},
+			{at: at(3000), inFlight: 5, admitted: 42, rejected: 620},
+		}, 5 * 220.0 / 20, true},
+		{"intervals without an admission are left out", []gateSample{
+			{at: at(0), inFlight: 2},
+			{at: at(1000), inFlight: 2, rejected: 100},
+			{at: at(2000), inFlight: 2, admitted: 1, rejected: 200},
+			{at: at(3000), inFlight: 2, admitted: 1, rejected: 300},
+		}, 2 * 101.0, true},
+		{"nothing admitted: no latency measured", []gateSample{
 			{at: at(0), inFlight: 2, rejected: 0},
 			{at: at(3000), inFlight: 2, rejected: 99},
-		}, 2 * 99, true},
+		}, 0, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

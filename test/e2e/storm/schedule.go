@@ -93,11 +93,11 @@ type Schedule struct {
 // at the typical latency; the downstream's latency jumps to 1.8 s at 12 s
 // and recovers at 34 s. The schedule has no scale steps: the real HPA
 // decides them from the pods' demand (manifests/hpa.yaml), and in the
-// operator's and static runs it takes the workload from 8 to 16 pods a few
-// seconds into the jitter and, once the lower demand has held for its
-// stabilization window after the recovery, back to 8. Three phases are
-// steady (the typical latency): before the jitter, the recovery, and the
-// scale-down after it.
+// operator's run it takes the workload from 8 to 16 pods a few seconds into
+// the jitter and, once the lower demand has held for its 15-second
+// stabilization window after the recovery, back to 8 from about 50 s on.
+// Three phases are steady (the typical latency): before the jitter, the
+// recovery, and the scale-down after it.
 func DefaultSchedule() Schedule {
 	const settle = 2 * time.Second // longer than the worst latency
 	return Schedule{
