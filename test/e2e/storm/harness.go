@@ -112,6 +112,11 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	if err != nil {
 		return h, fmt.Errorf("storm: start control plane: %w", err)
 	}
+	// The harness's client plays the scheduler, every pod's kubelet and
+	// the observers at once: client-go's default limit (5 requests a
+	// second) would delay a pod's Ready status by seconds during a scale
+	// step.
+	cfg.QPS, cfg.Burst = 200, 400
 	h.Config = cfg
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
