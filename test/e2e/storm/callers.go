@@ -395,7 +395,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		if ctx.Err() != nil {
 			break
 		}
-		h.logf("[two-callers] %5.1fs autoscaler of %s: %d → %d replicas", time.Since(start).Seconds(), ev.caller.spec.Name, ev.caller.w.Counts().Desired, ev.to)
+		h.logf("[two-callers] %5.1fs the scenario asks the HPA of %s for %d replicas (it has %d)", time.Since(start).Seconds(), ev.caller.spec.Name, ev.to, ev.caller.w.Counts().Desired)
 		if err := ev.caller.w.Scale(ctx, ev.to); err != nil {
 			runErr = err
 			stopLoad()
