@@ -62,6 +62,12 @@ type CallersScenario struct {
 // in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
 // permits, weighted max-min fairness gives checkout its demand, 24 (its
 // weighted share would be 30), and search the other 16.
+//
+// The scenario asks the HPAs for those steps; each acts within its sync
+// period (2 s). The checkpoints leave every step 5 s or more from its HPA's
+// decision to settle, and come before the next step can change a caller's
+// Ready pods: the one at 15 s follows checkout's step at 14 s, but no new
+// pod is Ready sooner than the pod start delay (1.5 s) after the HPA acts.
 func TwoCallers() CallersScenario {
 	return CallersScenario{
 		Duration:      30 * time.Second,
@@ -72,7 +78,7 @@ func TwoCallers() CallersScenario {
 			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
 				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
-		Checkpoints: []time.Duration{7500 * time.Millisecond, 13500 * time.Millisecond, 21500 * time.Millisecond, 29500 * time.Millisecond},
+		Checkpoints: []time.Duration{7500 * time.Millisecond, 15 * time.Second, 21500 * time.Millisecond, 29500 * time.Millisecond},
 	}
 }
 
