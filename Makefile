@@ -20,10 +20,12 @@ TEST_TIMEOUT ?= 45m
 
 # The control plane the tests run against. A KUBEBUILDER_ASSETS given in the
 # environment or on the command line is used as it is when it holds every
-# binary the target runs: kube-apiserver and etcd, and kubectl for all but
-# perf. Otherwise hack/setup-envtest.sh builds the control plane (once; it is
+# binary the target runs: kube-apiserver, kube-controller-manager (the storm
+# runs the real Deployment, ReplicaSet, HPA and garbage-collector
+# controllers), etcd and kubectl; perf needs only kube-apiserver and etcd.
+# Otherwise hack/setup-envtest.sh builds the control plane (once; it is
 # cached) and its directory is used.
-ENVTEST_BINARIES := kube-apiserver etcd kubectl
+ENVTEST_BINARIES := kube-apiserver kube-controller-manager etcd kubectl
 # assets_given is the absolute KUBEBUILDER_ASSETS when it holds every binary
 # in $(1), else empty.
 assets_given = $(if $(KUBEBUILDER_ASSETS),$(if $(strip $(foreach b,$(1),$(if $(wildcard $(KUBEBUILDER_ASSETS)/$(b)),,$(b)))),,$(abspath $(KUBEBUILDER_ASSETS))))
@@ -67,7 +69,7 @@ lint: ## Run golangci-lint (formatting, vet, staticcheck, doc comments, ...).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: envtest
-envtest: ## Build the control plane for tests (kube-apiserver, etcd, kubectl) if not cached nor given as KUBEBUILDER_ASSETS.
+envtest: ## Build the control plane for tests (kube-apiserver, kube-controller-manager, etcd, kubectl) if not cached nor given as KUBEBUILDER_ASSETS.
 ifneq ($(call assets_given,$(ENVTEST_BINARIES)),)
 	@echo "envtest: using KUBEBUILDER_ASSETS=$(call assets_given,$(ENVTEST_BINARIES))" >&2
 else

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the control plane that envtest and the e2e harness run against —
-# kube-apiserver, etcd and kubectl — from Go modules through the module proxy,
+# kube-apiserver, kube-controller-manager, etcd and kubectl — from Go modules through the module proxy,
 # at pinned versions, into a per-user cache keyed by those versions. Prebuilt
 # downloads of these binaries are not used. A cache that is already complete is
 # reused in well under a second. The last line printed on stdout is the
@@ -23,7 +23,7 @@ log() { echo "setup-envtest: $*" >&2; }
 
 complete() {
   local bin
-  for bin in kube-apiserver etcd kubectl; do
+  for bin in kube-apiserver kube-controller-manager etcd kubectl; do
     [[ -f "${ASSETS}/${bin}" && -x "${ASSETS}/${bin}" ]] || return 1
   done
 }
@@ -91,14 +91,17 @@ SRC
   build_into etcd . "-s -w"
 fi
 
-# kube-apiserver: k8s.io/kubernetes is not meant to be imported, because its
-# go.mod points every staging module at ./staging. A wrapper module replaces
-# each of them with its published release instead.
-if [[ ! -f "${ASSETS}/kube-apiserver" ]]; then
-  mkdir -p "${WORK}/kube-apiserver" && cd "${WORK}/kube-apiserver"
+# kube-apiserver and kube-controller-manager: k8s.io/kubernetes is not meant
+# to be imported, because its go.mod points every staging module at ./staging.
+# A wrapper module replaces each of them with its published release instead;
+# both commands build from that one module, so they share one download.
+kube_wrapper() {
+  [[ -f "${WORK}/kubernetes/go.mod" ]] && { cd "${WORK}/kubernetes"; return; }
+  mkdir -p "${WORK}/kubernetes" && cd "${WORK}/kubernetes"
+  local kmod
   kmod="$(go mod download -json "k8s.io/kubernetes@${KUBERNETES_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
   {
-    echo "module backpressure.dev/hack/kube-apiserver"
+    echo "module backpressure.dev/hack/kubernetes"
     echo
     echo "go 1.26"
     echo
@@ -110,9 +113,14 @@ if [[ ! -f "${ASSETS}/kube-apiserver" ]]; then
     sed -n "s#^[[:space:]]*\(k8s.io/[a-z0-9.-]*\) => ./staging/src/k8s.io/.*#\t\1 => \1 ${STAGING_VERSION}#p" "${kmod}"
     echo ")"
   } > go.mod
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" >&2
-  build_into kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "${KUBE_LDFLAGS}"
-fi
+}
+
+for cmd in kube-apiserver kube-controller-manager; do
+  [[ -f "${ASSETS}/${cmd}" ]] && continue
+  kube_wrapper
+  go get "k8s.io/kubernetes/cmd/${cmd}@${KUBERNETES_VERSION}" >&2
+  build_into "${cmd}" "k8s.io/kubernetes/cmd/${cmd}" "${KUBE_LDFLAGS}"
+done
 
 # kubectl: the published k8s.io/kubectl command tree behind a main, as the
 # kubectl binary itself is built.

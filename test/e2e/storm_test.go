@@ -115,7 +115,20 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 			Expect(r.PeakInFlight).To(BeNumerically("<=", storm.Contract))
 		})
 
-		It("reaches 95% of the goodput ceiling (usable permits / latency) in every steady phase, at 16 pods too", func() {
+		It("lets the real HPA scale the workload up when the downstream slows, and back down after it recovers", func() {
+			Expect(r.Timeline).NotTo(BeEmpty())
+			initial, final := r.Timeline[0].Desired, r.Timeline[len(r.Timeline)-1].Desired
+			var peak int32
+			for _, p := range r.Timeline {
+				peak = max(peak, p.Desired)
+			}
+			AddReportEntry("operator: the HPA's replicas", fmt.Sprintf("%d → %d → %d", initial, peak, final))
+			Expect(initial).To(Equal(schedule.InitialReplicas))
+			Expect(peak).To(BeNumerically(">", initial), "the HPA scaled up in the jitter")
+			Expect(final).To(BeNumerically("<", peak), "the HPA scaled down after the recovery")
+		})
+
+		It("reaches 95% of the goodput ceiling (usable permits / latency) in every steady phase, the HPA's scale-down too", func() {
 			ceiling := storm.GoodputCeiling()
 			steady := 0
 			for _, p := range r.Phases {
@@ -147,7 +160,7 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 		})
 
 		It("ends with every pod acknowledging the last plan's epoch/revision", func() {
-			expectRolledOut(r, schedule)
+			expectRolledOut(r)
 		})
 
 		It("gave every pod at the start the share that the static variant freezes", func() {
@@ -211,7 +224,10 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 		})
 
 		It("ends with every pod, the laggard too, acknowledging the last plan's epoch/revision", func() {
-			expectRolledOut(r, variants["laggard"].ScheduleOr(schedule))
+			s := variants["laggard"].ScheduleOr(schedule)
+			Expect(r.Timeline).NotTo(BeEmpty())
+			Expect(r.Timeline[len(r.Timeline)-1].Desired).To(Equal(s.ReplicasAt(s.Duration)), "the HPA followed the scenario's last step")
+			expectRolledOut(r)
 		})
 	})
 
@@ -249,12 +265,13 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 
 // expectRolledOut asserts that every pod running at the end acknowledged the
 // last published plan's <epoch>/<revision>, and the quota's status says so.
-func expectRolledOut(r *storm.VariantReport, s storm.Schedule) {
+func expectRolledOut(r *storm.VariantReport) {
 	GinkgoHelper()
 	Expect(r.Rollout).NotTo(BeNil())
 	Expect(r.Rollout.Last).NotTo(BeEmpty())
 	Expect(r.Rollout.Current).To(BeTrue(), "the quota's rollout is about the last plan")
 	Expect(r.Rollout.StalePods).To(BeZero(), "pods whose applied annotation is not %s", r.Rollout.Last)
 	Expect(r.Rollout.Acknowledged).To(Equal(r.Rollout.Total))
-	Expect(r.Rollout.Total).To(Equal(s.ReplicasAt(s.Duration)))
+	Expect(r.Timeline).NotTo(BeEmpty())
+	Expect(r.Rollout.Total).To(Equal(r.Timeline[len(r.Timeline)-1].Desired), "the replicas the HPA left the workload at")
 }

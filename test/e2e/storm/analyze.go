@@ -17,6 +17,8 @@ type Sample struct {
 	Downstream DownstreamCounts
 	// Pods are the workload's pod counts.
 	Pods PodCounts
+	// HPA is the HPA's status.
+	HPA HPAStatus
 	// Latency is the downstream's latency.
 	Latency time.Duration
 	// Permits is the sum of the running pods' permits.
@@ -33,8 +35,7 @@ type Sample struct {
 
 // ScaleEvent is the autoscaler changing the replica count.
 type ScaleEvent struct {
-	// At is the moment of the decision, just before the Deployment's scale
-	// subresource was written.
+	// At is when the harness saw the Deployment's spec.replicas change.
 	At       time.Time
 	From, To int32
 }
@@ -76,6 +77,11 @@ func Analyze(d *RunData) *VariantReport {
 	r := &VariantReport{
 		Name:        d.Variant.Name,
 		Description: d.Variant.Description,
+		HPAMetric:   DemandMetric,
+		HPATarget:   DemandTarget,
+	}
+	if len(d.Schedule.Scale) > 0 {
+		r.HPAMetric, r.HPATarget = ReplicasMetric, 1
 	}
 	if d.Variant.Plan != nil {
 		r.StaticPermits = d.Variant.Plan.Permits
@@ -206,7 +212,12 @@ func timeline(samples []Sample) []TimelinePoint {
 			Permits:        s.Permits,
 			ReadyPermits:   s.ReadyPermits,
 			LaggardPermits: s.LaggardPermits,
+			HPADesired:     s.HPA.Desired,
 		})
+		if s.HPA.MetricOK {
+			m := s.HPA.Metric
+			out[len(out)-1].HPAMetric = &m
+		}
 		prev = s.Downstream
 	}
 	return out

@@ -120,7 +120,7 @@ func TestPercentile(t *testing.T) {
 // completes okPerSample calls per 100 ms and rejects rejPerSample, with the
 // given peak.
 func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
-	s := DefaultSchedule()
+	s := storySchedule()
 	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	d := &RunData{Variant: v, Schedule: s, Start: start, Load: &LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
 	var c DownstreamCounts

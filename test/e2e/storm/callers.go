@@ -62,6 +62,12 @@ type CallersScenario struct {
 // in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
 // permits, weighted max-min fairness gives checkout its demand, 24 (its
 // weighted share would be 30), and search the other 16.
+//
+// The scenario asks the HPAs for those steps; each acts within its sync
+// period (2 s). The checkpoints leave every step 5 s or more from its HPA's
+// decision to settle, and come before the next step can change a caller's
+// Ready pods: the one at 15 s follows checkout's step at 14 s, but no new
+// pod is Ready sooner than the pod start delay (1.5 s) after the HPA acts.
 func TwoCallers() CallersScenario {
 	return CallersScenario{
 		Duration:      30 * time.Second,
@@ -72,7 +78,7 @@ func TwoCallers() CallersScenario {
 			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
 				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
-		Checkpoints: []time.Duration{7500 * time.Millisecond, 13500 * time.Millisecond, 21500 * time.Millisecond, 29500 * time.Millisecond},
+		Checkpoints: []time.Duration{7500 * time.Millisecond, 15 * time.Second, 21500 * time.Millisecond, 29500 * time.Millisecond},
 	}
 }
 
@@ -148,7 +154,7 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 	hpa.TypeMeta = metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"}
 	hpa.Name, hpa.Namespace = c.Name, c.Namespace
 	hpa.Spec.ScaleTargetRef.Name = c.Name
-	hpa.Spec.MinReplicas = ptrTo(int32(1))
+	DictateHPA(&hpa)
 
 	q, err := Quota()
 	if err != nil {
@@ -288,7 +294,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return proc, nil
 		}
 		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
 		if err != nil {
@@ -395,7 +401,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		if ctx.Err() != nil {
 			break
 		}
-		h.logf("[two-callers] %5.1fs autoscaler of %s: %d → %d replicas", time.Since(start).Seconds(), ev.caller.spec.Name, ev.caller.w.Counts().Desired, ev.to)
+		h.logf("[two-callers] %5.1fs the scenario asks the HPA of %s for %d replicas (it has %d)", time.Since(start).Seconds(), ev.caller.spec.Name, ev.to, ev.caller.w.Counts().Desired)
 		if err := ev.caller.w.Scale(ctx, ev.to); err != nil {
 			runErr = err
 			stopLoad()
@@ -428,7 +434,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		}
 	}
 	data.Status = contractObs.last()
-	if err := h.ManagerErr(); err != nil {
+	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
 	return AnalyzeCallers(data), nil

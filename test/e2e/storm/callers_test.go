@@ -62,7 +62,7 @@ func TestAnalyzeCallers(t *testing.T) {
 	// Search holding 20 at one checkpoint (taken from checkout) misses
 	// search's checkpoint goal only.
 	for i := range d.Samples {
-		if d.Samples[i].At > 13*time.Second && d.Samples[i].At <= 14*time.Second {
+		if d.Samples[i].At > 14*time.Second && d.Samples[i].At <= 15*time.Second {
 			d.Samples[i].Callers = []CallerSample{{ReadyPermits: 20}, {ReadyPermits: 24}}
 		}
 	}

@@ -60,12 +60,12 @@ type CapacityReport struct {
 	Steps []CapacityStep `json:"steps"`
 }
 
-// CapacityStep is the capacity lost between two scale steps.
+// CapacityStep is the capacity lost between two of the HPA's decisions.
 type CapacityStep struct {
 	// From and To are the stretch's offsets in seconds.
 	From float64 `json:"fromSeconds"`
 	To   float64 `json:"toSeconds"`
-	// Replicas is the replica count the autoscaler set at From.
+	// Replicas is the replica count the HPA set at From.
 	Replicas int32 `json:"replicas"`
 	// Lost and PreviousLost are the permit-seconds below the usable total,
 	// measured and for the previous division.
@@ -83,16 +83,21 @@ func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 		return r
 	}
 	s := d.Schedule
-	bounds := []time.Duration{0}
-	for _, st := range s.Scale {
-		bounds = append(bounds, st.At)
+	// The stretches between the HPA's decisions, as they happened.
+	bounds, replicas := []time.Duration{0}, []int32{s.InitialReplicas}
+	for _, sc := range d.Scales {
+		if off := sc.At.Sub(d.Start); off > bounds[len(bounds)-1] && off < s.Duration {
+			bounds, replicas = append(bounds, off), append(replicas, sc.To)
+		} else if off >= 0 && off < s.Duration {
+			replicas[len(replicas)-1] = sc.To
+		}
 	}
 	for i, b := range bounds {
 		to := s.Duration
 		if i+1 < len(bounds) {
 			to = bounds[i+1]
 		}
-		r.Steps = append(r.Steps, CapacityStep{From: b.Seconds(), To: to.Seconds(), Replicas: s.ReplicasAt(b)})
+		r.Steps = append(r.Steps, CapacityStep{From: b.Seconds(), To: to.Seconds(), Replicas: replicas[i]})
 	}
 	share := func(sm Sample) int {
 		return PreviousShare(usable, max(int(sm.Pods.Desired), sm.Pods.Existing))

@@ -19,7 +19,8 @@ func TestPreviousShare(t *testing.T) {
 // previous division's model, and integrates a measured dip.
 func TestCapacityLaggard(t *testing.T) {
 	s := Schedule{Duration: 10 * time.Second, InitialReplicas: 2, Scale: []ScaleStep{{At: 5 * time.Second, Replicas: 10}}}
-	d := &RunData{Variant: Variant{Name: "laggard", Operator: true, Laggard: 2 * time.Second}, Schedule: s}
+	d := &RunData{Variant: Variant{Name: "laggard", Operator: true, Laggard: 2 * time.Second}, Schedule: s,
+		Scales: []ScaleEvent{{At: time.Time{}.Add(5 * time.Second), From: 2, To: 10}}}
 	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
 		sm := Sample{At: off, Pods: PodCounts{Desired: 2, Existing: 2, Started: 2, Ready: 2}, ReadyPermits: 40, LaggardRunning: true, LaggardReady: true}
 		if off >= 5*time.Second {

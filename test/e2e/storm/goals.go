@@ -84,6 +84,7 @@ func EvaluateGoals(r *Report) []Goal {
 			}
 			rolloutGoal(add, name, v)
 			permitsCheckGoal(add, name, v)
+			hpaGoal(add, name, v, true)
 			if c := v.Capacity; c != nil {
 				add(name, "permits held by Ready pods, integrated over the run",
 					fmt.Sprintf("≥ %.0f%% of %d × %.1fs", 100*HeldGoalFraction, c.Usable, c.Seconds),
@@ -104,6 +105,7 @@ func EvaluateGoals(r *Report) []Goal {
 			// 16 pods × the 8-pod share hold more than the contract: the
 			// frozen plan must show the storm the operator prevents.
 			add(name, "429s while scaled past 8 pods", "> 0", fmt.Sprint(past8), past8 > 0, true)
+			hpaGoal(add, name, v, false)
 		}
 		add(name, "the harness kept up with the load",
 			fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*LoadGoalFraction, v.Load.TargetPerSecond),
@@ -111,6 +113,27 @@ func EvaluateGoals(r *Report) []Goal {
 			v.Load.AchievedPerSecond >= LoadGoalFraction*v.Load.TargetPerSecond, false)
 	}
 	return gs
+}
+
+// hpaGoal adds, for a run whose HPA scaled on the pods' demand, the goal
+// that the real HPA scaled the workload up when the downstream slowed and
+// back down after it recovered: the scale steps the other goals are about.
+// It is asserted for the operator's run, whose steady phases need both.
+func hpaGoal(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport, asserted bool) {
+	if v.HPAMetric != DemandMetric || len(v.Timeline) == 0 {
+		return
+	}
+	initial, peak, final := v.Timeline[0].Desired, v.Timeline[0].Desired, v.Timeline[len(v.Timeline)-1].Desired
+	var peakAt float64
+	for _, p := range v.Timeline {
+		if p.Desired > peak {
+			peak, peakAt = p.Desired, p.At
+		}
+	}
+	add(name, "the HPA scaled up when the downstream slowed, and back down after it recovered",
+		fmt.Sprintf("%d → more → fewer", initial),
+		fmt.Sprintf("%d → %d (at %.1fs) → %d", initial, peak, peakAt, final),
+		peak > initial && final < peak, asserted)
 }
 
 // permitsCheckGoal adds the goal that the pods' gates export the permits

@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -35,15 +36,21 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// Harness is what the variants share: the control plane with the CRDs
-// applied, the built binaries, and the operator's manager running as a
-// process against the control plane, as `make run` would run it.
+// Harness is what the variants share: the control plane (kube-apiserver
+// with the aggregation layer, etcd and kube-controller-manager) with the
+// CRDs applied, the custom metrics API the HPA controller reads, the built
+// binaries, and the operator's manager running as a process against the
+// control plane, as `make run` would run it.
 type Harness struct {
 	// Root and OutDir are as in Options, resolved.
 	Root   string
 	OutDir string
 	// Client talks to the API server.
 	Client client.WithWatch
+	// Config is the API server's admin config.
+	Config *rest.Config
+	// Metrics is the custom metrics API the HPA controller reads.
+	Metrics *MetricsAPI
 	// Kubectl runs the kubectl built beside the control plane.
 	Kubectl *testenv.Kubectl
 
@@ -51,6 +58,7 @@ type Harness struct {
 	env     *envtest.Environment
 	procs   *Processes
 	manager *Process
+	kcm     *Process
 	gateway string
 	// proxyPod runs a pod of a Sidecar variant.
 	proxyPod string
@@ -100,10 +108,20 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 	// The CRDs are applied with kubectl below, as a user installs them.
 	h.env.CRDDirectoryPaths, h.env.ErrorIfCRDPathMissing = nil, false
+	pki, err := configureAggregation(h.env, h.OutDir)
+	if err != nil {
+		return h, err
+	}
 	cfg, err := h.env.Start()
 	if err != nil {
 		return h, fmt.Errorf("storm: start control plane: %w", err)
 	}
+	// The harness's client plays the scheduler, every pod's kubelet and
+	// the observers at once: client-go's default limit (5 requests a
+	// second) would delay a pod's Ready status by seconds during a scale
+	// step.
+	cfg.QPS, cfg.Burst = 200, 400
+	h.Config = cfg
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return h, err
@@ -126,6 +144,19 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 		return h, err
 	}
 	if err := h.kubectl("create", "namespace", ManagerNamespace); err != nil {
+		return h, err
+	}
+
+	h.logf("Serving the custom metrics API through the aggregation layer")
+	if h.Metrics, err = StartMetricsAPI(pki); err != nil {
+		return h, err
+	}
+	if err := RegisterMetricsAPI(ctx, h.Client, h.Metrics, pki); err != nil {
+		return h, err
+	}
+
+	h.logf("Starting kube-controller-manager (%s)", strings.Join(Controllers, ", "))
+	if h.kcm, err = StartControllerManager(ctx, h.env, h.Client, h.procs, h.OutDir); err != nil {
 		return h, err
 	}
 
@@ -176,6 +207,19 @@ func (h *Harness) ManagerErr() error {
 	}
 }
 
+// ControllersErr returns an error when kube-controller-manager has exited.
+func (h *Harness) ControllersErr() error {
+	if h.kcm == nil {
+		return nil
+	}
+	select {
+	case <-h.kcm.Done():
+		return fmt.Errorf("storm: kube-controller-manager exited: %w; its last lines:\n%s", h.kcm.Exited(), h.kcm.Tail())
+	default:
+		return nil
+	}
+}
+
 // Close stops every process the harness started, the manager gracefully,
 // and the control plane.
 func (h *Harness) Close() {
@@ -185,6 +229,9 @@ func (h *Harness) Close() {
 		}
 	}
 	h.procs.StopAll()
+	if h.Metrics != nil {
+		_ = h.Metrics.Close()
+	}
 	if h.env != nil {
 		if err := h.env.Stop(); err != nil {
 			h.logf("Stopping the control plane failed: %v", err)

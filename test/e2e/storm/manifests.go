@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -32,6 +33,10 @@ var (
 	QuotaManifest     = "quota.yaml"
 )
 
+// DictatedHPAManifest is hpa.yaml turned by DictateHPA into the HPA of a
+// scenario with scale steps of its own; WriteManifests writes it too.
+const DictatedHPAManifest = "hpa-dictated.yaml"
+
 // WriteManifests copies the scenario's manifests into dir, for kubectl
 // apply -f and for a person to read after the run.
 func WriteManifests(dir string) error {
@@ -47,7 +52,20 @@ func WriteManifests(dir string) error {
 			return err
 		}
 	}
-	return nil
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	b, err := manifests.ReadFile("manifests/hpa.yaml")
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, &hpa); err != nil {
+		return fmt.Errorf("storm: hpa.yaml: %w", err)
+	}
+	DictateHPA(&hpa)
+	if b, err = yaml.Marshal(&hpa); err != nil {
+		return err
+	}
+	b = append([]byte("# hpa.yaml for a scenario with scale steps of its own: the HPA follows the\n# replica count the scenario sets (storm.DictateHPA).\n"), b...)
+	return os.WriteFile(filepath.Join(dir, DictatedHPAManifest), b, 0o644)
 }
 
 // Quota returns the scenario's DownstreamQuota as manifests/quota.yaml has it.

@@ -107,6 +107,18 @@ func (o *Observations) ServingMetrics(pod, addr string) {
 	o.metrics[pod] = addr
 }
 
+// MetricsAddrs returns the /metrics address of every pod whose process
+// runs and serves it.
+func (o *Observations) MetricsAddrs() map[string]string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[string]string, len(o.metrics))
+	for pod, addr := range o.metrics {
+		out[pod] = addr
+	}
+	return out
+}
+
 // CheckPermits scrapes the pods among running whose metrics address is
 // known and compares their gate's permits with what their logs said.
 func (o *Observations) CheckPermits(ctx context.Context, gate string, running []string) *PermitsCheck {

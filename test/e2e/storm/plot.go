@@ -30,7 +30,9 @@ var (
 
 // WritePlot draws the report as a PNG at path: for every variant, the
 // downstream's in-flight calls against the contract (left) and its 429s
-// and successes per second (right); below, the replica count and the
+// and successes per second (right); below, the HPA's decisions in the first
+// variant's run (its desired replicas, the Deployment's replicas and the
+// Ready pods) and the metric it scaled on against its target, and the
 // downstream's latency. The downstream's slow stretch is shaded.
 func WritePlot(r *Report, path string) error {
 	if len(r.Order) == 0 {
@@ -58,15 +60,23 @@ func WritePlot(r *Report, path string) error {
 		}
 		rows = append(rows, []*plot.Plot{left, right})
 	}
-	reps, err := replicaPlot(last, tmax)
+	// The HPA's decisions, and the metric it scaled on, in the first
+	// variant's run (the operator's, when it ran); the downstream's latency.
+	first := r.Variants[r.Order[0]]
+	reps, err := replicaPlot(first, tmax)
 	if err != nil {
 		return err
 	}
+	metric, err := hpaMetricPlot(first, tmax)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, []*plot.Plot{reps, metric})
 	lat, err := latencyPlot(last, tmax)
 	if err != nil {
 		return err
 	}
-	rows = append(rows, []*plot.Plot{reps, lat})
+	rows = append(rows, []*plot.Plot{lat, nil})
 
 	const colWidth, rowHeight = 7 * vg.Inch, 2.6 * vg.Inch
 	img := vgimg.NewWith(vgimg.UseWH(2*colWidth, vg.Length(len(rows))*rowHeight), vgimg.UseDPI(96))
@@ -79,7 +89,9 @@ func WritePlot(r *Report, path string) error {
 	canvases := plot.Align(rows, tiles, dc)
 	for j := range rows {
 		for i := range rows[j] {
-			rows[j][i].Draw(canvases[j][i])
+			if rows[j][i] != nil {
+				rows[j][i].Draw(canvases[j][i])
+			}
 		}
 	}
 	return writePNG(img, path)
@@ -297,17 +309,30 @@ func ratePlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 }
 
 func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
-	p := newPlot("the autoscaler: replicas", "pods")
+	p := newPlot("the HPA ("+v.Name+" run): replicas", "pods")
 	ymax := 4.0
 	n := len(v.Timeline)
 	desired, ready := make(plotter.XYs, n), make(plotter.XYs, n)
+	var hpa plotter.XYs
 	for i, pt := range v.Timeline {
 		desired[i] = plotter.XY{X: pt.At, Y: float64(pt.Desired)}
+		// Before the HPA controller's first decision its status is empty.
+		if pt.HPADesired > 0 {
+			hpa = append(hpa, plotter.XY{X: pt.At, Y: float64(pt.HPADesired)})
+		}
 		ready[i] = plotter.XY{X: pt.At, Y: float64(pt.Ready)}
-		ymax = max(ymax, float64(pt.Desired)*headroom, float64(pt.Existing)*headroom)
+		ymax = max(ymax, float64(pt.Desired)*headroom, float64(pt.Existing)*headroom, float64(pt.HPADesired)*headroom)
 	}
 	if err := shadeSlow(p, v, ymax, true); err != nil {
 		return nil, err
+	}
+	if len(hpa) > 0 {
+		lh, err := line(hpa, colHanded, vg.Points(3), false)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(lh)
+		p.Legend.Add("HPA desiredReplicas", lh)
 	}
 	ld, err := line(desired, colDesired, vg.Points(1.5), true)
 	if err != nil {
@@ -318,8 +343,45 @@ func replicaPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
 		return nil, err
 	}
 	p.Add(ld, lr)
-	p.Legend.Add("desired (HPA)", ld)
+	p.Legend.Add("Deployment replicas", ld)
 	p.Legend.Add("ready pods", lr)
+	fixAxes(p, tmax, ymax)
+	return p, nil
+}
+
+// hpaMetricPlot draws the current value of the metric the HPA scaled on, as
+// the HPA controller wrote it in its status, against its target.
+func hpaMetricPlot(v *VariantReport, tmax float64) (*plot.Plot, error) {
+	title, ylabel := "the HPA's metric: calls each pod would have in flight", "calls per pod"
+	if v.HPAMetric == ReplicasMetric {
+		title, ylabel = "the HPA's metric: replicas the scenario asks for", "replicas"
+	}
+	p := newPlot(title+" ("+v.Name+" run)", ylabel)
+	ymax := v.HPATarget * 2
+	var xys plotter.XYs
+	for _, pt := range v.Timeline {
+		if pt.HPAMetric != nil {
+			xys = append(xys, plotter.XY{X: pt.At, Y: *pt.HPAMetric})
+			ymax = max(ymax, *pt.HPAMetric*headroom)
+		}
+	}
+	if err := shadeSlow(p, v, ymax, false); err != nil {
+		return nil, err
+	}
+	target, err := line(plotter.XYs{{X: 0, Y: v.HPATarget}, {X: tmax, Y: v.HPATarget}}, colContract, vg.Points(1), true)
+	if err != nil {
+		return nil, err
+	}
+	p.Add(target)
+	p.Legend.Add(fmt.Sprintf("target %g", v.HPATarget), target)
+	if len(xys) > 0 {
+		l, err := line(xys, colInFlight, vg.Points(1.5), false)
+		if err != nil {
+			return nil, err
+		}
+		p.Add(l)
+		p.Legend.Add(v.HPAMetric+" (HPA status)", l)
+	}
 	fixAxes(p, tmax, ymax)
 	return p, nil
 }

@@ -39,6 +39,12 @@ type VariantReport struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 
+	// HPAMetric names the metric the HPA scaled on, and HPATarget its
+	// target (an average value per pod for the demand, the value for the
+	// replicas a scenario asks for).
+	HPAMetric string  `json:"hpaMetric"`
+	HPATarget float64 `json:"hpaTarget"`
+
 	// Downstream429 counts the downstream's 429 answers (retries included).
 	Downstream429 int64 `json:"downstream429"`
 	// Downstream429Fraction is Downstream429 over all downstream calls.
@@ -196,7 +202,8 @@ type TimelinePoint struct {
 	Rejected429 int64 `json:"rejected429"`
 	// OK counts its 200s in the window.
 	OK int64 `json:"ok"`
-	// Desired, Existing and Ready are the workload's pod counts.
+	// Desired is the Deployment's spec.replicas; Existing and Ready are
+	// the workload's pod counts.
 	Desired  int32 `json:"desired"`
 	Existing int   `json:"existing"`
 	Ready    int   `json:"ready"`
@@ -213,6 +220,11 @@ type TimelinePoint struct {
 	// as the previous division would have had them (see CapacityReport).
 	PreviousPermits      int `json:"previousPermits,omitempty"`
 	PreviousReadyPermits int `json:"previousReadyPermits,omitempty"`
+	// HPADesired is the HPA's status.desiredReplicas, and HPAMetric the
+	// current value of the metric it scaled on (per pod for the demand),
+	// when the HPA controller had one.
+	HPADesired int32    `json:"hpaDesired"`
+	HPAMetric  *float64 `json:"hpaMetric,omitempty"`
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }

@@ -63,6 +63,10 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	for _, m := range WorkloadManifests {
 		apply = append(apply, "-f", filepath.Join(manifestDir, m))
 	}
+	if len(s.Scale) > 0 {
+		// A schedule with scale steps of its own asks the HPA for them.
+		apply[len(apply)-1] = filepath.Join(manifestDir, DictatedHPAManifest)
+	}
 	if v.Operator {
 		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
 	}
@@ -118,9 +122,11 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			h.logf("[%s] Pod %s applies every new plan %v late", v.Name, pod.Name, v.Laggard)
 		}
 		lagMu.Unlock()
+		// Every pod serves its metrics: the HPA scales on them.
+		args = append(args, "--metrics-listen", "127.0.0.1:0")
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
-				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge", "--metrics-listen", "127.0.0.1:0")
+				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
 		} else {
 			args = append(args, "--plan-dir", planDir)
 		}
@@ -150,8 +156,12 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		}()
 		return proc, nil
 	}
+	stopMeasuring := h.Metrics.MeasurePods(ns, QuotaName, obs.MetricsAddrs)
+	defer stopMeasuring()
 	w, err := NewWorkload(ctx, WorkloadOptions{
 		Client:     h.Client,
+		Config:     h.Config,
+		Metrics:    h.Metrics,
 		Namespace:  ns,
 		Deployment: WorkloadName,
 		HPA:        WorkloadName,
@@ -207,7 +217,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		data.PermitsCheck = obs.CheckPermits(ctx, QuotaName, w.Running())
 	}
-	if err := errors.Join(w.Err(), h.ManagerErr()); err != nil {
+	if err := errors.Join(w.Err(), h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
 	return Analyze(data), nil
@@ -234,8 +244,9 @@ func rolledOut(obs *Observations, running []string) bool {
 	return true
 }
 
-// conduct runs the schedule: the load, the latency steps, the autoscaler's
-// steps, and the sampling of the downstream and the workload.
+// conduct runs the schedule: the load, the latency steps, the scale steps a
+// scenario asks the HPA for, if any, and the sampling of the downstream, the
+// workload and its HPA. The HPA's decisions are recorded as they happen.
 func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &Load{
@@ -281,12 +292,9 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 			return nil
 		}})
 	}
-	var scales []ScaleEvent
 	for _, st := range s.Scale {
 		events = append(events, event{st.At, func() error {
-			from := w.Counts().Desired
-			h.logf("[%s] %5.1fs autoscaler: %d → %d replicas", v.Name, time.Since(start).Seconds(), from, st.Replicas)
-			scales = append(scales, ScaleEvent{At: time.Now(), From: from, To: st.Replicas})
+			h.logf("[%s] %5.1fs the scenario asks the HPA for %d replicas", v.Name, time.Since(start).Seconds(), st.Replicas)
 			return w.Scale(ctx, st.Replicas)
 		}})
 	}
@@ -308,6 +316,10 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 	}
 	res := <-loadDone
 	close(stopSampling)
+	scales := w.Scales(start)
+	for _, sc := range scales {
+		h.logf("[%s] %5.1fs the HPA scaled the Deployment: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), sc.From, sc.To)
+	}
 	data := &RunData{
 		Variant:  v,
 		Schedule: s,
@@ -329,7 +341,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 
 // sample takes one sample of the run at offset off.
 func sample(off time.Duration, ds *Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
-	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
+	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)
 	if laggard != "" {

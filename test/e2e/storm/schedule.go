@@ -41,7 +41,7 @@ type LatencyStep struct {
 	Latency time.Duration
 }
 
-// ScaleStep is the autoscaler setting the workload to Replicas at At.
+// ScaleStep is a scenario asking the HPA for Replicas at At.
 type ScaleStep struct {
 	At       time.Duration
 	Replicas int32
@@ -78,7 +78,9 @@ type Schedule struct {
 	InitialReplicas int32
 	// Latency steps, ascending; the first is at 0.
 	Latency []LatencyStep
-	// Scale steps, ascending.
+	// Scale steps, ascending: the replica counts a scenario asks the HPA
+	// for (see DictateHPA). Without them the HPA decides on the pods'
+	// demand.
 	Scale []ScaleStep
 	// Phases cover the timeline for the report.
 	Phases []Phase
@@ -88,11 +90,14 @@ type Schedule struct {
 }
 
 // DefaultSchedule is the scenario of the project's story, 70 seconds: 8 pods
-// at the typical latency; the downstream's latency jumps to 1.8 s; the
-// autoscaler takes the workload from 8 to 16 pods during the jitter; latency
-// recovers and 16 pods run at it; the autoscaler takes it down to 4 pods.
-// Three phases are steady (the typical latency, the replica count settled
-// or only shrinking): at 8 pods, at 16 and from 16 to 4.
+// at the typical latency; the downstream's latency jumps to 1.8 s at 12 s
+// and recovers at 34 s. The schedule has no scale steps: the real HPA
+// decides them from the pods' demand (manifests/hpa.yaml), and in the
+// operator's run it takes the workload from 8 to 16 pods a few seconds into
+// the jitter and, once the lower demand has held for its 15-second
+// stabilization window after the recovery, back to 8 from about 50 s on.
+// Three phases are steady (the typical latency): before the jitter, the
+// recovery, and the scale-down after it.
 func DefaultSchedule() Schedule {
 	const settle = 2 * time.Second // longer than the worst latency
 	return Schedule{
@@ -104,16 +109,11 @@ func DefaultSchedule() Schedule {
 			{At: 12 * time.Second, Latency: WorstLatency},
 			{At: 34 * time.Second, Latency: TypicalLatency},
 		},
-		Scale: []ScaleStep{
-			{At: 22 * time.Second, Replicas: 16},
-			{At: 46 * time.Second, Replicas: 4},
-		},
 		Phases: []Phase{
 			{Name: "steady, 8 pods", From: 0, To: 12 * time.Second, Settle: settle, Steady: true},
-			{Name: "jitter, 8 pods", From: 12 * time.Second, To: 22 * time.Second, Settle: settle},
-			{Name: "jitter, 8→16 pods", From: 22 * time.Second, To: 34 * time.Second, Settle: settle},
-			{Name: "recovery, 16 pods", From: 34 * time.Second, To: 46 * time.Second, Settle: settle, Steady: true},
-			{Name: "steady, 16→4 pods", From: 46 * time.Second, To: 70 * time.Second, Settle: settle, Steady: true},
+			{Name: "jitter, the HPA scales up", From: 12 * time.Second, To: 34 * time.Second, Settle: settle},
+			{Name: "recovery", From: 34 * time.Second, To: 46 * time.Second, Settle: settle, Steady: true},
+			{Name: "steady, the HPA scales down", From: 46 * time.Second, To: 70 * time.Second, Settle: settle, Steady: true},
 		},
 		PodStartDelay: 1500 * time.Millisecond,
 	}
@@ -124,7 +124,8 @@ func DefaultSchedule() Schedule {
 const LaggardDelay = 5 * time.Second
 
 // LaggardSchedule is the laggard scenario, 32 seconds at the typical
-// latency: 2 pods, 20 permits each; at 8 s the autoscaler asks for 10, and
+// latency: 2 pods, 20 permits each; at 8 s the scenario asks the HPA for 10
+// (see DictateHPA), and
 // one of the two old pods applies its smaller share LaggardDelay late; at
 // 22 s it asks for 3, and the laggard applies its larger share late. The
 // previous division (4 permits for every pod at 10 pods, applied by old
@@ -246,7 +247,8 @@ func (s Schedule) LatencyAt(t time.Duration) time.Duration {
 	return lat
 }
 
-// ReplicasAt returns the replica count the autoscaler has set at offset t.
+// ReplicasAt returns the replica count the schedule has asked for at offset
+// t: the initial replicas when the HPA decides.
 func (s Schedule) ReplicasAt(t time.Duration) int32 {
 	n := s.InitialReplicas
 	for _, st := range s.Scale {

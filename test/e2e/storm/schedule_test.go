@@ -8,6 +8,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// storySchedule is DefaultSchedule with the scale steps the story's HPA
+// takes, asked for by the scenario: 8 → 16 pods during the jitter, 16 → 4
+// after it.
+func storySchedule() Schedule {
+	s := DefaultSchedule()
+	s.Scale = []ScaleStep{{At: 22 * time.Second, Replicas: 16}, {At: 46 * time.Second, Replicas: 4}}
+	return s
+}
+
 func TestDefaultScheduleIsValid(t *testing.T) {
 	s := DefaultSchedule()
 	if err := s.Validate(); err != nil {
@@ -26,7 +35,13 @@ func TestDefaultScheduleIsValid(t *testing.T) {
 		}
 	}
 	if steady != 3 {
-		t.Errorf("%d steady phases, want 3 (before the jitter, at 16 pods and after the scale-down)", steady)
+		t.Errorf("%d steady phases, want 3 (before the jitter, the recovery and the scale-down)", steady)
+	}
+	if len(s.Scale) != 0 || s.ReplicasAt(s.Duration) != s.InitialReplicas {
+		t.Errorf("DefaultSchedule() has scale steps %v: the HPA decides them", s.Scale)
+	}
+	if err := storySchedule().Validate(); err != nil {
+		t.Error(err)
 	}
 	if l := LaggardSchedule(); l.Validate() != nil || l.Duration > 40*time.Second {
 		t.Errorf("LaggardSchedule() = %+v: invalid or longer than 40s (%v)", l, l.Validate())
@@ -34,7 +49,7 @@ func TestDefaultScheduleIsValid(t *testing.T) {
 }
 
 func TestScheduleAt(t *testing.T) {
-	s := DefaultSchedule()
+	s := storySchedule()
 	tests := []struct {
 		at       time.Duration
 		latency  time.Duration
@@ -62,7 +77,7 @@ func TestScheduleAt(t *testing.T) {
 }
 
 func TestScheduleScaled(t *testing.T) {
-	s := DefaultSchedule().Scaled(0.5)
+	s := storySchedule().Scaled(0.5)
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +92,7 @@ func TestScheduleScaled(t *testing.T) {
 		t.Errorf("the settle time must not scale")
 	}
 	// The original is unchanged.
-	if DefaultSchedule().Scale[0].At != 22*time.Second {
+	if storySchedule().Scale[0].At != 22*time.Second {
 		t.Error("Scaled changed its receiver")
 	}
 }
@@ -116,7 +131,7 @@ func TestScheduleValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := DefaultSchedule()
+			s := storySchedule()
 			tt.edit(&s)
 			err := s.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -15,9 +14,18 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/rand"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	autoscalinginformers "k8s.io/client-go/informers/autoscaling/v2"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -31,6 +39,8 @@ type PodRunner func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error)
 type WorkloadOptions struct {
 	// Client talks to the API server.
 	Client client.Client
+	// Config is the API server's config, for the kubelet's watches.
+	Config *rest.Config
 	// Namespace, Deployment and HPA name the workload's objects, which must
 	// exist.
 	Namespace  string
@@ -51,57 +61,61 @@ type WorkloadOptions struct {
 	// PreStop is the pause between a pod leaving the endpoints and its
 	// process getting SIGTERM.
 	PreStop time.Duration
+	// Metrics is the custom metrics API through which Scale asks the HPA
+	// for a replica count.
+	Metrics *MetricsAPI
 }
 
-// Workload plays, for one Deployment and its HPA, the controllers and the
-// kubelet that the control plane alone does not run:
+// Workload plays, for one Deployment, the parts of a cluster that the API
+// server and kube-controller-manager (whose Deployment, ReplicaSet and
+// garbage-collector controllers create and delete the Pods) do not run:
 //
-//   - the HPA controller (Scale): it sets the Deployment's spec.replicas
-//     through the scale subresource, then the HPA's status;
-//   - the Deployment and ReplicaSet controllers: one ReplicaSet owned by
-//     the Deployment, Pods owned by it created and deleted to match the
-//     replica count, and the two objects' status kept current;
-//   - the scheduler and the kubelet: a new Pod is bound to a node after
-//     StartDelay and its process started; it is marked Running, and Ready
-//     once the process logs "Serving"; a deleted Pod (graceful deletion
-//     gives it a deletionTimestamp because it is bound) leaves the
-//     endpoints, its process gets SIGTERM and finishes its in-flight calls,
-//     and only after the process has exited is the Pod deleted for good;
-//   - the Service: Endpoints hold exactly the Ready pods.
+//   - the scheduler: a new Pod of the Deployment is bound to the node, with
+//     a Binding, StartDelay after the kubelet first sees it;
+//   - the kubelet: a bound Pod's container is a process started by Run; the
+//     Pod is marked Running, and Ready once the process logs "Serving"; a
+//     Pod given a deletionTimestamp (graceful deletion of a bound pod)
+//     leaves the endpoints, its process gets SIGTERM and finishes its
+//     in-flight calls, and only after the process has exited is the Pod
+//     deleted with grace period 0, as the kubelet does;
+//   - the Service: Endpoints hold exactly the Ready pods, from the moment
+//     the kubelet sees them Ready to the moment it sees their deletion;
+//
+// The HPA controller decides the replica count. A scenario with scale steps
+// of its own asks it for them through Scale, which sets the ReplicasMetric
+// the HPA of such a scenario scales on (see DictateHPA).
 type Workload struct {
 	opts     WorkloadOptions
 	c        client.Client
-	ctx      context.Context // ends every pod goroutine
+	ctx      context.Context // ends every pod goroutine and the watches
 	cancel   context.CancelFunc
-	rsName   string
-	rsOwner  metav1.OwnerReference // of the pods
-	template corev1.PodTemplateSpec
-	grace    time.Duration
-
-	kick chan struct{} // capacity 1: the status of the objects is stale
-	wg   sync.WaitGroup
+	selector labels.Selector
+	wg       sync.WaitGroup
 
 	mu      sync.Mutex
-	desired int32              // the ReplicaSet's replicas
-	pods    map[string]*simPod // every Pod object that exists
+	desired int32              // the Deployment's spec.replicas
+	scales  []ScaleEvent       // every change of desired seen
+	hpa     HPAStatus          // the HPA's status, as last seen
+	pods    map[string]*simPod // every Pod object the kubelet runs
+	seen    map[types.UID]bool // every Pod the kubelet ever ran
 	errs    []error
 }
 
 // simPod is one Pod as the kubelet sees it.
 type simPod struct {
 	name        string
-	uid         string
+	uid         types.UID
 	created     time.Time
 	started     bool // its process runs
 	ready       bool
 	terminating bool
 	url         string
-	stop        chan struct{} // closed when the Pod has been deleted
+	stop        chan struct{} // closed when the Pod is being deleted
 }
 
 // PodCounts are the workload's pods at one moment.
 type PodCounts struct {
-	// Desired is the ReplicaSet's replicas.
+	// Desired is the Deployment's spec.replicas.
 	Desired int32
 	// Existing counts the Pod objects, terminating ones included.
 	Existing int
@@ -114,102 +128,208 @@ type PodCounts struct {
 	Started int
 }
 
-// NewWorkload reads the Deployment, creates its ReplicaSet (with no pods)
-// and starts keeping the objects' status current. Close it.
+// NewWorkload reads the Deployment and starts watching it and its Pods.
+// Close it.
 func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if opts.ServingTimeout <= 0 {
 		opts.ServingTimeout = 30 * time.Second
 	}
 	if opts.Node == "" {
-		opts.Node = "storm-node"
+		opts.Node = NodeName
 	}
 	c := opts.Client
 	var dep appsv1.Deployment
 	if err := c.Get(ctx, client.ObjectKey{Namespace: opts.Namespace, Name: opts.Deployment}, &dep); err != nil {
 		return nil, fmt.Errorf("storm: get deployment: %w", err)
 	}
-	hash := templateHash(dep.Spec.Template)
-	tmpl := *dep.Spec.Template.DeepCopy()
-	if tmpl.Labels == nil {
-		tmpl.Labels = map[string]string{}
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("storm: deployment %s: selector: %w", dep.Name, err)
 	}
-	tmpl.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
-	sel := dep.Spec.Selector.DeepCopy()
-	if sel.MatchLabels == nil {
-		sel.MatchLabels = map[string]string{}
-	}
-	sel.MatchLabels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
-	zero := int32(0)
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       opts.Namespace,
-			Name:            opts.Deployment + "-" + hash,
-			Labels:          tmpl.Labels,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(&dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))},
-		},
-		Spec: appsv1.ReplicaSetSpec{Replicas: &zero, Selector: sel, Template: tmpl},
-	}
-	if err := c.Create(ctx, rs); err != nil {
-		return nil, fmt.Errorf("storm: create replicaset: %w", err)
-	}
-	grace := 30 * time.Second
-	if g := tmpl.Spec.TerminationGracePeriodSeconds; g != nil {
-		grace = time.Duration(*g) * time.Second
+	cs, err := kubernetes.NewForConfig(opts.Config)
+	if err != nil {
+		return nil, fmt.Errorf("storm: workload clientset: %w", err)
 	}
 	w := &Workload{
 		opts:     opts,
 		c:        c,
-		rsName:   rs.Name,
-		rsOwner:  *metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet")),
-		template: tmpl,
-		grace:    grace,
-		kick:     make(chan struct{}, 1),
+		selector: sel,
 		pods:     map[string]*simPod{},
+		seen:     map[types.UID]bool{},
+	}
+	if dep.Spec.Replicas != nil {
+		w.desired = *dep.Spec.Replicas
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.wg.Add(1)
-	go w.statusLoop()
+
+	pods := coreinformers.NewFilteredPodInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
+		lo.LabelSelector = sel.String()
+	})
+	deps := appsinformers.NewFilteredDeploymentInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Deployment).String()
+	})
+	hpas := autoscalinginformers.NewFilteredHorizontalPodAutoscalerInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.HPA).String()
+	})
+	// Deployments and HPAs are followed on every add and update; pods on
+	// deletion too.
+	follow := func(f func(any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }}
+	}
+	podHandler := follow(func(obj any) { w.observePod(obj, false) })
+	podHandler.DeleteFunc = func(obj any) { w.observePod(obj, true) }
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		pods: podHandler, deps: follow(w.observeDeployment), hpas: follow(w.observeHPA),
+	} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			w.cancel()
+			return nil, err
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{pods, deps, hpas} {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			inf.RunWithContext(w.ctx)
+		}()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, deps.HasSynced, hpas.HasSynced) {
+		w.cancel()
+		w.wg.Wait()
+		return nil, fmt.Errorf("storm: workload %s: watches did not sync: %w", opts.Deployment, ctx.Err())
+	}
 	return w, nil
 }
 
-// templateHash names the ReplicaSet of a pod template, as the Deployment
-// controller does: a hash of the template, safe in a name.
-func templateHash(t corev1.PodTemplateSpec) string {
-	h := fnv.New32a()
-	_, _ = fmt.Fprintf(h, "%v", t)
-	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+// observeDeployment follows the Deployment's spec.replicas: each change
+// is a decision of the HPA controller (or Start's).
+func (w *Workload) observeDeployment(obj any) {
+	dep, ok := obj.(*appsv1.Deployment)
+	if !ok || dep.Spec.Replicas == nil {
+		return
+	}
+	w.mu.Lock()
+	if n := *dep.Spec.Replicas; n != w.desired {
+		w.scales = append(w.scales, ScaleEvent{At: time.Now(), From: w.desired, To: n})
+		w.desired = n
+	}
+	w.mu.Unlock()
+}
+
+// HPAStatus is what the HPA controller last wrote in the HPA's status.
+type HPAStatus struct {
+	// Desired is status.desiredReplicas.
+	Desired int32
+	// Metric is the current value of its first metric: the average per
+	// pod for a Pods metric, the value for an Object metric; MetricOK is
+	// false while the controller has none.
+	Metric   float64
+	MetricOK bool
+}
+
+// observeHPA follows the HPA's status.
+func (w *Workload) observeHPA(obj any) {
+	hpa, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler)
+	if !ok {
+		return
+	}
+	st := HPAStatus{Desired: hpa.Status.DesiredReplicas}
+	for _, m := range hpa.Status.CurrentMetrics {
+		var q *resource.Quantity
+		switch {
+		case m.Pods != nil:
+			q = m.Pods.Current.AverageValue
+		case m.Object != nil:
+			q = m.Object.Current.Value
+			if q == nil {
+				q = m.Object.Current.AverageValue
+			}
+		}
+		if q != nil {
+			st.Metric, st.MetricOK = q.AsApproximateFloat64(), true
+			break
+		}
+	}
+	w.mu.Lock()
+	w.hpa = st
+	w.mu.Unlock()
+}
+
+// HPA returns the HPA's status as last seen.
+func (w *Workload) HPA() HPAStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.hpa
+}
+
+// Scales returns the changes of the Deployment's replicas seen since
+// since.
+func (w *Workload) Scales(since time.Time) []ScaleEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []ScaleEvent
+	for _, sc := range w.scales {
+		if !sc.At.Before(since) {
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// observePod is the kubelet's view of a Pod event: a new Pod gets a
+// kubelet goroutine, a Pod being deleted (or gone) is stopped.
+func (w *Workload) observePod(obj any, deleted bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || !w.selector.Matches(labels.Set(pod.Labels)) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pods[pod.Name]
+	if p != nil && p.uid != pod.UID {
+		p = nil
+	}
+	if p == nil {
+		// A Pod the kubelet ran once is never started again, whatever late
+		// event about it arrives.
+		if deleted || pod.DeletionTimestamp != nil || w.seen[pod.UID] || w.ctx.Err() != nil ||
+			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			return
+		}
+		w.seen[pod.UID] = true
+		p = &simPod{name: pod.Name, uid: pod.UID, created: time.Now(), stop: make(chan struct{})}
+		w.pods[p.name] = p
+		w.wg.Add(1)
+		go w.kubelet(pod.DeepCopy(), p)
+		return
+	}
+	if deleted || pod.DeletionTimestamp != nil {
+		w.stopLocked(p)
+	}
+}
+
+// stopLocked starts the end of a pod: it is no longer Ready and its
+// kubelet goroutine stops it.
+func (w *Workload) stopLocked(p *simPod) {
+	if p.terminating {
+		return
+	}
+	p.terminating = true
+	p.ready = false
+	close(p.stop)
 }
 
 // Start brings the workload to n replicas before the story begins, as a
-// workload that has run a while: spec and HPA status at n, and n pods.
+// workload that has run a while: the Deployment's spec at n, and the
+// ReplicasMetric at n for an HPA that scales on it; the controllers create
+// the pods.
 func (w *Workload) Start(ctx context.Context, n int32) error {
-	if err := w.scaleDeployment(ctx, n); err != nil {
-		return err
+	if w.opts.Metrics != nil {
+		w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
 	}
-	if err := w.setHPAStatus(ctx, n, n); err != nil {
-		return err
-	}
-	return w.reconcile(ctx, n)
-}
-
-// Scale plays the HPA deciding on n replicas: the Deployment's spec.replicas
-// through the scale subresource first, then the HPA's status; then the
-// Deployment and ReplicaSet controllers' reaction (ReplicaSet replicas and
-// Pods). It returns once the objects are written; pods start and stop in
-// the background.
-func (w *Workload) Scale(ctx context.Context, n int32) error {
-	c := w.Counts()
-	current := int32(c.Existing - c.Terminating)
-	if err := w.scaleDeployment(ctx, n); err != nil {
-		return err
-	}
-	if err := w.setHPAStatus(ctx, current, n); err != nil {
-		return err
-	}
-	return w.reconcile(ctx, n)
-}
-
-func (w *Workload) scaleDeployment(ctx context.Context, n int32) error {
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		scale := &autoscalingv1.Scale{}
@@ -225,113 +345,16 @@ func (w *Workload) scaleDeployment(ctx context.Context, n int32) error {
 	return nil
 }
 
-func (w *Workload) setHPAStatus(ctx context.Context, current, desired int32) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var hpa autoscalingv2.HorizontalPodAutoscaler
-		if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: w.opts.HPA}, &hpa); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		hpa.Status.CurrentReplicas = current
-		hpa.Status.DesiredReplicas = desired
-		hpa.Status.LastScaleTime = &now
-		return w.c.Status().Update(ctx, &hpa)
-	})
-	if err != nil {
-		return fmt.Errorf("storm: update hpa status: %w", err)
+// Scale asks the HPA for n replicas, for a scenario with scale steps of its
+// own: it sets the Deployment's ReplicasMetric, which that scenario's HPA
+// (DictateHPA) follows exactly at its next sync. The HPA controller then
+// scales the Deployment, and the Deployment and ReplicaSet controllers
+// create or delete Pods.
+func (w *Workload) Scale(_ context.Context, n int32) error {
+	if w.opts.Metrics == nil {
+		return errors.New("storm: Scale needs the custom metrics API (WorkloadOptions.Metrics)")
 	}
-	return nil
-}
-
-// reconcile plays the ReplicaSet controller: n pods that are not
-// terminating.
-func (w *Workload) reconcile(ctx context.Context, n int32) error {
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
-	if err := w.c.Patch(ctx, rs, patch); err != nil {
-		return fmt.Errorf("storm: scale replicaset: %w", err)
-	}
-
-	w.mu.Lock()
-	w.desired = n
-	var active []*simPod
-	for _, p := range w.pods {
-		if !p.terminating {
-			active = append(active, p)
-		}
-	}
-	w.mu.Unlock()
-
-	var errs []error
-	for i := len(active); i < int(n); i++ {
-		if err := w.createPod(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if extra := len(active) - int(n); extra > 0 {
-		// The ReplicaSet controller deletes pods that are not ready before
-		// ready ones, and the newest first.
-		slices.SortFunc(active, func(a, b *simPod) int {
-			if a.ready != b.ready {
-				if !a.ready {
-					return -1
-				}
-				return 1
-			}
-			return b.created.Compare(a.created)
-		})
-		for _, p := range active[:extra] {
-			if err := w.deletePod(ctx, p); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	w.touch()
-	return errors.Join(errs...)
-}
-
-// createPod creates one Pod of the ReplicaSet and starts its kubelet.
-func (w *Workload) createPod(ctx context.Context) error {
-	t := w.template.DeepCopy()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       w.opts.Namespace,
-			GenerateName:    w.rsName + "-",
-			Labels:          t.Labels,
-			Annotations:     t.Annotations,
-			OwnerReferences: []metav1.OwnerReference{w.rsOwner},
-		},
-		Spec: t.Spec,
-	}
-	if err := w.c.Create(ctx, pod); err != nil {
-		return fmt.Errorf("storm: create pod: %w", err)
-	}
-	p := &simPod{name: pod.Name, uid: string(pod.UID), created: time.Now(), stop: make(chan struct{})}
-	w.mu.Lock()
-	w.pods[p.name] = p
-	w.mu.Unlock()
-	w.wg.Add(1)
-	go w.kubelet(pod, p)
-	return nil
-}
-
-// deletePod plays the ReplicaSet controller deleting a pod: a graceful
-// delete, which for a bound pod only sets its deletionTimestamp.
-func (w *Workload) deletePod(ctx context.Context, p *simPod) error {
-	w.mu.Lock()
-	if p.terminating {
-		w.mu.Unlock()
-		return nil
-	}
-	p.terminating = true
-	p.ready = false
-	w.mu.Unlock()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: p.name}}
-	err := w.c.Delete(ctx, pod)
-	close(p.stop)
-	if err != nil {
-		return fmt.Errorf("storm: delete pod %s: %w", p.name, err)
-	}
+	w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
 	return nil
 }
 
@@ -355,7 +378,11 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 		Target:     corev1.ObjectReference{Kind: "Node", Name: w.opts.Node},
 	}
 	if err := w.c.SubResource("binding").Create(ctx, pod, binding); err != nil {
-		w.fail(fmt.Errorf("storm: bind pod %s: %w", p.name, err))
+		// A pod deleted before it was bound is gone at once, whether or not
+		// its deletion has reached the watch yet.
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			w.fail(fmt.Errorf("storm: bind pod %s: %w", p.name, err))
+		}
 		return
 	}
 
@@ -414,7 +441,6 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 				w.opts.Endpoints.Add(p.url)
 			}
 			w.mu.Unlock()
-			w.touch()
 		}
 	}
 
@@ -433,11 +459,14 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	w.mu.Lock()
 	p.ready = false
 	w.mu.Unlock()
-	w.touch()
 	if p.url != "" {
 		time.Sleep(w.opts.PreStop)
 	}
-	if err := proc.Terminate(w.grace); err != nil {
+	grace := 30 * time.Second
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = time.Duration(*g) * time.Second
+	}
+	if err := proc.Terminate(grace); err != nil {
 		w.fail(fmt.Errorf("storm: pod %s: %w", p.name, err))
 	}
 	w.mu.Lock()
@@ -490,7 +519,7 @@ func (w *Workload) finalDelete(p *simPod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: p.name}}
-	uid := types.UID(p.uid)
+	uid := p.uid
 	err := w.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
 	if client.IgnoreNotFound(err) != nil {
 		w.fail(fmt.Errorf("storm: delete pod %s: %w", p.name, err))
@@ -500,9 +529,10 @@ func (w *Workload) finalDelete(p *simPod) {
 // forget drops a pod that no longer exists.
 func (w *Workload) forget(p *simPod) {
 	w.mu.Lock()
-	delete(w.pods, p.name)
+	if w.pods[p.name] == p {
+		delete(w.pods, p.name)
+	}
 	w.mu.Unlock()
-	w.touch()
 }
 
 // WaitReady waits until n pods exist and are Ready, and fails when a pod
@@ -594,69 +624,21 @@ func (w *Workload) Err() error {
 	return errors.Join(w.errs...)
 }
 
-// touch asks the status loop to bring the objects' status up to date.
-func (w *Workload) touch() {
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-}
-
-// statusLoop plays the ReplicaSet and Deployment controllers writing their
-// objects' status; bursts of pod changes coalesce into one write.
-func (w *Workload) statusLoop() {
-	defer w.wg.Done()
-	for {
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-w.kick:
-		}
-		c := w.Counts()
-		active := int32(c.Existing - c.Terminating)
-		ready := int32(c.Ready)
-		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
-		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
-		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
-			`{"status":{"replicas":%d,"fullyLabeledReplicas":%[1]d,"readyReplicas":%d,"availableReplicas":%[2]d}}`, active, ready))
-		err := w.c.Status().Patch(ctx, rs, patch)
-		if err == nil {
-			dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
-			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				if err := w.c.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
-					return err
-				}
-				dep.Status.Replicas = active
-				dep.Status.UpdatedReplicas = active
-				dep.Status.ReadyReplicas = ready
-				dep.Status.AvailableReplicas = ready
-				dep.Status.UnavailableReplicas = max(0, active-ready)
-				dep.Status.ObservedGeneration = dep.Generation
-				return w.c.Status().Update(ctx, dep)
-			})
-		}
-		cancel()
-		if err != nil && w.ctx.Err() == nil {
-			w.fail(fmt.Errorf("storm: update workload status: %w", err))
-		}
-	}
-}
-
-// Close terminates every pod gracefully, as a scale to zero would, waits
-// for their processes to end and their objects to go, and stops the
-// simulation.
+// Close stops the workload as deleting it would: the HPA is deleted, so
+// that nothing scales the Deployment again, then the Deployment, whose
+// ReplicaSet and Pods the garbage collector deletes; the kubelet
+// terminates every pod gracefully. It waits for the pods to go, deletes any
+// left when ctx ends, and stops the watches.
 func (w *Workload) Close(ctx context.Context) error {
-	w.mu.Lock()
-	var all []*simPod
-	for _, p := range w.pods {
-		all = append(all, p)
-	}
-	w.mu.Unlock()
 	var errs []error
-	for _, p := range all {
-		if err := w.deletePod(ctx, p); client.IgnoreNotFound(errors.Unwrap(err)) != nil {
-			errs = append(errs, err)
-		}
+	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.HPA}}
+	if err := w.c.Delete(ctx, hpa); client.IgnoreNotFound(err) != nil {
+		errs = append(errs, fmt.Errorf("storm: delete hpa: %w", err))
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
+	if err := w.c.Delete(ctx, dep, bg); client.IgnoreNotFound(err) != nil {
+		errs = append(errs, fmt.Errorf("storm: delete deployment: %w", err))
 	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -670,11 +652,16 @@ wait:
 		}
 		select {
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("storm: %d pods still terminating: %w", n, ctx.Err()))
+			errs = append(errs, fmt.Errorf("storm: %d pods still there after the deployment's deletion: %w", n, ctx.Err()))
 			break wait
 		case <-t.C:
 		}
 	}
+	w.mu.Lock()
+	for _, p := range w.pods {
+		w.stopLocked(p)
+	}
+	w.mu.Unlock()
 	w.cancel()
 	w.wg.Wait()
 	return errors.Join(errs...)

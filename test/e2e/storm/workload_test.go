@@ -31,12 +31,20 @@ trap 'sleep 0.3; echo "{\"time\":\"2026-05-01T10:00:01Z\",\"level\":\"INFO\",\"m
 while :; do sleep 0.05; done
 `
 
-// TestWorkloadAgainstAPIServer checks the harness's HPA, ReplicaSet and
-// kubelet against a real API server: what the operator will see must be
-// what those controllers would have written.
+// TestWorkloadAgainstAPIServer checks the harness's scheduler and kubelet,
+// and its custom metrics API, against a real API server and
+// kube-controller-manager: the real HPA controller reads the replicas the
+// test asks for through the aggregation layer and scales the Deployment,
+// the real Deployment and ReplicaSet controllers create and delete the
+// pods, the harness binds and runs them, and the garbage collector removes
+// them with their Deployment.
 func TestWorkloadAgainstAPIServer(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki, err := configureAggregation(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +65,38 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	procs := &Processes{}
+	t.Cleanup(procs.StopAll)
+	ctx := context.Background()
+	metrics, err := StartMetricsAPI(pki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = metrics.Close() })
+	if err := RegisterMetricsAPI(ctx, c, metrics, pki); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartControllerManager(ctx, env, c, procs, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	if err := WriteManifests(dir); err != nil {
+		t.Fatal(err)
+	}
+	// Three replicas from the start: the real ReplicaSet controller acts on
+	// the Deployment as soon as it exists.
+	depPath := filepath.Join(dir, "deployment.yaml")
+	depYAML, err := os.ReadFile(depPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(depPath, []byte(strings.Replace(string(depYAML), "replicas: 8", "replicas: 3", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const ns = "workload-test"
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
-		{"apply", "-n", ns, "-f", filepath.Join(dir, "deployment.yaml"), "-f", filepath.Join(dir, "hpa.yaml")},
+		{"apply", "-n", ns, "-f", filepath.Join(dir, "deployment.yaml"), "-f", filepath.Join(dir, DictatedHPAManifest)},
 	} {
 		if _, stderr, err := kubectl.Run(args...); err != nil {
 			t.Fatalf("kubectl %v: %v: %s", args, err, stderr)
@@ -75,8 +107,6 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\n"+podScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	procs := &Processes{}
-	t.Cleanup(procs.StopAll)
 	var mu sync.Mutex
 	stopped := map[string]bool{}
 	port := 1000
@@ -95,9 +125,8 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		}})
 	}
 	endpoints := &Endpoints{}
-	ctx := context.Background()
 	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client: c, Namespace: ns, Deployment: WorkloadName, HPA: WorkloadName,
+		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Deployment: WorkloadName, HPA: WorkloadName,
 		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -124,14 +153,12 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		}
 	}
 
-	// Start: three pods, bound, Running and Ready, in the endpoints.
+	// Start: three pods, created by the ReplicaSet controller, bound,
+	// Running and Ready, in the endpoints.
 	if err := w.Start(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	if got := pods(); len(got) != 3 || got[0].Spec.NodeName != "" {
-		t.Fatalf("right after Start: %d pods, node %q; want 3 pods not yet scheduled", len(got), got[0].Spec.NodeName)
-	}
-	if err := w.WaitReady(ctx, 3, 20*time.Second); err != nil {
+	if err := w.WaitReady(ctx, 3, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var rs appsv1.ReplicaSet
@@ -154,32 +181,33 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	if endpoints.Len() != 3 {
 		t.Errorf("%d endpoints, want 3", endpoints.Len())
 	}
-	eventually("deployment status shows 3 ready", func() bool {
+	eventually("the deployment controller's status shows 3 ready", func() bool {
 		var d appsv1.Deployment
 		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &d)
 		return d.Status.ReadyReplicas == 3 && d.Status.Replicas == 3
 	})
 
-	// Scale down: the HPA writes the Deployment, then its own status; the
-	// departing pods leave the endpoints at once, stay as objects with a
-	// deletionTimestamp while their processes finish, and then go.
+	// Scale down: the test asks the HPA for one replica; the HPA controller
+	// reads it through the aggregation layer and scales the Deployment; the
+	// ReplicaSet controller deletes two pods, which leave the endpoints,
+	// stay as objects with a deletionTimestamp while their processes
+	// finish, and then go.
 	if err := w.Scale(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	var dep appsv1.Deployment
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &dep); err != nil || *dep.Spec.Replicas != 1 {
-		t.Errorf("deployment replicas after Scale(1): %v, %v", dep.Spec.Replicas, err)
-	}
+	eventually("the HPA scales the deployment to 1", func() bool {
+		var dep appsv1.Deployment
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &dep) == nil && *dep.Spec.Replicas == 1
+	})
 	var hpa autoscalingv2.HorizontalPodAutoscaler
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &hpa); err != nil ||
-		hpa.Status.DesiredReplicas != 1 || hpa.Status.CurrentReplicas != 3 {
-		t.Errorf("hpa status after Scale(1): %+v, %v; want desired 1, current 3", hpa.Status, err)
+		hpa.Status.DesiredReplicas != 1 || len(hpa.Status.CurrentMetrics) != 1 || hpa.Status.CurrentMetrics[0].Object == nil {
+		t.Errorf("hpa status after Scale(1): %+v, %v; want desired 1 and the object metric", hpa.Status, err)
 	}
-	if endpoints.Len() > 1 {
-		// Endpoints drop before the processes are signalled; give the
-		// kubelet goroutines a moment to run.
-		eventually("endpoints down to 1", func() bool { return endpoints.Len() == 1 })
+	if sc := w.Scales(time.Time{}); len(sc) == 0 || sc[len(sc)-1].From != 3 || sc[len(sc)-1].To != 1 {
+		t.Errorf("Scales() = %+v, want the last 3 → 1", sc)
 	}
+	eventually("endpoints down to 1", func() bool { return endpoints.Len() == 1 })
 	terminating := 0
 	for _, p := range pods() {
 		if p.DeletionTimestamp != nil {
@@ -187,6 +215,8 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		}
 	}
 	if terminating != 2 {
+		// The processes take 300ms after SIGTERM, the preStop pause is 0:
+		// the objects are still there when the endpoints drop.
 		t.Errorf("%d pods with a deletionTimestamp while their processes stop, want 2", terminating)
 	}
 	eventually("the departing pods are gone", func() bool { return len(pods()) == 1 })
@@ -195,15 +225,17 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		t.Errorf("%d processes stopped gracefully before their pods went, want 2", len(stopped))
 	}
 	mu.Unlock()
+	// The kubelet forgets a pod just after its final delete.
+	eventually("the kubelet counts one pod", func() bool { c := w.Counts(); return c.Existing == 1 && c.Terminating == 0 })
 	if c := w.Counts(); c.Existing != 1 || c.Ready != 1 || c.Terminating != 0 || c.Desired != 1 {
 		t.Errorf("Counts() = %+v", c)
 	}
 
 	// A pod deleted before it was scheduled goes at once.
-	if err := w.Scale(ctx, 2); err != nil {
+	if err := w.Start(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Scale(ctx, 1); err != nil {
+	if err := w.Start(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	eventually("the unscheduled pod is gone", func() bool { return len(pods()) == 1 && w.Counts().Existing == 1 })
@@ -217,6 +249,10 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	if n := len(pods()); n != 0 {
 		t.Errorf("%d pods after Close", n)
 	}
+	eventually("the garbage collector deletes the ReplicaSet", func() bool {
+		var l appsv1.ReplicaSetList
+		return c.List(ctx, &l, client.InNamespace(ns)) == nil && len(l.Items) == 0
+	})
 	names := w.Running()
 	if len(names) != 0 {
 		t.Errorf("Running() after Close = %s", strings.Join(names, ","))

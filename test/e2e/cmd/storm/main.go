@@ -2,8 +2,8 @@
 // of the README's story and shows the operator preventing it, end to end.
 //
 // It builds the control plane if it is not cached (hack/setup-envtest.sh),
-// builds the manager and examples/gateway, starts kube-apiserver, etcd and
-// the manager, and runs the scenario three times on the same schedule —
+// builds the manager and examples/gateway, starts kube-apiserver, etcd,
+// kube-controller-manager and the manager, and runs the scenario three times on the same schedule —
 // with the operator, with a static share for 8 pods, and with the naive
 // full contract per pod — then prints a table and writes
 // _output/storm/report.json and _output/storm/storm.png.
@@ -192,14 +192,14 @@ func run(ctx context.Context) error {
 	return nil
 }
 
-// controlPlane makes sure kube-apiserver, etcd and kubectl are built, as
-// hack/setup-envtest.sh does on a fresh machine, and points
-// KUBEBUILDER_ASSETS at them.
+// controlPlane makes sure kube-apiserver, kube-controller-manager, etcd and
+// kubectl are built, as hack/setup-envtest.sh does on a fresh machine, and
+// points KUBEBUILDER_ASSETS at them.
 func controlPlane(ctx context.Context, root string, logf func(string, ...any)) error {
 	if dir := os.Getenv(testenv.AssetsEnv); dir != "" {
 		return nil
 	}
-	logf("Making sure the control plane is built (hack/setup-envtest.sh; about 9 minutes the first time on 2 cores)")
+	logf("Making sure the control plane is built (hack/setup-envtest.sh; about 20 minutes the first time on 2 cores)")
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "setup-envtest.sh"))
 	cmd.Dir = root
 	cmd.Stderr = os.Stderr
