@@ -32,6 +32,6 @@ var _ = Describe("The 429 storm, with pods calling through the sidecar proxy", O
 	})
 
 	It("ends with every pod's proxy acknowledging the last plan's epoch/revision", func() {
-		expectRolledOut(r, schedule)
+		expectRolledOut(r)
 	})
 })
