@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 )
@@ -16,9 +17,22 @@ var errNoGate = errors.New("httpmw: Transport.Gate is nil")
 
 // Transport is an http.RoundTripper that admits every call through Gate
 // before Base sends it. The permit is held until the response body has been
-// read to the end or closed, the call fails, or the request's context ends,
-// whichever comes first, and is released exactly once. A call the gate
-// rejects is not sent, and RoundTrip returns the *gate.Rejection.
+// read to the end or closed, the call fails, or the request's context ends
+// after the response arrived, whichever comes first, and is released
+// exactly once. A call the gate rejects is not sent, and RoundTrip returns
+// the *gate.Rejection.
+//
+// A caller whose context ends before the response arrives gets the
+// context's error at once, but the call is not cancelled: the downstream
+// keeps working on it, and counts it in flight, until it answers. So the
+// call goes on in the background on a context detached from the caller's
+// (see Detach), and keeps its permit until the downstream answers (then at
+// most 64 KiB of the body are read and the body closed) or Linger passes,
+// when it is cancelled. Releasing the permit when the caller leaves would
+// let a new call in while the downstream still holds the abandoned one, and
+// exceed the downstream's contract whenever callers time out. The request
+// body is not needed by then: the base transport has sent it already, or
+// the call fails.
 //
 // Transport never retries. Set Gate before the first call and do not change
 // the fields afterwards. A Transport is safe for concurrent use by multiple
@@ -34,6 +48,11 @@ type Transport struct {
 	OnThrottled func(*http.Response)
 	// Metrics, if not nil, counts the downstream's responses by status code.
 	Metrics *Metrics
+	// Linger, if not nil, returns how long a call whose caller left before
+	// the response arrived may still wait for it, holding its permit:
+	// typically the deadline of the plan in force (plan.Document.Deadline).
+	// Nil, or a result <= 0, means 10 seconds.
+	Linger func() time.Duration
 
 	throttled atomic.Uint64
 }
@@ -61,11 +80,44 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	resp, err := base.RoundTrip(req)
+	caller := req.Context()
+	if caller.Done() == nil {
+		// The caller can never leave: nothing to detach from.
+		resp, err := base.RoundTrip(req)
+		return t.admitted(resp, err, b, caller, func() {})
+	}
+	ctx, cancel := Detach(caller, t.Linger)
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	answered := make(chan result)
+	abandoned := make(chan struct{})
+	go func() {
+		resp, err := base.RoundTrip(req.WithContext(ctx))
+		select {
+		case answered <- result{resp, err}:
+		case <-abandoned:
+			t.settle(resp, err, b, cancel)
+		}
+	}()
+	select {
+	case r := <-answered:
+		return t.admitted(r.resp, r.err, b, caller, cancel)
+	case <-caller.Done():
+		close(abandoned)
+		return nil, caller.Err()
+	}
+}
+
+// admitted hands the outcome of an admitted call to its caller. cancel ends
+// the context the call was sent on.
+func (t *Transport) admitted(resp *http.Response, err error, b *body, caller context.Context, cancel context.CancelFunc) (*http.Response, error) {
 	if err != nil || resp == nil {
 		b.permit.Release()
+		cancel()
 		if err == nil {
-			err = errors.New("httpmw: base RoundTripper returned no response and no error")
+			err = errNoResponse
 		}
 		return nil, err
 	}
@@ -73,12 +125,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		// Nothing more will come from the downstream: the call has ended.
 		b.permit.Release()
+		cancel()
 		return resp, nil
 	}
-	b.rc = resp.Body
+	b.rc, b.cancel = resp.Body, cancel
 	// If the caller neither reads nor closes the body, the call still ends
-	// when its context does: the transport then abandons the connection.
-	b.stop = context.AfterFunc(req.Context(), b.release)
+	// when its context does: cancelling the call's own context makes the
+	// transport abandon the connection, as it would with the caller's.
+	b.stop = context.AfterFunc(caller, b.abort)
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		// An upgraded connection is written to as well as read.
 		resp.Body = &readWriteBody{body: b, w: rw}
@@ -86,6 +140,58 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = b
 	}
 	return resp, nil
+}
+
+// maxDrain bounds how much of an abandoned call's body is read before it is
+// closed: enough to let a short answer free its connection for reuse.
+const maxDrain = 64 << 10
+
+// settle ends a call whose caller left before the response arrived, once
+// the downstream has answered or the call failed: only then is the call no
+// longer in flight at the downstream.
+func (t *Transport) settle(resp *http.Response, err error, b *body, cancel context.CancelFunc) {
+	if err == nil && resp != nil {
+		t.observe(resp)
+		if resp.Body != nil {
+			_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+			_ = resp.Body.Close()
+		}
+	}
+	b.permit.Release()
+	cancel()
+}
+
+var errNoResponse = errors.New("httpmw: base RoundTripper returned no response and no error")
+
+// defaultLinger bounds the wait of an abandoned call when no linger is
+// given.
+const defaultLinger = 10 * time.Second
+
+// Detach returns a context that carries ctx's values but not its end: it
+// is cancelled linger() after ctx ends (linger is asked then; nil or a
+// result <= 0 means 10 seconds), or when cancel is called, which must be
+// called once the work done under it is over.
+//
+// It is for a call that must outlive its caller: the downstream keeps
+// working on a call whose client has left, so the call, and the permit it
+// holds, must last until the downstream answers, but not forever.
+func Detach(ctx context.Context, linger func() time.Duration) (context.Context, context.CancelFunc) {
+	detached, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		d := defaultLinger
+		if linger != nil {
+			if l := linger(); l > 0 {
+				d = l
+			}
+		}
+		timer := time.AfterFunc(d, cancel)
+		context.AfterFunc(detached, func() { timer.Stop() })
+	})
+	return detached, func() {
+		// A long-lived ctx would otherwise keep the callback.
+		stop()
+		cancel()
+	}
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if
@@ -125,6 +231,7 @@ func closeBody(req *http.Request) {
 type body struct {
 	rc     io.ReadCloser
 	permit gate.Permit
+	cancel context.CancelFunc // ends the context the call was sent on
 	stop   func() bool
 	done   atomic.Bool
 }
@@ -152,6 +259,15 @@ func (b *body) Close() error {
 func (b *body) end() {
 	b.release()
 	b.stop()
+	b.cancel()
+}
+
+// abort ends a call whose caller's context ended while the body was open:
+// the connection is abandoned, as the transport would do with the caller's
+// context, and the permit released.
+func (b *body) abort() {
+	b.cancel()
+	b.release()
 }
 
 func (b *body) release() {

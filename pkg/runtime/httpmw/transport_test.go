@@ -344,7 +344,9 @@ func TestTransportLeaksNoPermit(t *testing.T) {
 	const permits = 3
 	g := gatetest.New(t, "orders", gate.Limits{Permits: permits, QueueCapacity: 64})
 	d := newDownstream(t)
-	c := d.client(&Transport{Gate: g})
+	// A /stream call abandoned before its headers arrived keeps draining
+	// until the stream ends or Linger passes: keep that short.
+	c := d.client(&Transport{Gate: g, Linger: func() time.Duration { return 50 * time.Millisecond }})
 
 	var served, gaveUp atomic.Int64
 	var wg sync.WaitGroup
