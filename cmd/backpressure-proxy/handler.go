@@ -45,20 +45,16 @@ var rejectedValue = []string{"true"}
 // A client that leaves does not end the call at once: the downstream is
 // still working on it, and counts it in flight until it answers, so the
 // permit stays taken until then, for at most linger() after the client
-// left (the plan's deadline), after which the call is cancelled. Releasing
+// left (the plan's deadline), after which the call is cancelled (see
+// httpmw.Detach, which httpmw.Transport uses for the same reason). Releasing
 // the permit when the client leaves would let a new call in while the
 // downstream still holds the abandoned one, and exceed the contract
 // whenever callers time out.
 func gated(g *gate.Gate, rp http.Handler, linger func() time.Duration) http.Handler {
 	admitted := httpmw.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		delete(w.Header(), RejectedHeader)
-		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		ctx, cancel := httpmw.Detach(r.Context(), linger)
 		defer cancel()
-		stop := context.AfterFunc(r.Context(), func() {
-			t := time.AfterFunc(linger(), cancel)
-			context.AfterFunc(ctx, func() { t.Stop() })
-		})
-		defer stop()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

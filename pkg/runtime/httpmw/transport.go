@@ -84,7 +84,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if caller.Done() == nil {
 		// The caller can never leave: nothing to detach from.
 		resp, err := base.RoundTrip(req)
-		return t.admitted(resp, err, b, caller, func() {})
+		return t.admitted(caller, resp, err, b, func() {})
 	}
 	ctx, cancel := Detach(caller, t.Linger)
 	type result struct {
@@ -103,7 +103,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}()
 	select {
 	case r := <-answered:
-		return t.admitted(r.resp, r.err, b, caller, cancel)
+		return t.admitted(caller, r.resp, r.err, b, cancel)
 	case <-caller.Done():
 		close(abandoned)
 		return nil, caller.Err()
@@ -112,7 +112,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // admitted hands the outcome of an admitted call to its caller. cancel ends
 // the context the call was sent on.
-func (t *Transport) admitted(resp *http.Response, err error, b *body, caller context.Context, cancel context.CancelFunc) (*http.Response, error) {
+func (t *Transport) admitted(caller context.Context, resp *http.Response, err error, b *body, cancel context.CancelFunc) (*http.Response, error) {
 	if err != nil || resp == nil {
 		b.permit.Release()
 		cancel()
