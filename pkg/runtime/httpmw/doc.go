@@ -25,10 +25,13 @@
 // Transport is an http.RoundTripper that admits each call through the gate
 // before handing it to the base transport. A call is in flight until its
 // response body is read to the end or closed, or the call fails, or the
-// request's context ends, so that is when the permit is released, exactly
-// once. A call the gate rejects is never sent: RoundTrip returns the
-// *gate.Rejection (wrapped in *url.Error by http.Client; errors.As finds
-// it). Transport never retries.
+// request's context ends after the response arrived, so that is when the
+// permit is released, exactly once. A call whose context ends before the
+// response arrives returns the context's error at once but keeps its permit
+// until the downstream answers, for at most Transport.Linger: the
+// downstream still counts it in flight. A call the gate rejects is never
+// sent: RoundTrip returns the *gate.Rejection (wrapped in *url.Error by
+// http.Client; errors.As finds it). Transport never retries.
 //
 // Transport counts the downstream's 429 responses, which are the signal that
 // the share is too large for the downstream (see Transport.Throttled,
