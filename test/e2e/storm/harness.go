@@ -52,6 +52,9 @@ type Harness struct {
 	procs   *Processes
 	manager *Process
 	gateway string
+
+	// certDir is the API server's certificate directory (faults_apiserver.go).
+	certDir string
 }
 
 // Setup builds the manager and examples/gateway, starts the control plane,
@@ -96,6 +99,11 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 	// The CRDs are applied with kubectl below, as a user installs them.
 	h.env.CRDDirectoryPaths, h.env.ErrorIfCRDPathMissing = nil, false
+	// Fault hook (faults_apiserver.go): certificates that outlive a restart
+	// of the API server.
+	if err := h.keepAPIServerCerts(); err != nil {
+		return h, err
+	}
 	cfg, err := h.env.Start()
 	if err != nil {
 		return h, fmt.Errorf("storm: start control plane: %w", err)
@@ -186,6 +194,7 @@ func (h *Harness) Close() {
 			h.logf("Stopping the control plane failed: %v", err)
 		}
 	}
+	h.removeAPIServerCerts()
 }
 
 // waitFor polls cond every 50ms until it is true, returns an error, or

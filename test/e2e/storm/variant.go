@@ -27,6 +27,9 @@ type Variant struct {
 	// Schedule, when set, is the variant's own scenario: it runs on it
 	// instead of the common schedule, and is reported apart.
 	Schedule *Schedule
+	// Faults are injected at their offsets while the schedule runs (see
+	// faults.go).
+	Faults []Fault
 }
 
 // ScheduleOr returns the variant's own schedule, or common.
