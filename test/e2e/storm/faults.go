@@ -4,9 +4,9 @@ package storm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -148,11 +148,10 @@ func (h *Harness) startManager(name string, onLog func(LogLine), extra ...string
 	})
 }
 
-// withManagers stops the harness's manager, starts the replicas that start
-// returns for the time of run, and gives the harness a manager of its own
-// again afterwards, whatever run did: the scenarios after it need one. The
-// replicas' exits are run's to judge (one may have been killed on purpose).
-func (h *Harness) withManagers(scenario string, start func() ([]*Process, error), run func([]*Process) error) (err error) {
+// replaceManager stops the harness's manager, for a scenario that runs
+// replicas of its own, and returns the function that gives the harness a
+// manager again afterwards: the scenarios after it need one.
+func (h *Harness) replaceManager(scenario string) (restore func() error) {
 	if h.manager != nil {
 		// SIGTERM releases the lease; how the process ended is of no
 		// interest (Terminate kills it when it does not end in time).
@@ -161,17 +160,88 @@ func (h *Harness) withManagers(scenario string, start func() ([]*Process, error)
 		}
 		h.manager = nil
 	}
-	replicas, err := start()
-	defer func() {
-		for _, p := range replicas {
-			_ = p.Terminate(10 * time.Second)
-		}
-		m, merr := h.startManager("manager-after-"+scenario, nil)
+	return func() error {
+		m, err := h.startManager("manager-after-"+scenario, nil)
 		h.manager = m
-		err = errors.Join(err, merr)
-	}()
-	if err != nil {
 		return err
 	}
-	return run(replicas)
+}
+
+// supervisedManager is one replica of the manager started again whenever its
+// process ends, as the kubelet restarts a container: a manager that loses
+// its lease exits, as controller-runtime's managers do.
+type supervisedManager struct {
+	h     *Harness
+	name  string
+	flags []string
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu       sync.Mutex
+	cur      *Process
+	restarts []time.Time
+}
+
+// superviseManager starts the replica and its supervision. Stop it.
+func (h *Harness) superviseManager(name string, flags ...string) (*supervisedManager, error) {
+	s := &supervisedManager{h: h, name: name, flags: flags, stop: make(chan struct{}), done: make(chan struct{})}
+	p, err := h.startManager(name, nil, flags...)
+	if err != nil {
+		return nil, err
+	}
+	s.cur = p
+	go s.loop()
+	return s, nil
+}
+
+// restartDelay is the pause before a replica that ended starts again: the
+// kubelet's first restart of a container is immediate; a replica that
+// cannot reach the API server at start ends again at once.
+const restartDelay = 500 * time.Millisecond
+
+func (s *supervisedManager) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		cur := s.cur
+		s.mu.Unlock()
+		select {
+		case <-s.stop:
+			return
+		case <-cur.Done():
+		}
+		s.h.logf("%s exited (%v); starting it again", cur.Name(), cur.Err())
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(restartDelay):
+		}
+		s.mu.Lock()
+		n := len(s.restarts) + 1
+		p, err := s.h.startManager(fmt.Sprintf("%s-restart-%d", s.name, n), nil, s.flags...)
+		if err != nil {
+			s.mu.Unlock()
+			s.h.logf("Starting %s again: %v", s.name, err)
+			return
+		}
+		s.cur = p
+		s.restarts = append(s.restarts, time.Now())
+		s.mu.Unlock()
+	}
+}
+
+// Restarts returns when the replica was started again.
+func (s *supervisedManager) Restarts() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.restarts)
+}
+
+// Stop ends the supervision and the replica.
+func (s *supervisedManager) Stop() {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = s.cur.Terminate(10 * time.Second)
 }

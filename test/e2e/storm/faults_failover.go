@@ -92,23 +92,24 @@ type FailoverReport struct {
 func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 	rep := &FailoverReport{}
 	lead := newLeadership()
-	flags := []string{
-		"--leader-election-lease-duration", FailoverLeaseDuration.String(),
-		"--leader-election-renew-deadline", FailoverRenewDeadline.String(),
-		"--leader-election-retry-period", FailoverRetryPeriod.String(),
-	}
-	start := func() ([]*Process, error) {
-		var ps []*Process
-		for _, name := range []string{"manager-a", "manager-b"} {
-			p, err := h.startManager(name, lead.observe(name), flags...)
-			if err != nil {
-				return ps, err
-			}
-			ps = append(ps, p)
+	restore := h.replaceManager("failover")
+	var replicas []*Process
+	defer func() {
+		for _, p := range replicas {
+			_ = p.Terminate(10 * time.Second)
 		}
-		return ps, nil
+		if err := restore(); err != nil {
+			h.logf("Starting the manager again: %v", err)
+		}
+	}()
+	for _, name := range []string{"manager-a", "manager-b"} {
+		p, err := h.startManager(name, lead.observe(name), failoverFlags()...)
+		if err != nil {
+			return nil, err
+		}
+		replicas = append(replicas, p)
 	}
-	err := h.withManagers("failover", start, func(replicas []*Process) error {
+	err := func() error {
 		byName := map[string]*Process{}
 		for _, p := range replicas {
 			byName[p.Name()] = p
@@ -180,11 +181,21 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			}
 		}
 		return err
-	})
+	}()
 	if err != nil {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// failoverFlags are the manager's leader election timings in the fault
+// scenarios.
+func failoverFlags() []string {
+	return []string{
+		"--leader-election-lease-duration", FailoverLeaseDuration.String(),
+		"--leader-election-renew-deadline", FailoverRenewDeadline.String(),
+		"--leader-election-retry-period", FailoverRetryPeriod.String(),
+	}
 }
 
 // measureFailover waits for the survivor to lead and publish, and records

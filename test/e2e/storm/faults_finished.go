@@ -138,11 +138,11 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 	return rep, nil
 }
 
-// finishedCheckpoint waits, up to 10 s, for a plan that gives the want
-// running pods every usable permit, acknowledged, and reads the quota's
-// status.
+// finishedCheckpoint waits, up to 10 s, for a plan (published at any time)
+// that gives the want running pods every usable permit, acknowledged, and
+// reads the quota's status.
 func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int, finished ...string) FinishedCheckpoint {
-	_, _, err := waitForPlan(ctx, fr, fr.Start, want, true, 10*time.Second)
+	_, _, err := waitForPlan(ctx, fr, time.Time{}, want, true, 10*time.Second)
 	cp := FinishedCheckpoint{AtSeconds: fr.Offset(time.Now()).Seconds()}
 	if err != nil {
 		cp.Err = err.Error()

@@ -54,6 +54,7 @@ func WriteFaultsTable(w io.Writer, r *FaultsReport) error {
 	if s := r.Restart; s != nil {
 		fmt.Fprintf(tw, "API server restart\tdown\t%.2fs (from %.1fs)\n", s.DownSeconds, s.StoppedAtSeconds)
 		fmt.Fprintf(tw, "API server restart\tback → every pod on the plan for %d pods\t%.2fs (limit %v)\n", restartTo, s.RecoveredSeconds, RestartRecoveryLimit)
+		fmt.Fprintf(tw, "API server restart\tmanager restarts (lease lost while down)\t%d\n", s.ManagerRestarts)
 		fmt.Fprintf(tw, "API server restart\tReady pods' permits while down\t%d..%d of %d usable\n", s.OutageReadyPermitsMin, s.OutageReadyPermitsMax, Usable())
 		run("API server restart", s.Run)
 	}

@@ -19,7 +19,9 @@ const (
 	RestartDown = time.Second
 	// RestartRecoveryLimit bounds the time from the API server answering
 	// again to every pod enforcing and acknowledging the plan for the
-	// replica count set right then. The watches of the manager and of the
+	// replica count set right then. The outage outlasts the manager's renew
+	// deadline, so the manager exits and starts again, and waits out the
+	// lease its predecessor held (FailoverLeaseDuration); the watches of the
 	// pods relist with client-go's backoff after their connection broke
 	// (0.8 s doubling, jittered); the plan then takes a reconcile, a
 	// handover round and the pods' acknowledgements, each sub-second.
@@ -71,6 +73,9 @@ type RestartReport struct {
 	// with no permits or more than the usable total: a gate that lost its
 	// plan.
 	BadPlans []string `json:"badPlans,omitempty"`
+	// ManagerRestarts counts the manager's restarts: a replica whose lease
+	// ran out while the API server was down exits, and is started again.
+	ManagerRestarts int `json:"managerRestarts"`
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
@@ -78,10 +83,24 @@ type RestartReport struct {
 }
 
 // RunAPIServerRestart runs the API server restart scenario (see
-// RestartSchedule) with the harness's manager. An error means the harness
-// could not run the scenario, or the manager exited.
+// RestartSchedule) with one replica of the manager on the failover
+// scenario's lease timings, started again whenever it exits, as its
+// Deployment would. An error means the harness could not run the scenario.
 func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, error) {
 	rep := &RestartReport{}
+	restore := h.replaceManager("apiserver-restart")
+	sm, err := h.superviseManager("manager-restart", failoverFlags()...)
+	defer func() {
+		if sm != nil {
+			sm.Stop()
+		}
+		if err := restore(); err != nil {
+			h.logf("Starting the manager again: %v", err)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
 	var mu sync.Mutex
 	var measured sync.WaitGroup
 	var stopped, back, loadStart time.Time
@@ -137,6 +156,7 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 	mu.Lock()
 	defer mu.Unlock()
 	rep.Run = run
+	rep.ManagerRestarts = len(sm.Restarts())
 	if stopped.IsZero() || back.IsZero() {
 		return nil, errors.New("storm: the API server was not restarted")
 	}
