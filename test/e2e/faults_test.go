@@ -138,4 +138,36 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 			expectWithinContract(f.Run)
 		})
 	})
+
+	Context("a StatefulSet caller scaling up and down", Ordered, func() {
+		var f *storm.StatefulSetReport
+		BeforeAll(func(ctx SpecContext) {
+			var err error
+			f, err = harness.RunStatefulSet(ctx)
+			Expect(err).NotTo(HaveOccurred(), "the harness could not run the StatefulSet scenario")
+			faultsReport.StatefulSet = f
+		}, NodeTimeout(2*time.Minute))
+
+		It("divides the usable permits over the StatefulSet's Ready pods, by ordinal, at every replica count", func() {
+			Expect(f.Checkpoints).To(HaveLen(3))
+			for _, cp := range f.Checkpoints {
+				Expect(cp.Err).To(BeEmpty(), "checkpoint at %.1fs", cp.AtSeconds)
+				var ordinals []string
+				for i := range cp.Want {
+					ordinals = append(ordinals, fmt.Sprintf("%s-%d", storm.WorkloadName, i))
+				}
+				// A scale-down removes the highest ordinals.
+				Expect(cp.Running).To(Equal(ordinals), "the running pods at %.1fs", cp.AtSeconds)
+				Expect(cp.ReadyPermits).To(Equal(storm.Usable()), "the Ready pods' permits at %.1fs", cp.AtSeconds)
+			}
+		})
+
+		It("keeps the peak in-flight within the contract", func() {
+			expectWithinContract(f.Run)
+		})
+
+		It("ends with every pod acknowledging the last plan", func() {
+			expectRolledOut(f.Run, storm.StatefulSetSchedule())
+		})
+	})
 })

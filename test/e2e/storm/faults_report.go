@@ -15,7 +15,7 @@ type FaultsReport struct {
 	Failover     *FailoverReport     `json:"failover,omitempty"`
 	Restart      *RestartReport      `json:"apiServerRestart,omitempty"`
 	FinishedPods *FinishedPodsReport `json:"finishedPods,omitempty"`
-	StatefulSet  *VariantReport      `json:"statefulSet,omitempty"`
+	StatefulSet  *StatefulSetReport  `json:"statefulSet,omitempty"`
 }
 
 // Empty says whether no scenario has run.
@@ -64,6 +64,11 @@ func WriteFaultsTable(w io.Writer, r *FaultsReport) error {
 		}
 		run("evicted and completed pods", p.Run)
 	}
-	run("StatefulSet", r.StatefulSet)
+	if st := r.StatefulSet; st != nil {
+		for _, c := range st.Checkpoints {
+			fmt.Fprintf(tw, "StatefulSet caller\tat %.1fs: pods, Ready pods' permits\t%v, %d of %d\n", c.AtSeconds, c.Running, c.ReadyPermits, Usable())
+		}
+		run("StatefulSet caller", st.Run)
+	}
 	return tw.Flush()
 }

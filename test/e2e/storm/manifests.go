@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"sigs.k8s.io/yaml"
 
@@ -32,13 +33,21 @@ var (
 	QuotaManifest     = "quota.yaml"
 )
 
+// StatefulSetManifests and StatefulSetQuotaManifest are their counterparts
+// for the StatefulSet caller: the same objects, the workload a StatefulSet.
+var (
+	StatefulSetManifests     = []string{"statefulset.yaml", "hpa-statefulset.yaml"}
+	StatefulSetQuotaManifest = "quota-statefulset.yaml"
+)
+
 // WriteManifests copies the scenario's manifests into dir, for kubectl
 // apply -f and for a person to read after the run.
 func WriteManifests(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, name := range append(WorkloadManifests, QuotaManifest) {
+	all := slices.Concat(WorkloadManifests, []string{QuotaManifest}, StatefulSetManifests, []string{StatefulSetQuotaManifest})
+	for _, name := range all {
 		b, err := manifests.ReadFile("manifests/" + name)
 		if err != nil {
 			return err

@@ -60,11 +60,15 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 	apply := []string{"apply", "--namespace", ns}
-	for _, m := range WorkloadManifests {
+	workloadManifests, quotaManifest, statefulSet := WorkloadManifests, QuotaManifest, ""
+	if v.StatefulSet {
+		workloadManifests, quotaManifest, statefulSet = StatefulSetManifests, StatefulSetQuotaManifest, WorkloadName
+	}
+	for _, m := range workloadManifests {
 		apply = append(apply, "-f", filepath.Join(manifestDir, m))
 	}
 	if v.Operator {
-		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
+		apply = append(apply, "-f", filepath.Join(manifestDir, quotaManifest))
 	}
 	if err := h.kubectl(apply...); err != nil {
 		return nil, err
@@ -151,14 +155,15 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return proc, nil
 	}
 	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client:     h.Client,
-		Namespace:  ns,
-		Deployment: WorkloadName,
-		HPA:        WorkloadName,
-		Run:        run,
-		Endpoints:  endpoints,
-		StartDelay: s.PodStartDelay,
-		PreStop:    preStop,
+		Client:      h.Client,
+		Namespace:   ns,
+		Deployment:  WorkloadName,
+		HPA:         WorkloadName,
+		Run:         run,
+		Endpoints:   endpoints,
+		StartDelay:  s.PodStartDelay,
+		PreStop:     preStop,
+		StatefulSet: statefulSet,
 	})
 	if err != nil {
 		return nil, err

@@ -30,6 +30,9 @@ type Variant struct {
 	// Faults are injected at their offsets while the schedule runs (see
 	// faults.go).
 	Faults []Fault
+	// StatefulSet runs the workload as a StatefulSet of the same name
+	// (StatefulSetManifests) instead of a Deployment.
+	StatefulSet bool
 }
 
 // ScheduleOr returns the variant's own schedule, or common.

@@ -51,6 +51,9 @@ type WorkloadOptions struct {
 	// PreStop is the pause between a pod leaving the endpoints and its
 	// process getting SIGTERM.
 	PreStop time.Duration
+	// StatefulSet, when set, names the workload instead of Deployment: see
+	// workload_statefulset.go.
+	StatefulSet string
 }
 
 // Workload plays, for one Deployment and its HPA, the controllers and the
@@ -77,6 +80,7 @@ type Workload struct {
 	rsOwner  metav1.OwnerReference // of the pods
 	template corev1.PodTemplateSpec
 	grace    time.Duration
+	sts      string // the StatefulSet, when the workload is one
 
 	kick chan struct{} // capacity 1: the status of the objects is stale
 	wg   sync.WaitGroup
@@ -123,6 +127,9 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if opts.Node == "" {
 		opts.Node = "storm-node"
 	}
+	if opts.StatefulSet != "" {
+		return newStatefulWorkload(ctx, opts)
+	}
 	c := opts.Client
 	var dep appsv1.Deployment
 	if err := c.Get(ctx, client.ObjectKey{Namespace: opts.Namespace, Name: opts.Deployment}, &dep); err != nil {
@@ -152,24 +159,31 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if err := c.Create(ctx, rs); err != nil {
 		return nil, fmt.Errorf("storm: create replicaset: %w", err)
 	}
+	return startWorkload(opts, rs.Name, *metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet")), tmpl), nil
+}
+
+// startWorkload returns the workload whose pods owner creates, and starts
+// keeping the objects' status current.
+func startWorkload(opts WorkloadOptions, rsName string, owner metav1.OwnerReference, tmpl corev1.PodTemplateSpec) *Workload {
 	grace := 30 * time.Second
 	if g := tmpl.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = time.Duration(*g) * time.Second
 	}
 	w := &Workload{
 		opts:     opts,
-		c:        c,
-		rsName:   rs.Name,
-		rsOwner:  *metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet")),
+		c:        opts.Client,
+		rsName:   rsName,
+		rsOwner:  owner,
 		template: tmpl,
 		grace:    grace,
+		sts:      opts.StatefulSet,
 		kick:     make(chan struct{}, 1),
 		pods:     map[string]*simPod{},
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.wg.Add(1)
 	go w.statusLoop()
-	return w, nil
+	return w
 }
 
 // templateHash names the ReplicaSet of a pod template, as the Deployment
@@ -210,7 +224,10 @@ func (w *Workload) Scale(ctx context.Context, n int32) error {
 }
 
 func (w *Workload) scaleDeployment(ctx context.Context, n int32) error {
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
+	var dep client.Object = &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
+	if w.sts != "" {
+		dep = &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.sts}}
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		scale := &autoscalingv1.Scale{}
 		if err := w.c.SubResource("scale").Get(ctx, dep, scale); err != nil {
@@ -246,10 +263,12 @@ func (w *Workload) setHPAStatus(ctx context.Context, current, desired int32) err
 // reconcile plays the ReplicaSet controller: n pods that are not
 // terminating.
 func (w *Workload) reconcile(ctx context.Context, n int32) error {
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
-	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
-	if err := w.c.Patch(ctx, rs, patch); err != nil {
-		return fmt.Errorf("storm: scale replicaset: %w", err)
+	if w.sts == "" {
+		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
+		if err := w.c.Patch(ctx, rs, patch); err != nil {
+			return fmt.Errorf("storm: scale replicaset: %w", err)
+		}
 	}
 
 	w.mu.Lock()
@@ -271,15 +290,7 @@ func (w *Workload) reconcile(ctx context.Context, n int32) error {
 	if extra := len(active) - int(n); extra > 0 {
 		// The ReplicaSet controller deletes pods that are not ready before
 		// ready ones, and the newest first.
-		slices.SortFunc(active, func(a, b *simPod) int {
-			if a.ready != b.ready {
-				if !a.ready {
-					return -1
-				}
-				return 1
-			}
-			return b.created.Compare(a.created)
-		})
+		slices.SortFunc(active, w.deletionOrder)
 		for _, p := range active[:extra] {
 			if err := w.deletePod(ctx, p); err != nil {
 				errs = append(errs, err)
@@ -288,6 +299,20 @@ func (w *Workload) reconcile(ctx context.Context, n int32) error {
 	}
 	w.touch()
 	return errors.Join(errs...)
+}
+
+// deletionOrder sorts the pods to delete first to the front.
+func (w *Workload) deletionOrder(a, b *simPod) int {
+	if w.sts != "" {
+		return w.statefulDeletionOrder(a, b)
+	}
+	if a.ready != b.ready {
+		if !a.ready {
+			return -1
+		}
+		return 1
+	}
+	return b.created.Compare(a.created)
 }
 
 // createPod creates one Pod of the ReplicaSet and starts its kubelet.
@@ -302,6 +327,9 @@ func (w *Workload) createPod(ctx context.Context) error {
 			OwnerReferences: []metav1.OwnerReference{w.rsOwner},
 		},
 		Spec: t.Spec,
+	}
+	if w.sts != "" {
+		w.nameStatefulPod(pod)
 	}
 	if err := w.c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("storm: create pod: %w", err)
@@ -616,6 +644,14 @@ func (w *Workload) statusLoop() {
 		active := int32(c.Existing - c.Terminating)
 		ready := int32(c.Ready)
 		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+		if w.sts != "" {
+			err := w.writeStatefulSetStatus(ctx, active, ready)
+			cancel()
+			if err != nil && w.ctx.Err() == nil {
+				w.fail(fmt.Errorf("storm: update workload status: %w", err))
+			}
+			continue
+		}
 		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.rsName}}
 		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil,
 			`{"status":{"replicas":%d,"fullyLabeledReplicas":%[1]d,"readyReplicas":%d,"availableReplicas":%[2]d}}`, active, ready))
