@@ -96,6 +96,10 @@ type VariantReport struct {
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`
+	// RetryAmplification is the attempts per request measured in each
+	// phase, against the sizing model's, for a variant whose retries no
+	// budget limits (the naive one).
+	RetryAmplification []PhaseAmplification `json:"retryAmplification,omitempty"`
 
 	// Timeline has the 100 ms samples the plot is drawn from.
 	Timeline []TimelinePoint `json:"timeline"`
