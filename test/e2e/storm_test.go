@@ -19,9 +19,9 @@ import (
 )
 
 // suiteTimeout bounds the whole suite: set-up, three variants of about 70
-// seconds each, the laggard (32 s) and the two callers (30 s), and
-// teardown.
-const suiteTimeout = 9*time.Minute + 30*time.Second
+// seconds each, the laggard (32 s), the two callers (30 s), the four fault
+// scenarios (about 3 minutes together, faults_test.go) and teardown.
+const suiteTimeout = 12*time.Minute + 30*time.Second
 
 var (
 	harness  *storm.Harness

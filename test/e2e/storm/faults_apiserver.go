@@ -57,7 +57,7 @@ func (h *Harness) RestartAPIServer(down time.Duration) (stopped, back time.Time,
 		return time.Time{}, time.Time{}, errors.New("storm: the control plane is not started")
 	}
 	api := h.env.ControlPlane.APIServer
-	addr := net.JoinHostPort(api.SecureServing.Address, api.SecureServing.Port)
+	addr := net.JoinHostPort(api.Address, api.Port)
 	stopped = time.Now()
 	// An error here is the grace running out: the process was killed.
 	if err := api.Stop(); err != nil {

@@ -119,7 +119,7 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 		if _, _, err := lead.await("", 30*time.Second); err != nil {
 			return err
 		}
-		var measured sync.WaitGroup
+		var measured measurements
 		var mu sync.Mutex
 		kill := Fault{
 			At:   FailoverScaleAt,
@@ -147,16 +147,7 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, fr.Offset(killed).Seconds(), plans
 				mu.Unlock()
 				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", fr.Offset(killed).Seconds(), leader, plans)
-				measured.Add(1)
-				go func() {
-					defer measured.Done()
-					errs := measureFailover(ctx, fr, lead, leader, killed, rep, &mu)
-					if errs != nil {
-						mu.Lock()
-						rep.Err = errs.Error()
-						mu.Unlock()
-					}
-				}()
+				measured.start(func() error { return measureFailover(ctx, fr, lead, leader, killed, rep, &mu) })
 				return nil
 			},
 		}
@@ -169,10 +160,10 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			Faults:      []Fault{kill},
 		}
 		run, err := h.Run(ctx, v, s)
-		measured.Wait()
+		measurementErr := measured.wait()
 		mu.Lock()
 		defer mu.Unlock()
-		rep.Run = run
+		rep.Run, rep.Err = run, measurementErr
 		if p := byName[rep.Survivor]; p != nil {
 			select {
 			case <-p.Done():

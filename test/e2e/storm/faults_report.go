@@ -24,11 +24,14 @@ func (r *FaultsReport) Empty() bool {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *FaultsReport) WriteJSON(path string) error {
+func (r *FaultsReport) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v, indented, to path, creating its directory.
+func writeJSON(path string, v any) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(r, "", "  ")
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 		return nil, err
 	}
 	var mu sync.Mutex
-	var measured sync.WaitGroup
+	var measured measurements
 	var stopped, back, loadStart time.Time
 	restart := Fault{
 		At:   RestartAt,
@@ -127,16 +127,7 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 			if scaleErr != nil {
 				return scaleErr
 			}
-			measured.Add(1)
-			go func() {
-				defer measured.Done()
-				err := measureRestart(ctx, fr, stopped, back, rep, &mu)
-				if err != nil {
-					mu.Lock()
-					rep.Err = err.Error()
-					mu.Unlock()
-				}
-			}()
+			measured.start(func() error { return measureRestart(ctx, fr, stopped, back, rep, &mu) })
 			return nil
 		},
 	}
@@ -149,13 +140,13 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 		Faults:      []Fault{restart},
 	}
 	run, err := h.Run(ctx, v, s)
-	measured.Wait()
+	measurementErr := measured.wait()
 	if err != nil {
 		return nil, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	rep.Run = run
+	rep.Run, rep.Err = run, measurementErr
 	rep.ManagerRestarts = len(sm.Restarts())
 	if stopped.IsZero() || back.IsZero() {
 		return nil, errors.New("storm: the API server was not restarted")

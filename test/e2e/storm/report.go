@@ -1,9 +1,6 @@
 package storm
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 )
@@ -227,16 +224,7 @@ func latencyReport(ds []time.Duration) *LatencyReport {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *Report) WriteJSON(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
 
 // NewReport starts a report of the given schedule.
 func NewReport(s Schedule) *Report {
