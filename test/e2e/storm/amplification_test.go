@@ -1,7 +1,10 @@
 package storm
 
 import (
+	"cmp"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -93,5 +96,77 @@ func TestAmplificationGoals(t *testing.T) {
 	amplificationGoals(func(_, g, _, _ string, met, asserted bool) { none = append(none, goal{g, met, asserted}) }, "naive", &VariantReport{})
 	if len(none) != 1 || none[0].met || !none[0].asserted {
 		t.Errorf("a run without figures: %+v, want one asserted goal not met", none)
+	}
+}
+
+// simulateRetries runs a downstream of slots calls in flight, each held for
+// service, with no queue, offered Poisson first attempts at arrival per
+// second for d (simulated); a rejected first attempt is retried once after
+// a uniform delay in [0, jitter), as the gateway's retry does. It returns the
+// attempts per first attempt.
+func simulateRetries(seed uint64, slots int, service time.Duration, arrival float64, jitter, d time.Duration) float64 {
+	rnd := rand.New(rand.NewPCG(seed, seed))
+	type event struct {
+		at    time.Duration
+		retry bool
+	}
+	var arrivals []event
+	for t := time.Duration(0); ; {
+		t += time.Duration(rnd.ExpFloat64() / arrival * float64(time.Second))
+		if t >= d {
+			break
+		}
+		arrivals = append(arrivals, event{at: t})
+	}
+	var retries []event      // pending retries, kept sorted by time
+	var ends []time.Duration // the ends of the calls in flight, sorted
+	first, attempts := len(arrivals), 0
+	for len(arrivals) > 0 || len(retries) > 0 {
+		var ev event
+		if len(retries) == 0 || (len(arrivals) > 0 && arrivals[0].at <= retries[0].at) {
+			ev, arrivals = arrivals[0], arrivals[1:]
+		} else {
+			ev, retries = retries[0], retries[1:]
+		}
+		attempts++
+		for len(ends) > 0 && ends[0] <= ev.at {
+			ends = ends[1:]
+		}
+		if len(ends) < slots {
+			end := ev.at + service
+			i, _ := slices.BinarySearch(ends, end)
+			ends = slices.Insert(ends, i, end)
+			continue
+		}
+		if !ev.retry {
+			r := event{at: ev.at + time.Duration(rnd.Float64()*float64(jitter)), retry: true}
+			i, _ := slices.BinarySearchFunc(retries, r, func(a, b event) int { return cmp.Compare(a.at, b.at) })
+			retries = slices.Insert(retries, i, r)
+		}
+	}
+	return float64(attempts) / float64(first)
+}
+
+// The model of kubectl backpressure retry holds for the downstream the storm
+// runs: Poisson first attempts, a retry after the gateway's jittered
+// backoff, at the storm's capacities and arrival rates.
+func TestAmplificationModelAgainstSimulation(t *testing.T) {
+	for _, tc := range []struct {
+		latency time.Duration
+		arrival float64
+	}{
+		{TypicalLatency, 1900},
+		{TypicalLatency, 1050},
+		{WorstLatency, 1900},
+	} {
+		capacity := float64(Contract) / tc.latency.Seconds()
+		m, err := sizing.Amplification(sizing.RetryLoad{CapacityPerSecond: capacity, ArrivalPerSecond: tc.arrival, MaxRetries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := simulateRetries(1, Contract, tc.latency, tc.arrival, 25*time.Millisecond, 30*time.Second)
+		if math.Abs(got-m.FixedPoint.Amplification) > AmplificationTolerance {
+			t.Errorf("latency %v, arrival %.0f/s: simulated %.3f attempts per request, model %.3f", tc.latency, tc.arrival, got, m.FixedPoint.Amplification)
+		}
 	}
 }
