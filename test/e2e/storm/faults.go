@@ -82,38 +82,6 @@ func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, a
 	return published, time.Now(), err
 }
 
-// measurements run in the background after a fault, and keep the first
-// error of any of them.
-type measurements struct {
-	wg  sync.WaitGroup
-	mu  sync.Mutex
-	err error
-}
-
-// start runs f in the background.
-func (m *measurements) start(f func() error) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		if err := f(); err != nil {
-			m.mu.Lock()
-			if m.err == nil {
-				m.err = err
-			}
-			m.mu.Unlock()
-		}
-	}()
-}
-
-// wait waits for them and returns the first error's text, or "".
-func (m *measurements) wait() string {
-	m.wg.Wait()
-	if m.err == nil {
-		return ""
-	}
-	return m.err.Error()
-}
-
 // leadership follows which manager process holds the leader election
 // lease, from client-go's "successfully acquired lease" log line.
 type leadership struct {

@@ -119,7 +119,6 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 		if _, _, err := lead.await("", 30*time.Second); err != nil {
 			return err
 		}
-		var measured measurements
 		var mu sync.Mutex
 		kill := Fault{
 			At:   FailoverScaleAt,
@@ -147,7 +146,13 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, fr.Offset(killed).Seconds(), plans
 				mu.Unlock()
 				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", fr.Offset(killed).Seconds(), leader, plans)
-				measured.start(func() error { return measureFailover(ctx, fr, lead, leader, killed, rep, &mu) })
+				// Measured here, before the rest of the timeline: the run must
+				// not end, and its pods go, before the new leader's plan came.
+				if err := measureFailover(ctx, fr, lead, leader, killed, rep, &mu); err != nil {
+					mu.Lock()
+					rep.Err = err.Error()
+					mu.Unlock()
+				}
 				return nil
 			},
 		}
@@ -160,10 +165,9 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			Faults:      []Fault{kill},
 		}
 		run, err := h.Run(ctx, v, s)
-		measurementErr := measured.wait()
 		mu.Lock()
 		defer mu.Unlock()
-		rep.Run, rep.Err = run, measurementErr
+		rep.Run = run
 		if p := byName[rep.Survivor]; p != nil {
 			select {
 			case <-p.Done():
