@@ -39,6 +39,30 @@ func (fr *FaultRun) Offset(t time.Time) time.Duration { return t.Sub(fr.Start) }
 // goodput: calls admitted before are still draining.
 const faultSettle = 2 * time.Second
 
+// faultSchedule is a fault scenario's timeline: d at the typical latency
+// under the storm's load, from initial pods, with the autoscaler's steps and
+// the phases of the report.
+func faultSchedule(d time.Duration, initial int32, scale []ScaleStep, phases ...Phase) Schedule {
+	for i := range phases {
+		phases[i].Settle = faultSettle
+	}
+	return Schedule{
+		Duration:          d,
+		RequestsPerSecond: RequestsPerSecond,
+		InitialReplicas:   initial,
+		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
+		Scale:             scale,
+		Phases:            phases,
+		PodStartDelay:     1500 * time.Millisecond,
+	}
+}
+
+// faultVariant is a fault scenario's variant: the operator, on the
+// scenario's own schedule, with its faults.
+func faultVariant(name, description string, s Schedule, faults ...Fault) Variant {
+	return Variant{Name: name, Description: description, Operator: true, Schedule: &s, Faults: faults}
+}
+
 // planFor reports whether p gives every one of pods a share and the pods
 // together every usable permit: the division for exactly those pods, once
 // the handover is done.

@@ -41,18 +41,9 @@ const failoverFrom, failoverTo = 4, 8
 // pods shrink to 5) and is killed; the new pods become Ready while no
 // replica leads, and their shares can only come from the new leader.
 func FailoverSchedule() Schedule {
-	return Schedule{
-		Duration:          16 * time.Second,
-		RequestsPerSecond: RequestsPerSecond,
-		InitialReplicas:   failoverFrom,
-		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
-		Scale:             []ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}},
-		Phases: []Phase{
-			{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt, Settle: faultSettle},
-			{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second, Settle: faultSettle},
-		},
-		PodStartDelay: 1500 * time.Millisecond,
-	}
+	return faultSchedule(16*time.Second, failoverFrom, []ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}},
+		Phase{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt},
+		Phase{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second})
 }
 
 // FailoverReport is what the failover scenario measured.
@@ -156,15 +147,8 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				return nil
 			},
 		}
-		s := FailoverSchedule()
-		v := Variant{
-			Name:        "failover",
-			Description: "the operator with two replicas; the leader is killed in the middle of a scale-up",
-			Operator:    true,
-			Schedule:    &s,
-			Faults:      []Fault{kill},
-		}
-		run, err := h.Run(ctx, v, s)
+		v := faultVariant("failover", "the operator with two replicas; the leader is killed in the middle of a scale-up", FailoverSchedule(), kill)
+		run, err := h.Run(ctx, v, *v.Schedule)
 		mu.Lock()
 		defer mu.Unlock()
 		rep.Run = run

@@ -32,18 +32,9 @@ const (
 // at 6 s the autoscaler asks for 6 pods. The two hold no calls: the usable
 // permits must stay divided over the Ready pods alone.
 func FinishedPodsSchedule() Schedule {
-	return Schedule{
-		Duration:          14 * time.Second,
-		RequestsPerSecond: RequestsPerSecond,
-		InitialReplicas:   finishedFrom,
-		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
-		Scale:             []ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}},
-		Phases: []Phase{
-			{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt, Settle: faultSettle},
-			{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second, Settle: faultSettle},
-		},
-		PodStartDelay: 1500 * time.Millisecond,
-	}
+	return faultSchedule(14*time.Second, finishedFrom, []ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}},
+		Phase{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt},
+		Phase{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second})
 }
 
 // FinishedCheckpoint is the division as the quota's status and the
@@ -119,17 +110,8 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 		},
 	}
 	s := FinishedPodsSchedule()
-	v := Variant{
-		Name:        "finished-pods",
-		Description: "the operator beside an evicted and a completed pod of the workload",
-		Operator:    true,
-		Schedule:    &s,
-		Faults: []Fault{
-			finished,
-			checkpoint(finishedScaleAt-2*time.Second, finishedFrom),
-			checkpoint(s.Duration-3*time.Second, finishedTo),
-		},
-	}
+	v := faultVariant("finished-pods", "the operator beside an evicted and a completed pod of the workload", s,
+		finished, checkpoint(finishedScaleAt-2*time.Second, finishedFrom), checkpoint(s.Duration-3*time.Second, finishedTo))
 	run, err := h.Run(ctx, v, s)
 	if err != nil {
 		return nil, err

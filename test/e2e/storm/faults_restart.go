@@ -37,17 +37,9 @@ const restartFrom, restartTo = 6, 8
 // typical latency: 6 pods; at 4 s kube-apiserver stops, and is started again
 // a second later; the moment it answers, the autoscaler asks for 8 pods.
 func RestartSchedule() Schedule {
-	return Schedule{
-		Duration:          24 * time.Second,
-		RequestsPerSecond: RequestsPerSecond,
-		InitialReplicas:   restartFrom,
-		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
-		Phases: []Phase{
-			{Name: "6 pods", From: 0, To: RestartAt, Settle: faultSettle},
-			{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second, Settle: faultSettle},
-		},
-		PodStartDelay: 1500 * time.Millisecond,
-	}
+	return faultSchedule(24*time.Second, restartFrom, nil,
+		Phase{Name: "6 pods", From: 0, To: RestartAt},
+		Phase{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second})
 }
 
 // RestartReport is what the API server restart scenario measured.
@@ -137,15 +129,8 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 			return nil
 		},
 	}
-	s := RestartSchedule()
-	v := Variant{
-		Name:        "apiserver-restart",
-		Description: "the operator while kube-apiserver restarts, with a scale-up the moment it is back",
-		Operator:    true,
-		Schedule:    &s,
-		Faults:      []Fault{restart},
-	}
-	run, err := h.Run(ctx, v, s)
+	v := faultVariant("apiserver-restart", "the operator while kube-apiserver restarts, with a scale-up the moment it is back", RestartSchedule(), restart)
+	run, err := h.Run(ctx, v, *v.Schedule)
 	if err != nil {
 		return nil, err
 	}

@@ -13,19 +13,10 @@ import (
 // typical latency: search-gateway-0..2; at 4 s the autoscaler asks for 6
 // pods (ordinals 3..5 start), at 11 s for 2 (ordinals 5..2 go).
 func StatefulSetSchedule() Schedule {
-	return Schedule{
-		Duration:          18 * time.Second,
-		RequestsPerSecond: RequestsPerSecond,
-		InitialReplicas:   3,
-		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
-		Scale:             []ScaleStep{{At: 4 * time.Second, Replicas: 6}, {At: 11 * time.Second, Replicas: 2}},
-		Phases: []Phase{
-			{Name: "3 pods", From: 0, To: 4 * time.Second, Settle: faultSettle},
-			{Name: "3→6 pods", From: 4 * time.Second, To: 11 * time.Second, Settle: faultSettle},
-			{Name: "6→2 pods", From: 11 * time.Second, To: 18 * time.Second, Settle: faultSettle},
-		},
-		PodStartDelay: 1500 * time.Millisecond,
-	}
+	return faultSchedule(18*time.Second, 3, []ScaleStep{{At: 4 * time.Second, Replicas: 6}, {At: 11 * time.Second, Replicas: 2}},
+		Phase{Name: "3 pods", From: 0, To: 4 * time.Second},
+		Phase{Name: "3→6 pods", From: 4 * time.Second, To: 11 * time.Second},
+		Phase{Name: "6→2 pods", From: 11 * time.Second, To: 18 * time.Second})
 }
 
 // StatefulCheckpoint is the StatefulSet's pods and their permits once the
@@ -73,18 +64,9 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 			},
 		}
 	}
-	v := Variant{
-		Name:        "statefulset",
-		Description: "the operator with a StatefulSet caller",
-		Operator:    true,
-		Schedule:    &s,
-		StatefulSet: true,
-		Faults: []Fault{
-			checkpoint(3*time.Second, 3),
-			checkpoint(10*time.Second, 6),
-			checkpoint(s.Duration-time.Second, 2),
-		},
-	}
+	v := faultVariant("statefulset", "the operator with a StatefulSet caller", s,
+		checkpoint(3*time.Second, 3), checkpoint(10*time.Second, 6), checkpoint(s.Duration-time.Second, 2))
+	v.StatefulSet = true
 	run, err := h.Run(ctx, v, s)
 	if err != nil {
 		return nil, err
