@@ -71,6 +71,10 @@ func (a PhaseAmplification) Agrees() bool {
 	return a.Requests > 0 && d <= AmplificationTolerance && d >= -AmplificationTolerance
 }
 
+// Exact says whether the gates shed at most 1 % of the requests, so that
+// the sheds cannot move Measured by more than about a point.
+func (a PhaseAmplification) Exact() bool { return a.Requests > 0 && 100*a.Shed <= a.Requests }
+
 // Command returns the kubectl backpressure command that computes the model.
 func (a PhaseAmplification) Command() string {
 	return fmt.Sprintf("kubectl backpressure retry --capacity %.1f --arrival %.1f --retries %d", a.CapacityPerSecond, a.ArrivalPerSecond, a.MaxRetries)

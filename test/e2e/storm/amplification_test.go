@@ -71,6 +71,7 @@ func TestAmplificationGoals(t *testing.T) {
 	v := &VariantReport{Name: "naive", RetryAmplification: []PhaseAmplification{
 		{Phase: "a", Requests: 100, Attempts: 194, Measured: 1.94, FixedPoint: 1.93, MeasuredRejection: 0.94, FixedPointRejection: 0.93},
 		{Phase: "b", Requests: 100, Attempts: 200, Measured: 2.0, FixedPoint: 1.93, MeasuredRejection: 0.99, FixedPointRejection: 0.93},
+		{Phase: "c", Requests: 100, Shed: 2, Attempts: 200, Measured: 2.0, FixedPoint: 1.93, MeasuredRejection: 0.93, FixedPointRejection: 0.93},
 	}}
 	type goal struct {
 		name          string
@@ -80,9 +81,12 @@ func TestAmplificationGoals(t *testing.T) {
 	amplificationGoals(func(_, g, _, _ string, met, asserted bool) { got = append(got, goal{g, met, asserted}) }, "naive", v)
 	want := []goal{
 		{"rejected fraction of attempts in phase a", true, true},
-		{"attempts per request in phase a", true, false},
+		{"attempts per request in phase a", true, true},
 		{"rejected fraction of attempts in phase b", false, true},
-		{"attempts per request in phase b", false, false},
+		{"attempts per request in phase b", false, true},
+		// 2 % of the requests shed: reported, not asserted.
+		{"rejected fraction of attempts in phase c", true, true},
+		{"attempts per request in phase c", false, false},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("goals %+v, want %+v", got, want)

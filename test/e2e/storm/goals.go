@@ -135,10 +135,10 @@ func initialReplicas(v *VariantReport) int32 {
 
 // amplificationGoals compares, phase by phase, the retry amplification of a
 // run whose retries no budget limits with the sizing model's (see
-// PhaseAmplification). The rejected fraction of attempts is asserted; the
-// attempts per request are reported: in this harness first attempts and
-// retries do not meet the same rejection rate (see the README's storm
-// section), which the model assumes.
+// PhaseAmplification). The rejected fraction of attempts is asserted. The
+// attempts per request are asserted where the measurement is exact, the
+// gates having shed at most 1 % of the requests (a retry shed locally cannot
+// be told from a first attempt shed), and reported elsewhere.
 func amplificationGoals(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport) {
 	if len(v.RetryAmplification) == 0 {
 		add(name, "retry amplification measured against the sizing model", "every phase", "not measured", false, true)
@@ -150,7 +150,7 @@ func amplificationGoals(add func(v, goal, want, got string, met, asserted bool),
 			fmt.Sprintf("%.1f%% (%d of %d attempts)", 100*a.MeasuredRejection, a.Rejected, a.Attempts), a.RejectionAgrees(), true)
 		add(name, "attempts per request in phase "+a.Phase,
 			fmt.Sprintf("within %.0f pp of the model's %.1f%% (single round %.1f%%)", 100*AmplificationTolerance, 100*a.FixedPoint, 100*a.SingleRound),
-			fmt.Sprintf("%.1f%% (%d attempts, %d requests, %d shed)", 100*a.Measured, a.Attempts, a.Requests, a.Shed), a.Agrees(), false)
+			fmt.Sprintf("%.1f%% (%d attempts, %d requests, %d shed)", 100*a.Measured, a.Attempts, a.Requests, a.Shed), a.Agrees(), a.Exact())
 	}
 }
 
