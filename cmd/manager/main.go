@@ -94,6 +94,9 @@ type options struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	leaderElectionID        string
+	leaseDuration           time.Duration
+	renewDeadline           time.Duration
+	retryPeriod             time.Duration
 	workers                 int
 	conflictRecheck         time.Duration
 	watchNamespaces         []string
@@ -116,6 +119,9 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "Elect a leader so that one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; default: the pod's namespace in a cluster, else the kubeconfig context's namespace.")
 	fs.StringVar(&o.leaderElectionID, "leader-election-id", "backpressure-operator.backpressure.dev", "Name of the leader election lease.")
+	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", defaultLeaseDuration, "How long a lease holds without renewal: how long the other replicas wait before taking over from a leader that died.")
+	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", defaultRenewDeadline, "How long the leader keeps trying to renew before it gives up leading (and exits); less than the lease duration.")
+	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", defaultRetryPeriod, "How often the replicas try to acquire or renew the lease.")
 	fs.IntVar(&o.workers, "max-concurrent-reconciles", 4, "Quotas reconciled at once.")
 	fs.DurationVar(&o.conflictRecheck, "conflict-recheck", controller.DefaultConflictRecheck, "How often a quota whose ConfigMap name is taken by a ConfigMap the operator does not own checks again.")
 	fs.Func("watch-namespaces", "Comma-separated namespaces whose quotas the manager reconciles, and the only ones it reads and writes; default: every namespace. The leader election lease is not affected.", func(v string) error {
@@ -137,6 +143,9 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	}
 	if o.workers < 1 {
 		return nil, fmt.Errorf("manager: --max-concurrent-reconciles must be at least 1, got %d", o.workers)
+	}
+	if err := checkLeaseTimings(o.leaseDuration, o.renewDeadline, o.retryPeriod); err != nil {
+		return nil, err
 	}
 	if o.conflictRecheck <= 0 {
 		return nil, fmt.Errorf("manager: --conflict-recheck must be positive, got %s", o.conflictRecheck)
@@ -196,6 +205,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		LeaderElectionID:              o.leaderElectionID,
 		LeaderElectionNamespace:       leNamespace,
 		LeaderElectionReleaseOnCancel: true, // run returns right after the manager stops
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 	})
 	if err != nil {
 		return fmt.Errorf("manager: create: %w", err)
@@ -219,6 +231,30 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	log.Info("Starting manager", "metrics", o.metricsAddr, "probes", o.probeAddr, "workers", o.workers)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// The leader election timings of client-go's leaderelection package, which
+// controller-runtime uses when none are given.
+const (
+	defaultLeaseDuration = 15 * time.Second
+	defaultRenewDeadline = 10 * time.Second
+	defaultRetryPeriod   = 2 * time.Second
+)
+
+// checkLeaseTimings reports timings that client-go's leader election would
+// refuse when the manager starts, naming the flag, so that the error comes
+// at once: lease duration > renew deadline > retry period × 1.2 (its jitter),
+// all positive.
+func checkLeaseTimings(lease, renew, retry time.Duration) error {
+	switch {
+	case retry <= 0:
+		return fmt.Errorf("manager: --leader-election-retry-period must be positive, got %s", retry)
+	case renew <= time.Duration(1.2*float64(retry)):
+		return fmt.Errorf("manager: --leader-election-renew-deadline (%s) must be greater than 1.2 × --leader-election-retry-period (%s)", renew, retry)
+	case lease <= renew:
+		return fmt.Errorf("manager: --leader-election-lease-duration (%s) must be greater than --leader-election-renew-deadline (%s)", lease, renew)
 	}
 	return nil
 }

@@ -37,6 +37,16 @@ func TestParseFlags(t *testing.T) {
 	if !o.leaderElect || o.metricsAddr != ":8443" || !o.metricsSecure || o.probeAddr != ":8081" || o.enableHTTP2 || o.workers != 4 {
 		t.Errorf("defaults: %+v", o)
 	}
+	if o.leaseDuration != 15*time.Second || o.renewDeadline != 10*time.Second || o.retryPeriod != 2*time.Second {
+		t.Errorf("leader election defaults: lease %v, renew %v, retry %v; want client-go's 15s, 10s, 2s", o.leaseDuration, o.renewDeadline, o.retryPeriod)
+	}
+	o, err = parseFlags([]string{"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.leaseDuration != 4*time.Second || o.renewDeadline != 3*time.Second || o.retryPeriod != time.Second {
+		t.Errorf("leader election timings: lease %v, renew %v, retry %v; want 4s, 3s, 1s", o.leaseDuration, o.renewDeadline, o.retryPeriod)
+	}
 	o, err = parseFlags([]string{"--kubeconfig=/tmp/kc", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--leader-elect=false", "--zap-log-level=debug"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +57,9 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--max-concurrent-reconciles=0"},
 		{"--conflict-recheck=0s"},
+		{"--leader-election-retry-period=0s"},
+		{"--leader-election-renew-deadline=1s", "--leader-election-retry-period=1s"},
+		{"--leader-election-lease-duration=3s", "--leader-election-renew-deadline=3s", "--leader-election-retry-period=1s"},
 		{"stray"},
 		{"--no-such-flag"},
 	} {

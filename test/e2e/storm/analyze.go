@@ -135,6 +135,7 @@ func Analyze(d *RunData) *VariantReport {
 
 	r.Phases = phases(d)
 	r.Timeline = timeline(d.Samples)
+	r.RetryAmplification = retryAmplification(d)
 	if d.Variant.Operator {
 		r.ReloadLatencySeconds = latencyReport(ReloadLatencies(d.Published, d.Applied))
 		r.Plans = plans(d)

@@ -2,12 +2,9 @@ package storm
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -250,16 +247,7 @@ func (r *CallersReport) Failed() []Goal {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *CallersReport) WriteJSON(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (r *CallersReport) WriteJSON(path string) error { return writeJSON(path, r) }
 
 // WriteCallersTable writes the report for a terminal.
 func WriteCallersTable(w io.Writer, r *CallersReport) error {

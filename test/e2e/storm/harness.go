@@ -62,6 +62,9 @@ type Harness struct {
 	gateway string
 	// proxyPod runs a pod of a Sidecar variant.
 	proxyPod string
+
+	// certDir is the API server's certificate directory (faults_apiserver.go).
+	certDir string
 }
 
 // Setup builds the manager and examples/gateway, starts the control plane,
@@ -108,6 +111,11 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 	// The CRDs are applied with kubectl below, as a user installs them.
 	h.env.CRDDirectoryPaths, h.env.ErrorIfCRDPathMissing = nil, false
+	// Fault hook (faults_apiserver.go): certificates that outlive a restart
+	// of the API server.
+	if err := h.keepAPIServerCerts(); err != nil {
+		return h, err
+	}
 	pki, err := configureAggregation(h.env, h.OutDir)
 	if err != nil {
 		return h, err
@@ -237,6 +245,7 @@ func (h *Harness) Close() {
 			h.logf("Stopping the control plane failed: %v", err)
 		}
 	}
+	h.removeAPIServerCerts()
 }
 
 // waitFor polls cond every 50ms until it is true, returns an error, or

@@ -313,7 +313,7 @@ type (
 // serveDiscovery lists the API's resources, as the aggregator's discovery
 // and the HPA controller's client read them.
 func (m *MetricsAPI) serveDiscovery(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
+	respondJSON(w, http.StatusOK, map[string]any{
 		"kind":         "APIResourceList",
 		"apiVersion":   "v1",
 		"groupVersion": CustomMetricsGroup + "/" + CustomMetricsVersion,
@@ -363,17 +363,17 @@ func (m *MetricsAPI) serveMetric(w http.ResponseWriter, r *http.Request) {
 	}
 	m.mu.Unlock()
 	if len(list.Items) == 0 {
-		writeJSON(w, http.StatusNotFound, map[string]any{
+		respondJSON(w, http.StatusNotFound, map[string]any{
 			"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": http.StatusNotFound,
 			"message": fmt.Sprintf("no %s for %s %s/%s", metric, resource, ns, name),
 		})
 		return
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].DescribedObject.Name < list.Items[j].DescribedObject.Name })
-	writeJSON(w, http.StatusOK, list)
+	respondJSON(w, http.StatusOK, list)
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
+func respondJSON(w http.ResponseWriter, code int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)

@@ -1,9 +1,6 @@
 package storm
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 )
@@ -102,6 +99,10 @@ type VariantReport struct {
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`
+	// RetryAmplification is the attempts per request measured in each
+	// phase, against the sizing model's, for a variant whose retries no
+	// budget limits (the naive one).
+	RetryAmplification []PhaseAmplification `json:"retryAmplification,omitempty"`
 
 	// Timeline has the 100 ms samples the plot is drawn from.
 	Timeline []TimelinePoint `json:"timeline"`
@@ -235,16 +236,7 @@ func latencyReport(ds []time.Duration) *LatencyReport {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *Report) WriteJSON(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
 
 // NewReport starts a report of the given schedule.
 func NewReport(s Schedule) *Report {

@@ -298,6 +298,14 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 			return w.Scale(ctx, st.Replicas)
 		}})
 	}
+	// Faults (faults.go) are events like the others; at the same offset
+	// they come after a scale step.
+	for _, f := range v.Faults {
+		events = append(events, event{f.At, func() error {
+			h.logf("[%s] %5.1fs fault: %s", v.Name, time.Since(start).Seconds(), f.Name)
+			return f.Inject(ctx, &FaultRun{Harness: h, Workload: w, Observations: obs, Start: start, Namespace: Namespace(v)})
+		}})
+	}
 	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
 	var runErr error
 	for _, ev := range events {

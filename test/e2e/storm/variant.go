@@ -2,6 +2,7 @@ package storm
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
@@ -31,6 +32,9 @@ type Variant struct {
 	// its own in front of backpressure-proxy, which enforces the pod's
 	// share instead of the library (see proxypod).
 	Sidecar bool
+	// Faults are injected at their offsets while the schedule runs (see
+	// faults.go).
+	Faults []Fault
 }
 
 // ScheduleOr returns the variant's own schedule, or common.
@@ -45,7 +49,10 @@ func (v Variant) ScheduleOr(common Schedule) Schedule {
 // the application's "retry once on 429" rule. Only the plan differs between
 // the variants, and the plan's retry budget decides how many retries are
 // actually made.
-var GatewayRetryArgs = []string{"--max-retries", "1", "--retry-on-429"}
+var GatewayRetryArgs = []string{"--max-retries", strconv.Itoa(GatewayMaxRetries), "--retry-on-429"}
+
+// GatewayMaxRetries is the gateway's retries of one call in every variant.
+const GatewayMaxRetries = 1
 
 // Variants returns the variants in the order they run: the operator, the
 // hand-tuned static share for 8 pods, the naive full contract per pod, and

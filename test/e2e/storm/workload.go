@@ -98,6 +98,10 @@ type Workload struct {
 	hpa     HPAStatus          // the HPA's status, as last seen
 	pods    map[string]*simPod // every Pod object the kubelet runs
 	seen    map[types.UID]bool // every Pod the kubelet ever ran
+	// finished names Pods that exist only as a finished pod left behind
+	// (an evicted or completed one, see createFinishedPod): the kubelet
+	// never runs them, even in the instant before their phase is written.
+	finished map[string]bool
 	errs    []error
 }
 
@@ -295,7 +299,7 @@ func (w *Workload) observePod(obj any, deleted bool) {
 	if p == nil {
 		// A Pod the kubelet ran once is never started again, whatever late
 		// event about it arrives.
-		if deleted || pod.DeletionTimestamp != nil || w.seen[pod.UID] || w.ctx.Err() != nil ||
+		if deleted || pod.DeletionTimestamp != nil || w.seen[pod.UID] || w.finished[pod.Name] || w.ctx.Err() != nil ||
 			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			return
 		}
