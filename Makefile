@@ -89,8 +89,8 @@ test: verify-generated vet lint envtest ## The test command: generated files, ve
 # and not here again, where their API server and stress test would compete
 # with the storm for the same two cores.
 .PHONY: e2e
-e2e: envtest ## The end-to-end suite: the 429 storm with and without the operator, the laggard and two callers, goals asserted (about 6 minutes).
-	KUBEBUILDER_ASSETS="$(call assets_for,$(ENVTEST_BINARIES))" $(GO) test -tags e2e -count=1 -timeout 15m $(GOTESTFLAGS) ./test/e2e/
+e2e: envtest ## The end-to-end suite: the 429 storm with and without the operator, the laggard, two callers, the sidecar and the faults, goals asserted (about 10 minutes).
+	KUBEBUILDER_ASSETS="$(call assets_for,$(ENVTEST_BINARIES))" $(GO) test -tags e2e -count=1 -timeout 20m $(GOTESTFLAGS) ./test/e2e/
 
 ##@ Demo
 
