@@ -102,7 +102,7 @@ type Workload struct {
 	// (an evicted or completed one, see createFinishedPod): the kubelet
 	// never runs them, even in the instant before their phase is written.
 	finished map[string]bool
-	errs    []error
+	errs     []error
 }
 
 // simPod is one Pod as the kubelet sees it.
