@@ -77,7 +77,7 @@ func TestLive(t *testing.T) {
 	t.Run("status table", func(t *testing.T) {
 		out := live(t, "status", "-n", ns)
 		expectLines(t, "status", out,
-			"storefront/logistics-api → logistics.example.com, for the pods of Deployment/search-gateway",
+			"storefront/logistics-api → logistics.storefront.example.com, for the pods of Deployment/search-gateway",
 			"contract 50 in flight × 80% safety = 40 permits",
 			"divisor 3, from ReadyPods (spec 3, HPA 2..20 desired 3, 3 pods exist, 3 Ready)",
 			"division revision 3: 40 usable = 13 × 3 + 1: 2 pods hold 13, 1 pod 14; 33 handed out, 40 held",
@@ -212,7 +212,7 @@ func TestLive(t *testing.T) {
 		}
 		// The flags override the live range and spec.
 		out = live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "--replicas", "3", "--concurrency", "60")
-		if !containsSpaced(out, "logistics-api → logistics.example.com: 60 in flight × 80% safety over 3 replicas") {
+		if !containsSpaced(out, "logistics-api → logistics.storefront.example.com: 60 in flight × 80% safety over 3 replicas") {
 			t.Errorf("plan dq/NAME --replicas 3 --concurrency 60:\n%s", out)
 		}
 	})
@@ -248,10 +248,10 @@ func TestLive(t *testing.T) {
 			}
 			return stdout
 		}
-		if got := complete("status", "-n", ns, ""); !strings.HasPrefix(got, "logistics-api\tlogistics.example.com\n:4\n") {
+		if got := complete("status", "-n", ns, ""); !strings.HasPrefix(got, "logistics-api\tlogistics.storefront.example.com\n:4\n") {
 			t.Errorf("completion of status QUOTA:\n%s", got)
 		}
-		if got := complete("plan", "-n", ns, "dq/l"); !strings.HasPrefix(got, "dq/logistics-api\tlogistics.example.com\n:4\n") {
+		if got := complete("plan", "-n", ns, "dq/l"); !strings.HasPrefix(got, "dq/logistics-api\tlogistics.storefront.example.com\n:4\n") {
 			t.Errorf("completion of plan dq/NAME:\n%s", got)
 		}
 		if got := complete("status", "-n", "ware"); !strings.HasPrefix(got, "warehouse\n:4\n") {
