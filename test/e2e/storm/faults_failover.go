@@ -116,7 +116,10 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			Name: "SIGKILL the leading manager once it published the scale-up's first plan",
 			Inject: func(ctx context.Context, fr *FaultRun) error {
 				scaled := fr.Start.Add(FailoverScaleAt)
-				_ = waitFor(ctx, 3*time.Second, "the scale-up's first plan", func() (bool, error) {
+				// The HPA decides the scale-up within its sync period, then
+				// the first new pod is bound, started and Ready: its plan
+				// comes seconds after the scenario asks.
+				_ = waitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
 					pub := fr.Observations.Published()
 					return len(pub) > 0 && pub[len(pub)-1].Seen.After(scaled), nil
 				})

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -213,8 +214,16 @@ func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet,
 	if err := w.c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("storm: create pod %s: %w", name, err)
 	}
-	pod.Status = status
-	if err := w.c.Status().Update(ctx, pod); err != nil {
+	// The controllers may touch the new pod first; its final status is
+	// written on the pod as it is then.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := w.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		pod.Status = status
+		return w.c.Status().Update(ctx, pod)
+	})
+	if err != nil {
 		return fmt.Errorf("storm: set pod %s %s: %w", name, status.Phase, err)
 	}
 	return nil

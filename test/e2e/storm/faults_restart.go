@@ -111,7 +111,7 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 			// finishing its start: retry the scale briefly.
 			var scaleErr error
 			for range 10 {
-				if scaleErr = fr.Workload.Scale(ctx, restartTo); scaleErr == nil {
+				if scaleErr = fr.Workload.RaiseFloor(ctx, restartTo); scaleErr == nil {
 					break
 				}
 				time.Sleep(200 * time.Millisecond)

@@ -628,6 +628,24 @@ func (w *Workload) Err() error {
 	return errors.Join(w.errs...)
 }
 
+// RaiseFloor sets the HPA's minReplicas to n. The HPA controller scales a
+// workload below its floor up to it without reading any metric, so this
+// asks for n pods even while the metrics API is not served yet (right after
+// the API server restarted, its aggregation layer has to find the metrics
+// server again).
+func (w *Workload) RaiseFloor(ctx context.Context, n int32) error {
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: w.opts.HPA}, hpa); err != nil {
+		return fmt.Errorf("storm: get hpa: %w", err)
+	}
+	patch := client.MergeFrom(hpa.DeepCopy())
+	hpa.Spec.MinReplicas = &n
+	if err := w.c.Patch(ctx, hpa, patch); err != nil {
+		return fmt.Errorf("storm: raise hpa %s's minReplicas to %d: %w", w.opts.HPA, n, err)
+	}
+	return nil
+}
+
 // Close stops the workload as deleting it would: the HPA is deleted, so
 // that nothing scales the Deployment again, then the Deployment, whose
 // ReplicaSet and Pods the garbage collector deletes; the kubelet
