@@ -214,14 +214,20 @@ func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) er
 		}
 	}
 
+	return writeDiagnostics(out, res.Diagnostics, func(d sizing.Diagnostic) (string, string) { return d.Reason, d.Message })
+}
+
+// writeDiagnostics ends a plan or a status view with its findings: a blank
+// line, then a DIAGNOSTIC/FINDING table, or "No diagnostics.".
+func writeDiagnostics[D any](out io.Writer, diags []D, finding func(D) (reason, message string)) error {
 	fmt.Fprintln(out)
-	if len(res.Diagnostics) == 0 {
+	if len(diags) == 0 {
 		_, err := fmt.Fprintln(out, "No diagnostics.")
 		return err
 	}
 	t := newTable(out, "DIAGNOSTIC", "FINDING")
-	for _, d := range res.Diagnostics {
-		t.row(d.Reason, d.Message)
+	for _, d := range diags {
+		t.row(finding(d))
 	}
 	return t.flush()
 }

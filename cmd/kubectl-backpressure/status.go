@@ -218,16 +218,7 @@ func writeStatus(out io.Writer, v *quotaStatus) error {
 		}
 	}
 
-	fmt.Fprintln(out)
-	if len(v.Diagnostics) == 0 {
-		_, err := fmt.Fprintln(out, "No diagnostics.")
-		return err
-	}
-	t := newTable(out, "DIAGNOSTIC", "FINDING")
-	for _, d := range v.Diagnostics {
-		t.row(d.Reason, d.Message)
-	}
-	return t.flush()
+	return writeDiagnostics(out, v.Diagnostics, func(d v1alpha1.Diagnostic) (string, string) { return d.Reason, d.Message })
 }
 
 func optional(n *int32) string {
