@@ -101,6 +101,10 @@ func startUpstream(t testing.TB, bigSize int) *upstream {
 		}
 		_, _ = io.WriteString(w, "held\n")
 	})
+	// The same handlers under /base/, for a route whose upstream has a path:
+	// registered before the server starts, so no test swaps the handler of
+	// a running server.
+	mux.Handle("/base/", http.StripPrefix("/base", mux))
 	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.calls.Add(1)
 		mux.ServeHTTP(w, r)
