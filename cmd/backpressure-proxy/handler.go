@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // The headers the proxy adds to the answers it writes itself. The

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // proxy is the running sidecar: one server per route, one for forwarding,

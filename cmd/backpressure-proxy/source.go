@@ -7,8 +7,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // planSource returns where the plans come from, the library's two sources,

@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // planSource returns where the plans come from (delayed by --apply-delay),

@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // One kube-apiserver and etcd serve every acknowledgement test; each works

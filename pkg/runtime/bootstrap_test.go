@@ -17,9 +17,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // bootShare is an application's conservative share of gate: the contract

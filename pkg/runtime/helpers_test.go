@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // doc returns a valid plan for gate with the given permits as every pod's

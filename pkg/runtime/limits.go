@@ -1,9 +1,9 @@
 package runtime
 
 import (
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // GateLimits returns the limits a gate enforces for the plan d. The

@@ -15,10 +15,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
 )
 

@@ -9,11 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // divided returns doc("logistics-api", base) with its own share for each

@@ -5,8 +5,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 )
 
 // Source opens a plan source that delivers its updates to opts.Subscriber.

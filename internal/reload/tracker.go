@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // entry is one key as a source read it: its content, or why it could not be

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // Options configure either source.

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // AppliedAnnotationPrefix prefixes the pod annotation that acknowledges a

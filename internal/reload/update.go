@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // Update is what a source delivers: the plans in force for one workload's

@@ -1,19 +1,19 @@
-package metrics_test
+package runtimemetrics_test
 
 import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
 )
 
 // One collector exports every gate of the process to the registry the
 // application passes in; nothing is registered globally.
 func ExampleNewGateCollector() {
 	reg := prometheus.NewRegistry()
-	gates, err := metrics.NewGateCollector(reg)
+	gates, err := runtimemetrics.NewGateCollector(reg)
 	if err != nil {
 		panic(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 )
 
 // Follow the ConfigMap through the API server. The pod's service account

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // A writer fills the hash, encodes, and stores the bytes under KeyFor.

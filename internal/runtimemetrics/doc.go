@@ -26,7 +26,7 @@
 //	backpressure_dispatcher_rejected_total{dispatcher,reason} counter; reason: queue_full, closed, context_done, shutdown
 //	backpressure_retry_attempts_total{gate}             counter: retries made
 //	backpressure_retry_budget_exhausted_total{gate}     counter: retries refused for want of a token
-package metrics
+package runtimemetrics
 
 import "github.com/prometheus/client_golang/prometheus"
 

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 func newTestTracker(t *testing.T) (*tracker, *prometheus.Registry, *logSink) {

@@ -1,4 +1,4 @@
-package metrics_test
+package runtimemetrics_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/histogram"
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
 )
 
@@ -111,7 +111,7 @@ backpressure_gate_rejected_total{gate="payments",reason="wait_timeout"} 0
 
 func TestGateCollectorExposition(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c, err := metrics.NewGateCollector(reg)
+	c, err := runtimemetrics.NewGateCollector(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestGateCollectorExposition(t *testing.T) {
 // state as it is at scrape time.
 func TestGateCollectorReadsLiveCounters(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c, err := metrics.NewGateCollector(reg)
+	c, err := runtimemetrics.NewGateCollector(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ backpressure_gate_rejected_total{gate="logistics",reason="wait_timeout"} 0
 
 func TestDispatcherCollectorExposition(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c, err := metrics.NewDispatcherCollector(reg)
+	c, err := runtimemetrics.NewDispatcherCollector(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ backpressure_dispatcher_workers{dispatcher="real"} 1
 
 func TestRetryCollectorExposition(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	c, err := metrics.NewRetryCollector(reg)
+	c, err := runtimemetrics.NewRetryCollector(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ backpressure_retry_budget_exhausted_total{gate="logistics"} 1
 
 func TestRegisterer(t *testing.T) {
 	// nil: not registered anywhere, the global registry included.
-	c, err := metrics.NewGateCollector(nil)
+	c, err := runtimemetrics.NewGateCollector(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,12 +311,12 @@ func TestRegisterer(t *testing.T) {
 	}
 	// A second collector of the same kind on the same registry is refused:
 	// one collector serves every gate.
-	if _, err := metrics.NewGateCollector(reg); err == nil {
+	if _, err := runtimemetrics.NewGateCollector(reg); err == nil {
 		t.Error("registering a second gate collector succeeded")
 	}
 	for _, newCollector := range []func(prometheus.Registerer) error{
-		func(r prometheus.Registerer) error { _, err := metrics.NewDispatcherCollector(r); return err },
-		func(r prometheus.Registerer) error { _, err := metrics.NewRetryCollector(r); return err },
+		func(r prometheus.Registerer) error { _, err := runtimemetrics.NewDispatcherCollector(r); return err },
+		func(r prometheus.Registerer) error { _, err := runtimemetrics.NewRetryCollector(r); return err },
 	} {
 		if err := newCollector(reg); err != nil {
 			t.Errorf("other collectors share the registry: %v", err)

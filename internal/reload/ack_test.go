@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	v1alpha1 "github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 func TestAppliedAnnotationPrefixMatchesTheAPI(t *testing.T) {

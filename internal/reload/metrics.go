@@ -3,7 +3,7 @@ package reload
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	runtimemetrics "github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 )
 
 // Reload results, the values of the result label of
