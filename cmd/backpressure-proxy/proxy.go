@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 )
 
@@ -42,7 +41,7 @@ type server struct {
 // newProxy reads the plans (failing without a valid one for every gate
 // named), makes the gates, and opens every listener. Nothing is served
 // until serve.
-func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *reload.AckOptions, log *slog.Logger) (p *proxy, err error) {
+func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.AckOptions, log *slog.Logger) (p *proxy, err error) {
 	p = &proxy{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

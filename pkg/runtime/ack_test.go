@@ -65,13 +65,12 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	writePlan(t, f.dir, first)
 	var err error
 	f.rt, err = runtime.New(t.Context(), runtime.FromDir(f.dir), runtime.Options{
-		Gates:     []string{ackGate},
-		OnApplied: f.events.hook,
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: ns}[k]
-			},
+		Gates:        []string{ackGate},
+		OnApplied:    f.events.hook,
+		PodName:      ackPod,
+		PodNamespace: ns,
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
 		},
 		DrainTimeout: 10 * time.Second,
@@ -269,11 +268,10 @@ func TestReleaseIsBoundedInTime(t *testing.T) {
 	writePlan(t, dir, share(1, 3))
 	client := fake.NewClientset() // no pod: every patch fails
 	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: "shop"}[k]
-			},
+		PodName:      ackPod,
+		PodNamespace: "shop",
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond},
 		},
 		ReleaseTimeout: 300 * time.Millisecond,

@@ -229,11 +229,10 @@ func TestBootstrapAcknowledgesAndReleasesNothing(t *testing.T) {
 		Gates:         []string{ackGate},
 		Bootstrap:     []plan.Document{bootShare(ackGate, 2)},
 		BootstrapWait: 10 * time.Millisecond,
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: "shop"}[k]
-			},
+		PodName:       ackPod,
+		PodNamespace:  "shop",
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond},
 		},
 	})
@@ -278,10 +277,9 @@ func TestBootstrapUntilTheConfigMapAppears(t *testing.T) {
 		OnApplied:     events.hook,
 		Bootstrap:     []plan.Document{bootShare(ackGate, 1)},
 		BootstrapWait: 200 * time.Millisecond,
-		Ack: &reload.AckOptions{
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: ns}[k]
-			},
+		PodName:       ackPod,
+		PodNamespace:  ns,
+		Ack: &runtime.AckOptions{
 			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
 		},
 	})

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
@@ -86,7 +85,7 @@ func ExampleNew_missingGate() {
 	_, err := runtime.New(context.Background(), runtime.FromDir(dir), runtime.Options{
 		Gates: []string{"payments"},
 	})
-	fmt.Println(errors.Is(err, reload.ErrNoPlan))
+	fmt.Println(errors.Is(err, runtime.ErrNoPlan))
 	fmt.Println(err)
 	// Output:
 	// true
@@ -135,8 +134,8 @@ func ExampleFromConfigMap() {
 		panic(err)
 	}
 	client := kubernetes.NewForConfigOrDie(cfg)
-	rt, err := runtime.New(ctx, runtime.FromConfigMap(client, os.Getenv(reload.EnvPodNamespace), "search-gateway-backpressure"),
-		runtime.Options{Gates: []string{"logistics-api"}, Ack: &reload.AckOptions{}})
+	rt, err := runtime.New(ctx, runtime.FromConfigMap(client, os.Getenv("POD_NAMESPACE"), "search-gateway-backpressure"),
+		runtime.Options{Gates: []string{"logistics-api"}, Ack: &runtime.AckOptions{}})
 	if err != nil {
 		panic(err)
 	}

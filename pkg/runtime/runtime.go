@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -43,20 +42,21 @@ type Options struct {
 	// "Applied plan" with the keys gate, hash and permits.
 	Logger logr.Logger
 	// PodName names this pod: it picks the pod's own share out of each
-	// document (plan.Document.For). Empty means the environment variable
-	// POD_NAME (reload.EnvPodName, from the downward API), read through
-	// Ack.Getenv when that is set; a pod whose name is still unknown, or
-	// that a document does not name, enforces the document's base share.
-	// With Ack, it is also the pod that is annotated.
+	// published plan, and with Ack it is the pod that is annotated. Empty
+	// means the environment variable POD_NAME, set from the downward API
+	// (fieldRef metadata.name); a pod whose name is unknown, or that a plan
+	// does not name, enforces the plan's base share.
 	PodName string
-	// Ack, when not nil, turns on acknowledgement: the pod named by PodName
-	// (or POD_NAME) and POD_NAMESPACE is annotated with
+	// PodNamespace is this pod's namespace, for Ack. Empty means the
+	// environment variable POD_NAMESPACE (fieldRef metadata.namespace).
+	PodNamespace string
+	// Ack, when not nil, turns on acknowledgement: the pod is annotated with
 	// applied.backpressure.dev/<gate>: "<epoch>/<revision>" once it
 	// enforces that revision and its calls in flight on the gate are within
 	// the permits the revision gives it (at once for a share that does not
-	// shrink), and with "<epoch>/released" when Start ends (see Start). See
-	// reload.AckOptions and plan.Ack.
-	Ack *reload.AckOptions
+	// shrink), and with "<epoch>/released" when Start ends (see Start and
+	// AckOptions).
+	Ack *AckOptions
 	// DrainTimeout bounds how long Start, once its context has ended, waits
 	// for the calls in flight on the closed gates to finish; zero means 30
 	// seconds. A gate that still has calls in flight then is not released.
@@ -137,7 +137,7 @@ type Applied struct {
 //
 // A Runtime is safe for concurrent use by multiple goroutines.
 type Runtime struct {
-	src            PlanSource
+	src            reload.Source
 	log            logr.Logger
 	metrics        *collectors
 	onApplied      func(Applied)
@@ -160,18 +160,10 @@ type enforcer struct {
 	bootstrap  bool                 // plan is Options.Bootstrap's, not a published one
 }
 
-// Releaser is implemented by a PlanSource that can tell the operator that
-// this pod has handed back its share of gates, such as *reload.DirSource and
-// *reload.ConfigMapSource (see reload.ConfigMapSource.Release). Start calls
-// it when it ends, for the gates that drained.
-type Releaser interface {
-	Release(ctx context.Context, gates []string) error
-}
-
 // New opens src and puts its plans in force, each as this pod's share of it
 // (see Options.PodName). It fails when the source has no valid plan at all
-// (the error matches reload.ErrNoPlan), when it has none for a gate named in
-// Options.Gates or Options.Dispatchers (matches reload.ErrNoPlan too), or
+// (the error matches ErrNoPlan), when it has none for a gate named in
+// Options.Gates or Options.Dispatchers (matches ErrNoPlan too), or
 // when metrics cannot be registered. New reads the source once; Start
 // follows its changes.
 //
@@ -180,8 +172,8 @@ type Releaser interface {
 // on every gate that has no published one; only a gate named in
 // Options.Gates or Options.Dispatchers with neither fails.
 func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
-	if src == nil {
-		return nil, errors.New("runtime: New needs a Source")
+	if src.open == nil {
+		return nil, errNoSource
 	}
 	boot, err := bootstrapPlans(opts.Bootstrap)
 	if err != nil {
@@ -211,13 +203,13 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		r.dispatched[name] = true
 	}
 	var ack *reload.AckOptions
-	r.pod, ack = podName(opts)
+	r.pod, ack = podIdentity(opts)
 
 	wait := time.Duration(0)
 	if len(boot) > 0 {
 		wait = cmp.Or(opts.BootstrapWait, DefaultBootstrapWait)
 	}
-	r.src, err = src(ctx, reload.Options{
+	r.src, err = src.open(ctx, reload.Options{
 		Subscriber:  r.apply,
 		Logger:      opts.Logger,
 		Registerer:  opts.Registerer,
@@ -303,30 +295,6 @@ func bootstrapPlans(docs []plan.Document) (map[string]plan.Document, error) {
 	return boot, nil
 }
 
-// podName returns this pod's name and the acknowledgement options to give
-// the source: opts.Ack, reading Options.PodName as POD_NAME when it is set,
-// so that the pod whose share is enforced is the pod that is annotated.
-func podName(opts Options) (string, *reload.AckOptions) {
-	getenv := os.Getenv
-	if opts.Ack != nil && opts.Ack.Getenv != nil {
-		getenv = opts.Ack.Getenv
-	}
-	if opts.PodName == "" {
-		return getenv(reload.EnvPodName), opts.Ack
-	}
-	if opts.Ack == nil {
-		return opts.PodName, nil
-	}
-	ack := *opts.Ack
-	ack.Getenv = func(key string) string {
-		if key == reload.EnvPodName {
-			return opts.PodName
-		}
-		return getenv(key)
-	}
-	return opts.PodName, &ack
-}
-
 // Start follows the source and resizes the gates on every change until ctx
 // ends; it blocks until then, and until this pod has handed its shares
 // back:
@@ -389,7 +357,7 @@ func (r *Runtime) handBack() error {
 			"gates", stuck, "inFlight", inFlight, "drainTimeout", r.drainTimeout)
 		errs = append(errs, fmt.Errorf("runtime: gates %q still had calls in flight after %v; not released", stuck, r.drainTimeout))
 	}
-	if rel, ok := r.src.(Releaser); ok && len(drained) > 0 {
+	if rel, ok := r.src.(reload.Releaser); ok && len(drained) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), r.releaseTimeout)
 		defer cancel()
 		if err := rel.Release(ctx, drained); err != nil {
