@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
@@ -70,11 +69,11 @@ const defaultLinger = 10 * time.Second
 // lingerFor returns the linger of gated for the gate name: the deadline of
 // the plan in force, or defaultLinger.
 func lingerFor(plans interface {
-	Plan(string) (plan.Document, bool)
+	Plan(string) (runtime.Plan, bool)
 }, name string) func() time.Duration {
 	return func() time.Duration {
-		if d, ok := plans.Plan(name); ok && d.Deadline() > 0 {
-			return d.Deadline()
+		if p, ok := plans.Plan(name); ok && p.Deadline > 0 {
+			return p.Deadline
 		}
 		return defaultLinger
 	}

@@ -64,9 +64,9 @@ func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The plan was sized for this per-hop deadline: queue wait, call and
 	// retries must fit in it.
 	ctx := r.Context()
-	if p, ok := gw.rt.Plan(gw.gateName); ok && p.Deadline() > 0 {
+	if p, ok := gw.rt.Plan(gw.gateName); ok && p.Deadline > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Deadline())
+		ctx, cancel = context.WithTimeout(ctx, p.Deadline)
 		defer cancel()
 	}
 

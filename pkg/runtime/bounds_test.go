@@ -69,7 +69,7 @@ backpressure_config_reloads_total{result="success"} 1
 		t.Error(err)
 	}
 	events.quiet(t, 100*time.Millisecond)
-	if got, _ := rt.Plan("search"); !plan.Equal(got, good) {
+	if got, _ := rt.Plan("search"); got != runtime.PlanOf(good) {
 		t.Errorf("Plan after the bad document = %+v, want the last good one", got)
 	}
 	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, rt.Dispatcher("search").Stats().Limits); diff != "" {

@@ -56,7 +56,7 @@ func ExampleNew() {
 		Gates:      []string{"logistics-api"}, // fail here, at start, without a plan for it
 		Registerer: prometheus.NewRegistry(),  // the registry the pod's /metrics serves
 		OnApplied: func(a runtime.Applied) {
-			fmt.Println("applied", a.Gate, "permits", a.Limits.Permits, "queue", a.Limits.QueueCapacity)
+			fmt.Println("applied", a.Plan.Gate, "permits", a.Plan.Limits.Permits, "queue", a.Plan.Limits.QueueCapacity)
 		},
 	})
 	if err != nil {
@@ -106,10 +106,11 @@ func ExampleNew_bootstrap() {
 		Gates: []string{"logistics-api"},
 		// The contract (40 in flight, 100/s) divided by the HPA's
 		// maxReplicas (10); kubectl backpressure plan prints it.
-		Bootstrap: []plan.Document{{
-			Gate: "logistics-api", Permits: 4, RatePerSecond: 10, Burst: 10,
-			QueueCapacity: 4, MaxQueueWaitSeconds: 0.5, AcquireTimeoutSeconds: 1,
-			LatencySeconds: 0.05, Workers: 4, RetryBudgetPerSecond: 1,
+		Bootstrap: []runtime.Plan{{
+			Gate: "logistics-api",
+			Limits: gate.Limits{Permits: 4, RatePerSecond: 10, Burst: 10, QueueCapacity: 4,
+				MaxQueueWait: 500 * time.Millisecond, AcquireTimeout: time.Second, TypicalLatency: 50 * time.Millisecond},
+			Workers: 4, RetryBudgetPerSecond: 1,
 		}},
 		BootstrapWait: 100 * time.Millisecond,
 	})
@@ -184,13 +185,3 @@ func ExampleRuntime_Budget() {
 }
 
 var errUnavailable = errors.New(http.StatusText(http.StatusServiceUnavailable))
-
-// What a gate enforces for a published plan.
-func ExampleGateLimits() {
-	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: 5, QueueCapacity: 9,
-		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.25, LatencySeconds: 0.22, DeadlineSeconds: 2}
-	l := runtime.GateLimits(d)
-	fmt.Println(l.Permits, l.QueueCapacity, l.MaxQueueWait, l.AcquireTimeout, l.TypicalLatency)
-	// Output:
-	// 5 9 100ms 250ms 220ms
-}

@@ -72,23 +72,22 @@ type Options struct {
 	OnApplied func(Applied)
 	// Bootstrap, when not empty, lets the pod start without the operator:
 	// New waits up to BootstrapWait for the source to hold a published
-	// plan, and every gate that has none by then enforces its document
-	// here instead, until the source delivers the gate's published plan,
+	// plan, and every gate that has none by then enforces its plan here
+	// instead, until the source delivers the gate's published plan,
 	// which replaces it for good. A pod on a bootstrap plan says so: the
 	// gauge backpressure_config_gate_bootstrap is 1 for the gate, New logs
 	// it, and it acknowledges nothing to the operator (Options.Ack) until
 	// the published plan is in force.
 	//
-	// Each document is this pod's conservative share of one gate: Gate and
-	// the limits as in a published document (see package plan), Version
-	// zero or plan.CurrentVersion, Epoch, Revision and Pods unset, Hash
-	// computed when empty. The usual share is the downstream's contract
-	// divided by the workload's maximum replicas (HPA maxReplicas), which
-	// no number of pods can exceed; `kubectl backpressure plan` prints it
-	// as the bootstrap share. Without Bootstrap, New fails when the source
-	// holds no plan, as it always did. The source must honour
-	// reload.Options.WaitForPlan, as FromDir and FromConfigMap do.
-	Bootstrap []plan.Document
+	// Each plan is this pod's conservative share of one gate: Gate,
+	// Limits, Workers, RetryBudgetPerSecond and Deadline within the bounds
+	// a published plan obeys (docs/reference/plan-bounds.md), Epoch and
+	// Revision unset, Hash computed when empty. The usual share is the
+	// downstream's contract divided by the workload's maximum replicas
+	// (HPA maxReplicas), which no number of pods can exceed;
+	// `kubectl backpressure plan` prints it as the bootstrap share.
+	// Without Bootstrap, New fails when the source holds no plan.
+	Bootstrap []Plan
 	// BootstrapWait bounds how long New waits for a published plan before
 	// it starts on Bootstrap; zero means DefaultBootstrapWait. Ignored
 	// without Bootstrap.
@@ -116,14 +115,10 @@ const pollInterval = 10 * time.Millisecond
 
 // Applied describes a plan just put in force on a gate.
 type Applied struct {
-	// Gate is the gate's name.
-	Gate string
-	// Plan is the plan now in force: the published document as this pod
-	// enforces it, plan.Document.For(pod), or a bootstrap plan (see
-	// Options.Bootstrap; its Epoch is empty).
-	Plan plan.Document
-	// Limits are the gate's limits now in force, GateLimits(Plan).
-	Limits gate.Limits
+	// Plan is the plan now in force: this pod's share of the published
+	// plan, or a bootstrap plan (see Options.Bootstrap; its Epoch is
+	// empty).
+	Plan Plan
 	// At is when the plan was put in force.
 	At time.Time
 }
@@ -260,18 +255,16 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 
 // bootstrapPlans checks Options.Bootstrap and returns its documents by gate,
 // with the version and hash filled in.
-func bootstrapPlans(docs []plan.Document) (map[string]plan.Document, error) {
-	boot := make(map[string]plan.Document, len(docs))
+func bootstrapPlans(plans []Plan) (map[string]plan.Document, error) {
+	boot := make(map[string]plan.Document, len(plans))
 	var errs []error
-	for i, d := range docs {
+	for i, p := range plans {
 		field := fmt.Sprintf("Options.Bootstrap[%d]", i)
-		if d.Epoch != "" || d.Revision != 0 || len(d.Pods) > 0 {
-			errs = append(errs, fmt.Errorf("%s: epoch, revision and pods must be unset: a bootstrap plan is this pod's share, not a published division", field))
+		if p.Epoch != "" || p.Revision != 0 {
+			errs = append(errs, fmt.Errorf("%s: Epoch and Revision must be unset: a bootstrap plan is this pod's share, not a published division", field))
 			continue
 		}
-		if d.Version == 0 {
-			d.Version = plan.CurrentVersion
-		}
+		d := p.document()
 		// Validate asks for what a published document carries; a
 		// bootstrap plan has no epoch or revision, so lend it some.
 		probe := d
@@ -371,7 +364,7 @@ func (r *Runtime) handBack() error {
 // enforces d's revision and its calls in flight are within the permits d
 // gives this pod, polling every pollInterval, or ctx.Err().
 func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
-	permits := GateLimits(d.For(r.pod)).Permits
+	permits := gateLimits(d.For(r.pod)).Permits
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
@@ -443,17 +436,17 @@ func (r *Runtime) Dispatcher(name string) *dispatch.Dispatcher {
 }
 
 // Plan returns the plan in force on the gate named name, as this pod
-// enforces it (plan.Document.For(pod): its own share, no Pods), and false
-// when there is no such gate (see Gate). A bootstrap plan (see
-// Options.Bootstrap) is returned as given, with an empty Epoch.
-func (r *Runtime) Plan(name string) (plan.Document, bool) {
+// enforces it (its own share), and false when there is no such gate (see
+// Gate). A bootstrap plan (see Options.Bootstrap) is returned with an empty
+// Epoch.
+func (r *Runtime) Plan(name string) (Plan, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e, ok := r.gates[name]
 	if !ok {
-		return plan.Document{}, false
+		return Plan{}, false
 	}
-	return e.plan, true
+	return planOf(e.plan), true
 }
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
@@ -518,7 +511,7 @@ func (r *Runtime) apply(u reload.Update) {
 // serialised by the source (and come from New before Start).
 func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	d := doc.For(r.pod)
-	limits := GateLimits(d)
+	limits := gateLimits(d)
 	r.mu.Lock()
 	e, ok := r.gates[d.Gate]
 	wasBootstrap := ok && e.bootstrap
@@ -557,7 +550,7 @@ func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	r.log.V(1).Info("Applied revision", "gate", d.Gate, "epoch", d.Epoch, "revision", d.Revision,
 		"ownShare", hasPod(doc, r.pod))
 	if r.onApplied != nil {
-		r.onApplied(Applied{Gate: d.Gate, Plan: d, Limits: limits, At: at})
+		r.onApplied(Applied{Plan: planOf(d), At: at})
 	}
 	return nil
 }
@@ -570,7 +563,7 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	}
 	e := &enforcer{gate: g, budget: retry.NewBudget(d.Gate, d.RetryBudgetPerSecond, retryBurst), plan: d}
 	if r.dispatched[d.Gate] {
-		if e.dispatcher, err = dispatch.New(d.Gate, DispatchLimits(d)); err != nil {
+		if e.dispatcher, err = dispatch.New(d.Gate, dispatchLimits(d)); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}
@@ -633,7 +626,7 @@ func (e *enforcer) update(d plan.Document, limits gate.Limits) error {
 	e.budget.SetRate(d.RetryBudgetPerSecond, retryBurst)
 	e.plan = d
 	if e.dispatcher != nil {
-		if err := e.dispatcher.Update(DispatchLimits(d)); err != nil {
+		if err := e.dispatcher.Update(dispatchLimits(d)); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}

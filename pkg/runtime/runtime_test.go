@@ -48,7 +48,7 @@ func (a *applied) quiet(t testing.TB, d time.Duration) {
 	t.Helper()
 	select {
 	case x := <-a.ch:
-		t.Fatalf("unexpected plan applied: %s %s permits %d", x.Gate, x.Plan.Hash, x.Limits.Permits)
+		t.Fatalf("unexpected plan applied: %s %s permits %d", x.Plan.Gate, x.Plan.Hash, x.Plan.Limits.Permits)
 	case <-time.After(d):
 	}
 }
@@ -81,7 +81,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// The first plan is in force as soon as New returns.
 	first := events.next(t)
-	if first.Gate != "logistics-api" || !plan.Equal(first.Plan, doc("logistics-api", 2)) || first.At.IsZero() {
+	if first.Plan.Gate != "logistics-api" || first.Plan != runtime.PlanOf(doc("logistics-api", 2)) || first.At.IsZero() {
 		t.Fatalf("first Applied = %+v", first)
 	}
 	g := rt.Gate("logistics-api")
@@ -100,7 +100,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// Grow: the same gate object now admits five calls at once.
 	writePlan(t, dir, doc("logistics-api", 5))
-	if x := events.next(t); x.Gate != "logistics-api" || x.Limits.Permits != 5 {
+	if x := events.next(t); x.Plan.Gate != "logistics-api" || x.Plan.Limits.Permits != 5 {
 		t.Fatalf("Applied after growing = %+v", x)
 	}
 	if rt.Gate("logistics-api") != g {
@@ -119,7 +119,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// Shrink under load: nobody is pre-empted, nobody new gets in.
 	writePlan(t, dir, doc("logistics-api", 1))
-	if x := events.next(t); x.Limits.Permits != 1 {
+	if x := events.next(t); x.Plan.Limits.Permits != 1 {
 		t.Fatalf("Applied after shrinking = %+v", x)
 	}
 	if st := g.Stats(); st.InFlight != 5 || st.Limits.Permits != 1 {
@@ -133,13 +133,13 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 		t.Fatalf("after every call ended: %v", err)
 	}
 	p.Release()
-	if got, _ := rt.Plan("logistics-api"); !plan.Equal(got, doc("logistics-api", 1)) {
+	if got, _ := rt.Plan("logistics-api"); got != runtime.PlanOf(doc("logistics-api", 1)) {
 		t.Errorf("Plan = %+v, want the one on disk", got)
 	}
 
 	// A new gate appears with its document.
 	writePlan(t, dir, doc("payments", 3))
-	if x := events.next(t); x.Gate != "payments" || x.Limits.Permits != 3 {
+	if x := events.next(t); x.Plan.Gate != "payments" || x.Plan.Limits.Permits != 3 {
 		t.Fatalf("Applied for the new gate = %+v", x)
 	}
 	if g := rt.Gate("payments"); g == nil || g.Limits().Permits != 3 {
@@ -158,10 +158,9 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	same.Generation = 7
 	writePlan(t, dir, same)
 	events.quiet(t, 200*time.Millisecond)
-	eventually(t, 5*time.Second, "the generation is recorded", func() bool {
-		d, _ := rt.Plan("logistics-api")
-		return d.Generation == 7
-	})
+	if got, _ := rt.Plan("logistics-api"); got != runtime.PlanOf(doc("logistics-api", 1)) {
+		t.Errorf("after a new generation of the same plan: Plan = %+v, want the same plan", got)
+	}
 
 	// A document that disappears leaves its gate with the last plan.
 	if err := os.Remove(filepath.Join(dir, plan.KeyFor("payments"))); err != nil {
@@ -262,7 +261,7 @@ func TestRuntimeDispatchers(t *testing.T) {
 	}
 
 	writePlan(t, dir, doc("search", 6))
-	if x := events.next(t); x.Gate != "search" {
+	if x := events.next(t); x.Plan.Gate != "search" {
 		t.Fatalf("Applied = %+v", x)
 	}
 	if diff := cmp.Diff(dispatch.Limits{Workers: 6, QueueCapacity: 12}, d.Stats().Limits); diff != "" {
@@ -393,7 +392,7 @@ func TestAccessorsDuringReloads(t *testing.T) {
 					}
 				}
 				d, _ := rt.Plan("logistics-api")
-				_ = d.Permits
+				_ = d.Limits.Permits
 				_ = rt.Gate("payments")
 			}
 		})
@@ -402,7 +401,7 @@ func TestAccessorsDuringReloads(t *testing.T) {
 	for permits := 2; permits <= 6; permits++ {
 		writePlan(t, dir, doc("logistics-api", permits))
 		x := events.next(t)
-		seen = append(seen, x.Limits.Permits)
+		seen = append(seen, x.Plan.Limits.Permits)
 	}
 	close(stop)
 	wg.Wait()

@@ -71,7 +71,7 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 				t.Errorf("retry budget %v/s, want %v", got, tt.budget)
 			}
 			got, _ := rt.Plan("logistics-api")
-			if got.Pods != nil || got.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
+			if got.Limits.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
 				t.Errorf("Plan = %+v, want this pod's view of the document", got)
 			}
 		})
@@ -92,13 +92,13 @@ func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 	// Another pod's share changes: a new revision, the same share for us.
 	writePlan(t, dir, divided(4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
 	x := events.next(t)
-	if x.Limits.Permits != 6 || x.Plan.Revision != 2 {
-		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Limits.Permits, x.Plan.Revision)
+	if x.Plan.Limits.Permits != 6 || x.Plan.Revision != 2 {
+		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Plan.Limits.Permits, x.Plan.Revision)
 	}
 	// Our entry goes away: the base share applies.
 	writePlan(t, dir, divided(4, 3, map[string]int{"gateway-b": 2}))
-	if x := events.next(t); x.Limits.Permits != 4 || x.Plan.Revision != 3 {
-		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Limits.Permits, x.Plan.Revision)
+	if x := events.next(t); x.Plan.Limits.Permits != 4 || x.Plan.Revision != 3 {
+		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Plan.Limits.Permits, x.Plan.Revision)
 	}
 	if diff := cmp.Diff(runtime.GateLimits(doc("logistics-api", 4)), rt.Gate("logistics-api").Limits()); diff != "" {
 		t.Errorf("gate limits (-want +got):\n%s", diff)
