@@ -69,10 +69,10 @@ const defaultLinger = 10 * time.Second
 // lingerFor returns the linger of gated for the gate name: the deadline of
 // the plan in force, or defaultLinger.
 func lingerFor(plans interface {
-	Plan(string) (runtime.Plan, bool)
+	Plan(string) (runtime.Plan, error)
 }, name string) func() time.Duration {
 	return func() time.Duration {
-		if p, ok := plans.Plan(name); ok && p.Deadline > 0 {
+		if p, err := plans.Plan(name); err == nil && p.Deadline > 0 {
 			return p.Deadline
 		}
 		return defaultLinger
@@ -138,19 +138,23 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) *forwarder {
+func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) (*forwarder, error) {
 	rp := newReverseProxy(nil, t, log)
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
 		h, ok := byGate[name]
 		if !ok {
-			h = gated(rt.Gate(name), rp, lingerFor(rt, name))
+			g, err := rt.Gate(name)
+			if err != nil {
+				return nil, err
+			}
+			h = gated(g, rp, lingerFor(rt, name))
 			byGate[name] = h
 		}
 		f.hosts[host] = h
 	}
-	return f
+	return f, nil
 }
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {

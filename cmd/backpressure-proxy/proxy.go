@@ -66,13 +66,21 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.
 
 	t := upstreamTransport()
 	for _, r := range cfg.routes {
-		h := gated(p.rt.Gate(r.gate), newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
+		g, err := p.rt.Gate(r.gate)
+		if err != nil {
+			return nil, err
+		}
+		h := gated(g, newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		if err := p.listen("forward", cfg.forwardListen, newForwarder(cfg.forwardHosts, p.rt, t, log)); err != nil {
+		fw, err := newForwarder(cfg.forwardHosts, p.rt, t, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.listen("forward", cfg.forwardListen, fw); err != nil {
 			return nil, err
 		}
 	}

@@ -83,8 +83,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	outbound, err := rt.Gate(cfg.gate) // named in Options.Gates: New made it
+	if err != nil {
+		return err
+	}
 	client := &http.Client{Transport: &httpmw.Transport{
-		Gate:    rt.Gate(cfg.gate),
+		Gate:    outbound,
 		Base:    baseTransport(),
 		Metrics: responses,
 	}}
@@ -94,8 +98,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	gw, err := newGateway(cfg, rt, client)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
-		Handler:           httpmw.Middleware(inbound)(newGateway(cfg, rt, client)),
+		Handler:           httpmw.Middleware(inbound)(gw),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 

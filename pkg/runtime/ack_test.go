@@ -148,7 +148,7 @@ func (f *ackFixture) hold(n int) []gate.Permit {
 	held := make([]gate.Permit, n)
 	for i := range held {
 		var err error
-		if held[i], err = f.rt.Gate(ackGate).TryAcquire(context.Background()); err != nil {
+		if held[i], err = mustGate(f.t, f.rt, ackGate).TryAcquire(context.Background()); err != nil {
 			f.t.Fatalf("permit %d of %d: %v", i+1, n, err)
 		}
 	}
@@ -228,7 +228,7 @@ func TestReleaseOnShutdownAfterDrain(t *testing.T) {
 	held := f.hold(2)
 
 	f.stop()
-	g := f.rt.Gate(ackGate)
+	g := mustGate(f.t, f.rt, ackGate)
 	eventually(t, 5*time.Second, "the gate closes", func() bool {
 		p, err := g.TryAcquire(context.Background())
 		p.Release()

@@ -65,10 +65,10 @@ func bootstrapGauge(t testing.TB, reg *prometheus.Registry, gate string) string 
 // published), and the log has line.
 func inForce(t *testing.T, rt *runtime.Runtime, reg *prometheus.Registry, logs *syncBuffer, which string, permits int, line string) {
 	t.Helper()
-	if got := rt.Gate("payments").Limits().Permits; got != permits {
+	if got := mustGate(t, rt, "payments").Limits().Permits; got != permits {
 		t.Errorf("gate permits %d on the %s plan, want %d", got, which, permits)
 	}
-	if got := rt.Dispatcher("payments").Stats().Limits.Workers; got != permits {
+	if got := mustDispatcher(t, rt, "payments").Stats().Limits.Workers; got != permits {
 		t.Errorf("dispatcher workers %d on the %s plan, want %d", got, which, permits)
 	}
 	if got := bootstrapGauge(t, reg, "payments"); got != which {
@@ -141,13 +141,13 @@ func TestBootstrapOnlyForGatesWithoutAPublishedPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rt.Gate("payments").Limits().Permits; got != 5 {
+	if got := mustGate(t, rt, "payments").Limits().Permits; got != 5 {
 		t.Errorf("payments permits %d, want the published 5", got)
 	}
-	if got := rt.Gate("search").Limits().Permits; got != 3 {
+	if got := mustGate(t, rt, "search").Limits().Permits; got != 3 {
 		t.Errorf("search permits %d, want the bootstrap 3", got)
 	}
-	if p, _ := rt.Plan("search"); p.Epoch != "" || p.Hash == "" {
+	if p := mustPlan(t, rt, "search"); p.Epoch != "" || p.Hash == "" {
 		t.Errorf("search's plan: epoch %q, hash %q; want no epoch and a hash computed by New", p.Epoch, p.Hash)
 	}
 	if a, b := bootstrapGauge(t, reg, "payments"), bootstrapGauge(t, reg, "search"); a != "published" || b != "bootstrap" {

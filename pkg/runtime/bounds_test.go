@@ -69,13 +69,13 @@ backpressure_config_reloads_total{result="success"} 1
 		t.Error(err)
 	}
 	events.quiet(t, 100*time.Millisecond)
-	if got, _ := rt.Plan("search"); got != runtime.PlanOf(good) {
+	if got := mustPlan(t, rt, "search"); got != runtime.PlanOf(good) {
 		t.Errorf("Plan after the bad document = %+v, want the last good one", got)
 	}
-	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, rt.Dispatcher("search").Stats().Limits); diff != "" {
+	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, mustDispatcher(t, rt, "search").Stats().Limits); diff != "" {
 		t.Errorf("dispatcher limits after the bad document (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(runtime.GateLimits(good), rt.Gate("search").Limits()); diff != "" {
+	if diff := cmp.Diff(runtime.GateLimits(good), mustGate(t, rt, "search").Limits()); diff != "" {
 		t.Errorf("gate limits after the bad document (-want +got):\n%s", diff)
 	}
 	log := logs.String()

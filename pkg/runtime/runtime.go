@@ -327,6 +327,7 @@ func (r *Runtime) handBack() error {
 
 	drainCtx, cancel := context.WithTimeout(context.Background(), r.drainTimeout)
 	defer cancel()
+	var errs []error
 	var drained, stuck []string
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		if waitInFlight(drainCtx, all[name].gate, 0) == nil {
@@ -340,7 +341,6 @@ func (r *Runtime) handBack() error {
 	r.mu.RLock()
 	drained = slices.DeleteFunc(drained, func(name string) bool { return all[name].bootstrap })
 	r.mu.RUnlock()
-	var errs []error
 	if len(stuck) > 0 {
 		inFlight := make([]int, len(stuck))
 		for i, name := range stuck {
@@ -407,46 +407,55 @@ func waitInFlight(ctx context.Context, g *gate.Gate, n int) error {
 	}
 }
 
-// Gate returns the gate named name, or nil when the source has never held a
-// plan for it. Names listed in Options.Gates or Options.Dispatchers always
-// have a gate.
-func (r *Runtime) Gate(name string) *gate.Gate {
-	if e := r.enforcer(name); e != nil {
-		return e.gate
+// Gate returns the gate named name. It returns an error matching ErrNoPlan
+// when the source has never held a plan for that gate (nor
+// Options.Bootstrap): a misspelt name, or a gate the operator does not
+// publish for this workload. A gate named in Options.Gates or
+// Options.Dispatchers always exists once New has succeeded, so look those
+// up once, right after New, and fail the start on an error. The gate is
+// never replaced: keep the pointer.
+func (r *Runtime) Gate(name string) (*gate.Gate, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return e.gate, nil
 }
 
 // Budget returns the retry budget of the gate named name, refilled at the
-// plan's retryBudgetPerSecond, or nil when there is no such gate (see Gate).
-func (r *Runtime) Budget(name string) *retry.Budget {
-	if e := r.enforcer(name); e != nil {
-		return e.budget
+// plan's RetryBudgetPerSecond, for retry.Policy.Budget; it fails like Gate.
+func (r *Runtime) Budget(name string) (*retry.Budget, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return e.budget, nil
 }
 
-// Dispatcher returns the dispatcher of the gate named name, or nil unless
-// name was listed in Options.Dispatchers.
-func (r *Runtime) Dispatcher(name string) *dispatch.Dispatcher {
-	if e := r.enforcer(name); e != nil {
-		return e.dispatcher
+// Dispatcher returns the dispatcher of the gate named name. It fails like
+// Gate, and also when name was not listed in Options.Dispatchers.
+func (r *Runtime) Dispatcher(name string) (*dispatch.Dispatcher, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if e.dispatcher == nil {
+		return nil, fmt.Errorf("runtime: gate %q has no dispatcher; name it in Options.Dispatchers", name)
+	}
+	return e.dispatcher, nil
 }
 
 // Plan returns the plan in force on the gate named name, as this pod
-// enforces it (its own share), and false when there is no such gate (see
-// Gate). A bootstrap plan (see Options.Bootstrap) is returned with an empty
-// Epoch.
-func (r *Runtime) Plan(name string) (Plan, bool) {
+// enforces it (its own share); it fails like Gate. A bootstrap plan (see
+// Options.Bootstrap) has an empty Epoch.
+func (r *Runtime) Plan(name string) (Plan, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	e, ok := r.gates[name]
-	if !ok {
-		return Plan{}, false
+	e, err := r.enforcerLocked(name)
+	if err != nil {
+		return Plan{}, err
 	}
-	return planOf(e.plan), true
+	return planOf(e.plan), nil
 }
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
@@ -491,10 +500,19 @@ func (r *Runtime) discard() {
 	}
 }
 
-func (r *Runtime) enforcer(name string) *enforcer {
+func (r *Runtime) enforcer(name string) (*enforcer, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.gates[name]
+	return r.enforcerLocked(name)
+}
+
+// enforcerLocked returns the enforcer of the gate named name, or an error
+// matching ErrNoPlan that lists the gates there are.
+func (r *Runtime) enforcerLocked(name string) (*enforcer, error) {
+	if e, ok := r.gates[name]; ok {
+		return e, nil
+	}
+	return nil, fmt.Errorf("runtime: %w for gate %q; the Runtime has gates %q", ErrNoPlan, name, slices.Sorted(maps.Keys(r.gates)))
 }
 
 // apply is the source's Subscriber.
