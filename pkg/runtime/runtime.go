@@ -289,24 +289,28 @@ func bootstrapPlans(plans []Plan) (map[string]plan.Document, error) {
 }
 
 // Start follows the source and resizes the gates on every change until ctx
-// ends; it blocks until then, and until this pod has handed its shares
-// back:
+// ends; it blocks until then, and until this pod has shut down cleanly and
+// handed its shares back:
 //
-//  1. every gate is closed: it admits nothing ever again, and calls
+//  1. every dispatcher runs the tasks it has queued and stops its workers
+//     (see dispatch.Dispatcher.Shutdown), while the gates still admit;
+//  2. every gate is closed: it admits nothing ever again, and calls
 //     waiting for a permit are rejected with gate.Closed;
-//  2. Start waits for the calls in flight on every gate to finish, for at
-//     most Options.DrainTimeout;
-//  3. with acknowledgement on (Options.Ack), it annotates the pod with
+//  3. Start waits for the calls in flight on every gate to finish; steps 1
+//     and 3 together take at most Options.DrainTimeout;
+//  4. with acknowledgement on (Options.Ack), it annotates the pod with
 //     "<epoch>/released" for every gate that has drained, trying for at most
 //     Options.ReleaseTimeout. The operator then hands the share of this
 //     terminating pod to the others without waiting for the pod to go.
 //
-// So end Start's context only once the server has stopped taking work that
-// needs the gates (after http.Server.Shutdown, say), and before the process
-// exits. Start returns nil once every gate has drained and been released;
-// an error naming the gates that had calls in flight at the drain timeout
-// (they are not released) or whose release could not be written; or an
-// error, at once and changing nothing, when called twice.
+// When Start returns, every goroutine the Runtime and its source started
+// has ended. So end Start's context only once the server has stopped taking
+// work that needs the gates (after http.Server.Shutdown, say), and before
+// the process exits. Start returns nil once everything has drained and
+// every gate has been released; an error from the source, or one naming the
+// dispatchers or gates that had work left at the drain timeout (those gates
+// are not released) or whose release could not be written; or an error, at
+// once and changing nothing, when called twice.
 func (r *Runtime) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("runtime: Start called twice")
@@ -315,19 +319,26 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return errors.Join(err, r.handBack())
 }
 
-// handBack closes every gate, waits for the calls in flight to drain, and
-// releases the gates that did.
+// handBack stops the dispatchers, closes every gate, waits for the calls in
+// flight to drain, and releases the gates that did.
 func (r *Runtime) handBack() error {
 	r.mu.RLock()
 	all := maps.Clone(r.gates)
 	r.mu.RUnlock()
-	for _, e := range all {
-		e.gate.Close()
-	}
 
 	drainCtx, cancel := context.WithTimeout(context.Background(), r.drainTimeout)
 	defer cancel()
 	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		if d := all[name].dispatcher; d != nil {
+			if err := d.Shutdown(drainCtx); err != nil {
+				errs = append(errs, fmt.Errorf("runtime: dispatcher %q: %w", name, err))
+			}
+		}
+	}
+	for _, e := range all {
+		e.gate.Close()
+	}
 	var drained, stuck []string
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		if waitInFlight(drainCtx, all[name].gate, 0) == nil {
@@ -460,11 +471,11 @@ func (r *Runtime) Plan(name string) (Plan, error) {
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
 // dispatch.Dispatcher.Shutdown), then closes every gate, so that calls still
-// waiting are rejected with gate.Closed. Start closes the gates too when it
-// ends, so call Shutdown before ending Start's context when queued tasks
-// still need the gates; calling it afterwards stops the dispatchers. It
-// returns an error naming each dispatcher that had not drained when ctx
-// ended.
+// waiting are rejected with gate.Closed. Start does all of this when its
+// context ends; Shutdown is for a Runtime that is given up without having
+// been started (a service whose start failed after New), and to stop the
+// dispatchers earlier than Start would. It returns an error naming each
+// dispatcher that had not drained when ctx ended.
 func (r *Runtime) Shutdown(ctx context.Context) error {
 	r.mu.RLock()
 	all := slices.Collect(maps.Values(r.gates))
