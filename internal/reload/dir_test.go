@@ -2,7 +2,9 @@ package reload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -363,4 +365,65 @@ func TestVersion1DocumentKeepsTheLastPlan(t *testing.T) {
 	a3 := doc("a", 3)
 	vol.write(map[string]string{"a.json": encode(t, a3)})
 	rec.waitFor(t, func(u Update) bool { return plan.Equal(u.Plans["a"], a3) })
+}
+
+// A gate whose present document is rejected says so in
+// backpressure_config_gate_rejected until a valid document replaces it, and
+// keeps its last good plan meanwhile; the other gates read 0.
+func TestDirSourceReportsARejectedDocumentUntilAValidOne(t *testing.T) {
+	a1, b1 := doc("a", 1), doc("b", 1)
+	vol := newVolume(t, map[string]string{"a.json": encode(t, a1), "b.json": encode(t, b1)})
+	rec := newRecorder()
+	reg := prometheus.NewPedanticRegistry()
+	s, err := NewDirSource(vol.dir, DirOptions{
+		Options:      Options{Subscriber: rec.subscribe, Registerer: reg},
+		PollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startDir(t, s)
+	rec.next(t)
+	rejected := func(a, b int) string {
+		return fmt.Sprintf(`
+# HELP backpressure_config_gate_rejected 1 while the gate's latest document in the config source is rejected and the gate keeps its last good plan (or, without one, has none), 0 once a valid document replaces it.
+# TYPE backpressure_config_gate_rejected gauge
+backpressure_config_gate_rejected{gate="a"} %d
+backpressure_config_gate_rejected{gate="b"} %d
+`, a, b)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(rejected(0, 0)), "backpressure_config_gate_rejected"); err != nil {
+		t.Errorf("at start: %v", err)
+	}
+
+	// Out of range: more workers than permits.
+	bad := a1
+	bad.Workers = 50
+	bad.Hash = plan.Hash(bad)
+	badJSON, err := json.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol.write(map[string]string{"a.json": string(badJSON), "b.json": encode(t, b1)})
+	waitUntil(t, func() bool { return testutil.ToFloat64(s.tracker.metrics.rejected.WithLabelValues("a")) == 1 })
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(rejected(1, 0)), "backpressure_config_gate_rejected"); err != nil {
+		t.Errorf("after a bad document: %v", err)
+	}
+	rec.quiet(t, 300*time.Millisecond) // nothing new to enforce
+	if got := s.Plans()["a"]; !plan.Equal(got, a1) {
+		t.Errorf("the rejected document replaced the plan: %+v", got)
+	}
+
+	// Read again and again, the same bad document keeps the gauge at 1.
+	time.Sleep(200 * time.Millisecond) // four polls
+	if got := testutil.ToFloat64(s.tracker.metrics.rejected.WithLabelValues("a")); got != 1 {
+		t.Errorf("after more polls of the same bad document: gauge %v, want 1", got)
+	}
+
+	a2 := doc("a", 2)
+	vol.write(map[string]string{"a.json": encode(t, a2), "b.json": encode(t, b1)})
+	rec.waitFor(t, func(u Update) bool { return plan.Equal(u.Plans["a"], a2) })
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(rejected(0, 0)), "backpressure_config_gate_rejected"); err != nil {
+		t.Errorf("after a valid document: %v", err)
+	}
 }

@@ -20,6 +20,9 @@
 //   - keep the last plan of a gate whose document disappears, until the
 //     process restarts, and report it in Update.Orphaned and in the gauge
 //     backpressure_config_gate_orphaned{gate} = 1;
+//   - report a gate whose present document is rejected in the gauge
+//     backpressure_config_gate_rejected{gate} = 1, until a valid document
+//     replaces it (0);
 //   - skip reads whose content did not change;
 //   - export backpressure_config_plan_info{gate,hash} = 1 for the plan in
 //     force, through a Registerer the caller injects (nil: no metrics are

@@ -22,6 +22,7 @@ type metrics struct {
 	reloads  *prometheus.CounterVec // result
 	planInfo *prometheus.GaugeVec   // gate, hash
 	orphaned *prometheus.GaugeVec   // gate
+	rejected *prometheus.GaugeVec   // gate
 	acks     *prometheus.CounterVec // result
 }
 
@@ -40,6 +41,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "backpressure_config_gate_orphaned",
 			Help: "1 when the gate's document has disappeared from the config source and the gate keeps " +
 				"its last plan until the process restarts, else 0.",
+		}, []string{"gate"}),
+		rejected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "backpressure_config_gate_rejected",
+			Help: "1 while the gate's latest document in the config source is rejected and the gate keeps " +
+				"its last good plan (or, without one, has none), 0 once a valid document replaces it.",
 		}, []string{"gate"}),
 		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "backpressure_config_acknowledgements_total",
@@ -61,6 +67,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.orphaned, err = runtimemetrics.Register(reg, m.orphaned); err != nil {
+		return nil, err
+	}
+	if m.rejected, err = runtimemetrics.Register(reg, m.rejected); err != nil {
 		return nil, err
 	}
 	if m.acks, err = runtimemetrics.Register(reg, m.acks); err != nil {

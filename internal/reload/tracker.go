@@ -35,6 +35,8 @@ type tracker struct {
 	plans map[string]plan.Document
 	// orphaned holds the gates of plans whose key is gone from the source.
 	orphaned map[string]bool
+	// rejected holds the gates whose present document was rejected.
+	rejected map[string]bool
 	// sourceErr is the text of the last whole-source failure, logged once.
 	sourceErr string
 }
@@ -46,6 +48,7 @@ func newTracker(log logr.Logger, m *metrics) *tracker {
 		seen:     map[string]entry{},
 		plans:    map[string]plan.Document{},
 		orphaned: map[string]bool{},
+		rejected: map[string]bool{},
 	}
 }
 
@@ -96,9 +99,11 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 		d, err := parseEntry(key, gate, e)
 		if err != nil {
 			t.rejectLocked(err, key, gate)
+			t.setRejectedLocked(gate, true)
 			rejected = append(rejected, err)
 			continue
 		}
+		t.setRejectedLocked(gate, false)
 		if old, had := t.plans[gate]; had && plan.Equal(old, d) {
 			continue
 		}
@@ -109,6 +114,13 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 	for key := range t.seen {
 		if _, ok := snapshot[key]; !ok {
 			delete(t.seen, key)
+		}
+	}
+	// A rejected document that is gone is no longer the gate's latest:
+	// an orphaned gate says so in its own gauge.
+	for gate := range t.rejected {
+		if !present[gate] {
+			t.setRejectedLocked(gate, false)
 		}
 	}
 	for _, gate := range slices.Sorted(maps.Keys(t.plans)) {
@@ -181,6 +193,18 @@ func (t *tracker) commitLocked(d plan.Document) {
 		"epoch", d.Epoch, "revision", d.Revision, "pods", len(d.Pods), "permits", d.Permits, "ratePerSecond", d.RatePerSecond, "burst", d.Burst,
 		"queueCapacity", d.QueueCapacity, "maxQueueWaitSeconds", d.MaxQueueWaitSeconds,
 		"workers", d.Workers)
+}
+
+// setRejectedLocked records whether the present document of gate is
+// rejected, in the gauge backpressure_config_gate_rejected.
+func (t *tracker) setRejectedLocked(gate string, rejected bool) {
+	if rejected {
+		t.rejected[gate] = true
+		t.metrics.rejected.WithLabelValues(gate).Set(1)
+		return
+	}
+	delete(t.rejected, gate)
+	t.metrics.rejected.WithLabelValues(gate).Set(0)
 }
 
 func (t *tracker) rejectLocked(err error, key, gate string) {
