@@ -30,7 +30,7 @@ type Options struct {
 	// once instead.
 	Gates []string
 	// Dispatchers names the gates that also get a dispatcher, sized by the
-	// plan's workers and queue capacity (see DispatchLimits). Each is
+	// plan's workers and queue capacity (see Plan.Workers). Each is
 	// required like the names in Gates.
 	Dispatchers []string
 	// Registerer registers the backpressure_gate_*, backpressure_retry_*,
@@ -128,7 +128,8 @@ type Applied struct {
 // plan for, sized by this pod's share of the plan, and resizes them in
 // place on every reload. Gates, budgets and dispatchers are made once and
 // never replaced, so a caller may keep the pointers. A gate whose document
-// disappears from the source keeps its last plan (see package reload).
+// disappears from the source keeps its last plan
+// (backpressure_config_gate_orphaned says so).
 //
 // A Runtime is safe for concurrent use by multiple goroutines.
 type Runtime struct {

@@ -47,7 +47,7 @@ type Transport struct {
 	Metrics *Metrics
 	// Linger, if not nil, returns how long a call whose caller left before
 	// the response arrived may still wait for it, holding its permit:
-	// typically the deadline of the plan in force (plan.Document.Deadline).
+	// typically the deadline of the plan in force (runtime.Plan.Deadline).
 	// Nil, or a result <= 0, means 10 seconds.
 	Linger func() time.Duration
 
