@@ -1,7 +1,7 @@
 // Package histogram holds a lock-free, fixed-bucket histogram of durations.
 //
 // The gate and the dispatcher record queue waits into it on their slow paths and
-// the Prometheus collectors in package metrics read it at scrape time, so the
+// the Prometheus collectors in package runtimemetrics read it at scrape time, so the
 // recording side never imports Prometheus and never takes a lock.
 package histogram
 

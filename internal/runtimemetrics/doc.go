@@ -1,4 +1,4 @@
-// Package metrics exports the runtime's gates, dispatchers and retry
+// Package runtimemetrics exports the runtime's gates, dispatchers and retry
 // budgets to Prometheus.
 //
 // Each collector reads its sources' Stats at scrape time, so admitting a
