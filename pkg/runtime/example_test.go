@@ -132,7 +132,8 @@ func callLogistics(ctx context.Context, client *http.Client, url string) string 
 		return err.Error()
 	}
 	resp, err := client.Do(req)
-	if rej, ok := errors.AsType[*gate.Rejection](err); ok {
+	var rej *gate.Rejection
+	if errors.As(err, &rej) {
 		// This pod's share is used up and the call was never sent.
 		return fmt.Sprintf("shed locally (%s): answer from a fallback, never retry", rej.Reason)
 	}
