@@ -18,7 +18,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 )
@@ -210,8 +209,8 @@ func TestBootstrapIsChecked(t *testing.T) {
 			if err == nil {
 				t.Fatal("New succeeded")
 			}
-			if got := errors.Is(err, reload.ErrNoPlan); got != tt.wantNoPlan {
-				t.Errorf("errors.Is(err, reload.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
+			if got := errors.Is(err, runtime.ErrNoPlan); got != tt.wantNoPlan {
+				t.Errorf("errors.Is(err, runtime.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMessage) || !strings.HasPrefix(err.Error(), "runtime: ") {
 				t.Errorf("err = %q, want it to start with %q and contain %q", err, "runtime: ", tt.wantMessage)

@@ -214,7 +214,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		WaitForPlan: wait,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("runtime: %w", err)
+		return nil, fmt.Errorf("runtime: %w", sourceError(err))
 	}
 	plans := r.src.Plans()
 	for _, name := range slices.Concat(opts.Gates, opts.Dispatchers) {
@@ -224,8 +224,8 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		if _, ok := boot[name]; ok {
 			continue
 		}
-		err := fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
-			reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
+		err := fmt.Errorf("%w for gate %q; the source holds plans for %q",
+			ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
 		if len(boot) > 0 {
 			err = fmt.Errorf("%w, Options.Bootstrap for %q", err, slices.Sorted(maps.Keys(boot)))
 		}
@@ -524,7 +524,7 @@ func (r *Runtime) enforcerLocked(name string) (*enforcer, error) {
 	if e, ok := r.gates[name]; ok {
 		return e, nil
 	}
-	return nil, fmt.Errorf("runtime: %w for gate %q; the Runtime has gates %q", ErrNoPlan, name, slices.Sorted(maps.Keys(r.gates)))
+	return nil, fmt.Errorf("%w for gate %q; the Runtime has gates %q", ErrNoPlan, name, slices.Sorted(maps.Keys(r.gates)))
 }
 
 // apply is the source's Subscriber.

@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
@@ -222,8 +221,8 @@ func TestNewFailsWithoutAPlanForANamedGate(t *testing.T) {
 			if err == nil {
 				t.Fatalf("New succeeded; runtime %v", rt)
 			}
-			if got := errors.Is(err, reload.ErrNoPlan); got != tt.wantNoPlan {
-				t.Errorf("errors.Is(err, reload.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
+			if got := errors.Is(err, runtime.ErrNoPlan); got != tt.wantNoPlan {
+				t.Errorf("errors.Is(err, runtime.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMessage) || !strings.HasPrefix(err.Error(), "runtime: ") {
 				t.Errorf("err = %q, want it to start with %q and contain %q", err, "runtime: ", tt.wantMessage)
@@ -446,7 +445,7 @@ func TestLookupOfAnUnknownGateIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `runtime: reload: no valid plan document for gate "logistcs-api"; the Runtime has gates ["logistics-api"]`
+	const want = `runtime: no valid plan document for gate "logistcs-api"; the Runtime has gates ["logistics-api"]`
 	g, err := rt.Gate("logistcs-api")
 	if g != nil || !errors.Is(err, runtime.ErrNoPlan) || err.Error() != want {
 		t.Errorf("Gate = %v, %v; want nil, %q", g, err, want)
