@@ -26,13 +26,17 @@ COPY pkg/ pkg/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags="-s -w" -o manager ./cmd/manager
 
-# The proxy needs pkg/runtime and internal/version only, so a change to the
-# manager does not rebuild it.
+# The proxy needs pkg/runtime, the library's internal packages and
+# internal/version only, so a change to the manager does not rebuild it.
 FROM modules AS proxy-builder
 ARG TARGETOS
 ARG TARGETARCH
 COPY cmd/backpressure-proxy/ cmd/backpressure-proxy/
 COPY internal/version/ internal/version/
+COPY internal/plan/ internal/plan/
+COPY internal/reload/ internal/reload/
+COPY internal/runtimemetrics/ internal/runtimemetrics/
+COPY internal/histogram/ internal/histogram/
 COPY pkg/ pkg/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags="-s -w" -o backpressure-proxy ./cmd/backpressure-proxy

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 )
 
 // config is the command line.

@@ -14,7 +14,6 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // The headers the proxy adds to the answers it writes itself. The
@@ -70,11 +69,11 @@ const defaultLinger = 10 * time.Second
 // lingerFor returns the linger of gated for the gate name: the deadline of
 // the plan in force, or defaultLinger.
 func lingerFor(plans interface {
-	Plan(string) (plan.Document, bool)
+	Plan(string) (runtime.Plan, error)
 }, name string) func() time.Duration {
 	return func() time.Duration {
-		if d, ok := plans.Plan(name); ok && d.Deadline() > 0 {
-			return d.Deadline()
+		if p, err := plans.Plan(name); err == nil && p.Deadline > 0 {
+			return p.Deadline
 		}
 		return defaultLinger
 	}
@@ -139,19 +138,23 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) *forwarder {
+func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) (*forwarder, error) {
 	rp := newReverseProxy(nil, t, log)
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
 		h, ok := byGate[name]
 		if !ok {
-			h = gated(rt.Gate(name), rp, lingerFor(rt, name))
+			g, err := rt.Gate(name)
+			if err != nil {
+				return nil, err
+			}
+			h = gated(g, rp, lingerFor(rt, name))
 			byGate[name] = h
 		}
 		f.hosts[host] = h
 	}
-	return f
+	return f, nil
 }
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {

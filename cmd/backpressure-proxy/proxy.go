@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // proxy is the running sidecar: one server per route, one for forwarding,
@@ -42,7 +41,7 @@ type server struct {
 // newProxy reads the plans (failing without a valid one for every gate
 // named), makes the gates, and opens every listener. Nothing is served
 // until serve.
-func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *reload.AckOptions, log *slog.Logger) (p *proxy, err error) {
+func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.AckOptions, log *slog.Logger) (p *proxy, err error) {
 	p = &proxy{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -67,13 +66,21 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *reload.A
 
 	t := upstreamTransport()
 	for _, r := range cfg.routes {
-		h := gated(p.rt.Gate(r.gate), newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
+		g, err := p.rt.Gate(r.gate)
+		if err != nil {
+			return nil, err
+		}
+		h := gated(g, newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		if err := p.listen("forward", cfg.forwardListen, newForwarder(cfg.forwardHosts, p.rt, t, log)); err != nil {
+		fw, err := newForwarder(cfg.forwardHosts, p.rt, t, log)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.listen("forward", cfg.forwardListen, fw); err != nil {
 			return nil, err
 		}
 	}

@@ -15,8 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 )
 
 func TestTrailersPassThrough(t *testing.T) {
@@ -68,13 +69,14 @@ func TestEachDownstreamHasItsOwnGate(t *testing.T) {
 
 // ackOptions acknowledge on a pod in a fake API server; the function
 // returns the pod's acknowledgement of the test gate.
-func ackOptions(t *testing.T) (*reload.AckOptions, func() string) {
+func ackOptions(t *testing.T) (*runtime.AckOptions, func() string) {
 	t.Helper()
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gateway-0", Namespace: "shop"}})
-	env := map[string]string{reload.EnvPodName: "gateway-0", reload.EnvPodNamespace: "shop"}
-	ack := &reload.AckOptions{
+	// The downward API's variables, as the proxy reads them in a pod.
+	t.Setenv(reload.EnvPodName, "gateway-0")
+	t.Setenv(reload.EnvPodNamespace, "shop")
+	ack := &runtime.AckOptions{
 		Client:  client,
-		Getenv:  func(k string) string { return env[k] },
 		Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 100 * time.Millisecond},
 	}
 	annotation := func() string {

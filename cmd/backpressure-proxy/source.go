@@ -8,26 +8,25 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // planSource returns where the plans come from, the library's two sources,
 // and the acknowledgement options when --acknowledge is on.
-func planSource(c config) (runtime.Source, *reload.AckOptions, error) {
+func planSource(c config) (runtime.Source, *runtime.AckOptions, error) {
 	var client kubernetes.Interface
 	if c.configMap != "" || c.acknowledge {
 		cfg, err := restConfig(c.kubeconfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
+			return runtime.Source{}, nil, fmt.Errorf("kubernetes client config: %w", err)
 		}
 		cfg.UserAgent = "backpressure-proxy"
 		if client, err = kubernetes.NewForConfig(cfg); err != nil {
-			return nil, nil, err
+			return runtime.Source{}, nil, err
 		}
 	}
-	var ack *reload.AckOptions
+	var ack *runtime.AckOptions
 	if c.acknowledge {
-		ack = &reload.AckOptions{Client: client}
+		ack = &runtime.AckOptions{Client: client}
 	}
 	if c.configMap != "" {
 		return runtime.FromConfigMap(client, c.namespace, c.configMap), ack, nil

@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // config is the command line.

@@ -36,7 +36,11 @@ type gateway struct {
 	retries  retry.Policy
 }
 
-func newGateway(c config, rt *runtime.Runtime, client *http.Client) *gateway {
+func newGateway(c config, rt *runtime.Runtime, client *http.Client) (*gateway, error) {
+	budget, err := rt.Budget(c.gate)
+	if err != nil {
+		return nil, err
+	}
 	return &gateway{
 		rt:       rt,
 		gateName: c.gate,
@@ -44,10 +48,10 @@ func newGateway(c config, rt *runtime.Runtime, client *http.Client) *gateway {
 		target:   c.downstream.JoinPath("/").String(),
 		retries: retry.Policy{
 			MaxRetries: c.maxRetries,
-			Budget:     rt.Budget(c.gate), // the pod's share of the workload's retry budget
+			Budget:     budget, // the pod's share of the workload's retry budget
 			Retryable:  retryable(c.retryOn429),
 		},
-	}
+	}, nil
 }
 
 func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -64,9 +68,9 @@ func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The plan was sized for this per-hop deadline: queue wait, call and
 	// retries must fit in it.
 	ctx := r.Context()
-	if p, ok := gw.rt.Plan(gw.gateName); ok && p.Deadline() > 0 {
+	if p, err := gw.rt.Plan(gw.gateName); err == nil && p.Deadline > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Deadline())
+		ctx, cancel = context.WithTimeout(ctx, p.Deadline)
 		defer cancel()
 	}
 

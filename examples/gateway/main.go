@@ -83,8 +83,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	outbound, err := rt.Gate(cfg.gate) // named in Options.Gates: New made it
+	if err != nil {
+		return err
+	}
 	client := &http.Client{Transport: &httpmw.Transport{
-		Gate:    rt.Gate(cfg.gate),
+		Gate:    outbound,
 		Base:    baseTransport(),
 		Metrics: responses,
 	}}
@@ -94,8 +98,12 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	gw, err := newGateway(cfg, rt, client)
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
-		Handler:           httpmw.Middleware(inbound)(newGateway(cfg, rt, client)),
+		Handler:           httpmw.Middleware(inbound)(gw),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 
@@ -124,17 +132,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	case <-ctx.Done():
 	case failed = <-serveErr: // the listener broke
 	}
-	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, rt, stopSource, started))
+	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, stopSource, started))
 }
 
 // shutdown stops accepting connections and waits for in-flight requests
 // (and their downstream calls) to finish; then it ends the Runtime's Start,
 // which closes the gate, waits for anything still in flight on it and
 // annotates the pod "<epoch>/released" (with --acknowledge), so that the
-// operator hands this pod's share to the others before the process exits;
-// then it stops the rest. In that order the gate stays open for as long as
+// operator hands this pod's share to the others before the process exits,
+// and leaves nothing of the Runtime running; then it stops the metrics
+// server. In that order the gate stays open for as long as
 // requests are being finished.
-func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Server, rt *runtime.Runtime,
+func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Server,
 	stopSource context.CancelFunc, started <-chan error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -153,9 +162,6 @@ func shutdown(timeout time.Duration, log *slog.Logger, srv, metricsSrv *http.Ser
 	}
 	if metricsSrv != nil {
 		_ = metricsSrv.Shutdown(ctx)
-	}
-	if err := rt.Shutdown(ctx); err != nil {
-		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

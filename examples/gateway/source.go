@@ -10,23 +10,23 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // planSource returns where the plans come from (delayed by --apply-delay),
 // and the acknowledgement options when --acknowledge is on.
-func planSource(c config) (runtime.Source, *reload.AckOptions, error) {
+func planSource(c config) (runtime.Source, *runtime.AckOptions, error) {
 	var client kubernetes.Interface
 	if c.configMap != "" || c.acknowledge {
 		var err error
 		if client, err = kubeClient(c.kubeconfig); err != nil {
-			return nil, nil, err
+			return runtime.Source{}, nil, err
 		}
 	}
-	var ack *reload.AckOptions
+	var ack *runtime.AckOptions
 	if c.acknowledge {
-		ack = &reload.AckOptions{Client: client}
+		ack = &runtime.AckOptions{Client: client}
 	}
 	if c.configMap != "" {
 		return delayed(runtime.FromConfigMap(client, c.namespace, c.configMap), c.applyDelay), ack, nil
@@ -61,21 +61,25 @@ func delayed(src runtime.Source, delay time.Duration) runtime.Source {
 	if delay <= 0 {
 		return src
 	}
-	return func(ctx context.Context, opts reload.Options) (runtime.PlanSource, error) {
-		d := &delayedSource{delay: delay, apply: opts.Subscriber, queue: make(chan timedUpdate, 1024), stopped: make(chan struct{})}
-		opts.Subscriber = d.enqueue
-		inner, err := src(ctx, opts)
-		if err != nil {
-			return nil, err
+	// A Source is opaque to applications; this module's programs may wrap
+	// one through package reload.
+	return reload.WrapSource(src, func(open reload.Opener) reload.Opener {
+		return func(ctx context.Context, opts reload.Options) (reload.Source, error) {
+			d := &delayedSource{delay: delay, apply: opts.Subscriber, queue: make(chan timedUpdate, 1024), stopped: make(chan struct{})}
+			opts.Subscriber = d.enqueue
+			inner, err := open(ctx, opts)
+			if err != nil {
+				return nil, err
+			}
+			d.Source = inner
+			return d, nil
 		}
-		d.PlanSource = inner
-		return d, nil
-	}
+	})
 }
 
-// delayedSource is the PlanSource delayed returns.
+// delayedSource is the source delayed opens.
 type delayedSource struct {
-	runtime.PlanSource
+	reload.Source
 	delay time.Duration
 	apply reload.Subscriber
 	queue chan timedUpdate
@@ -105,7 +109,7 @@ func (d *delayedSource) enqueue(u reload.Update) {
 // dropped, as the process is stopping.
 func (d *delayedSource) Start(ctx context.Context) error {
 	if !d.started.CompareAndSwap(false, true) {
-		return d.PlanSource.Start(ctx) // the inner source's error for a second Start
+		return d.Source.Start(ctx) // the inner source's error for a second Start
 	}
 	go func() {
 		defer close(d.stopped)
@@ -125,14 +129,14 @@ func (d *delayedSource) Start(ctx context.Context) error {
 			}
 		}
 	}()
-	err := d.PlanSource.Start(ctx)
+	err := d.Source.Start(ctx)
 	<-d.stopped
 	return err
 }
 
 // Release passes the release on to the inner source when it can release.
 func (d *delayedSource) Release(ctx context.Context, gates []string) error {
-	if r, ok := d.PlanSource.(runtime.Releaser); ok {
+	if r, ok := d.Source.(reload.Releaser); ok {
 		return r.Release(ctx, gates)
 	}
 	return nil

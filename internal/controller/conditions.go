@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // blockingDiagnostics are the plan's findings that make Ready False, most

@@ -19,8 +19,8 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamcontracts,verbs=get;list;watch

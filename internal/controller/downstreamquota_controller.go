@@ -20,8 +20,8 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 // DefaultConflictRecheck is how often a quota whose ConfigMap name is taken

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 func TestGateFieldOwner(t *testing.T) {

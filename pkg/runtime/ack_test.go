@@ -13,11 +13,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // One kube-apiserver and etcd serve every acknowledgement test; each works
@@ -65,13 +65,12 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	writePlan(t, f.dir, first)
 	var err error
 	f.rt, err = runtime.New(t.Context(), runtime.FromDir(f.dir), runtime.Options{
-		Gates:     []string{ackGate},
-		OnApplied: f.events.hook,
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: ns}[k]
-			},
+		Gates:        []string{ackGate},
+		OnApplied:    f.events.hook,
+		PodName:      ackPod,
+		PodNamespace: ns,
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
 		},
 		DrainTimeout: 10 * time.Second,
@@ -149,7 +148,7 @@ func (f *ackFixture) hold(n int) []gate.Permit {
 	held := make([]gate.Permit, n)
 	for i := range held {
 		var err error
-		if held[i], err = f.rt.Gate(ackGate).TryAcquire(context.Background()); err != nil {
+		if held[i], err = mustGate(f.t, f.rt, ackGate).TryAcquire(context.Background()); err != nil {
 			f.t.Fatalf("permit %d of %d: %v", i+1, n, err)
 		}
 	}
@@ -229,7 +228,7 @@ func TestReleaseOnShutdownAfterDrain(t *testing.T) {
 	held := f.hold(2)
 
 	f.stop()
-	g := f.rt.Gate(ackGate)
+	g := mustGate(f.t, f.rt, ackGate)
 	eventually(t, 5*time.Second, "the gate closes", func() bool {
 		p, err := g.TryAcquire(context.Background())
 		p.Release()
@@ -269,11 +268,10 @@ func TestReleaseIsBoundedInTime(t *testing.T) {
 	writePlan(t, dir, share(1, 3))
 	client := fake.NewClientset() // no pod: every patch fails
 	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: "shop"}[k]
-			},
+		PodName:      ackPod,
+		PodNamespace: "shop",
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond},
 		},
 		ReleaseTimeout: 300 * time.Millisecond,

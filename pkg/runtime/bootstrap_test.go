@@ -17,17 +17,19 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 )
 
 // bootShare is an application's conservative share of gate: the contract
 // divided by the workload's maximum replicas.
-func bootShare(gate string, permits int) plan.Document {
-	return plan.Document{
-		Gate: gate, Permits: permits, QueueCapacity: permits, MaxQueueWaitSeconds: 0.1,
-		AcquireTimeoutSeconds: 0.2, Workers: permits, RetryBudgetPerSecond: 1,
+func bootShare(name string, permits int) runtime.Plan {
+	return runtime.Plan{
+		Gate: name,
+		Limits: gate.Limits{Permits: permits, QueueCapacity: permits, MaxQueueWait: 100 * time.Millisecond,
+			AcquireTimeout: 200 * time.Millisecond},
+		Workers: permits, RetryBudgetPerSecond: 1,
 	}
 }
 
@@ -62,10 +64,10 @@ func bootstrapGauge(t testing.TB, reg *prometheus.Registry, gate string) string 
 // published), and the log has line.
 func inForce(t *testing.T, rt *runtime.Runtime, reg *prometheus.Registry, logs *syncBuffer, which string, permits int, line string) {
 	t.Helper()
-	if got := rt.Gate("payments").Limits().Permits; got != permits {
+	if got := mustGate(t, rt, "payments").Limits().Permits; got != permits {
 		t.Errorf("gate permits %d on the %s plan, want %d", got, which, permits)
 	}
-	if got := rt.Dispatcher("payments").Stats().Limits.Workers; got != permits {
+	if got := mustDispatcher(t, rt, "payments").Stats().Limits.Workers; got != permits {
 		t.Errorf("dispatcher workers %d on the %s plan, want %d", got, which, permits)
 	}
 	if got := bootstrapGauge(t, reg, "payments"); got != which {
@@ -91,7 +93,7 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 		Gates: []string{"payments"}, Dispatchers: []string{"payments"},
 		Registerer: reg, OnApplied: events.hook,
 		Logger:        logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)),
-		Bootstrap:     []plan.Document{bootShare("payments", 2)},
+		Bootstrap:     []runtime.Plan{bootShare("payments", 2)},
 		BootstrapWait: bound,
 	})
 	if err != nil {
@@ -101,8 +103,8 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 		t.Errorf("New returned after %v, before the %v bound", took, bound)
 	}
 	first := events.next(t)
-	if first.Plan.Epoch != "" || first.Limits.Permits != 2 {
-		t.Fatalf("first plan: epoch %q, permits %d; want the bootstrap share of 2", first.Plan.Epoch, first.Limits.Permits)
+	if first.Plan.Epoch != "" || first.Plan.Limits.Permits != 2 {
+		t.Fatalf("first plan: epoch %q, permits %d; want the bootstrap share of 2", first.Plan.Epoch, first.Plan.Limits.Permits)
 	}
 	inForce(t, rt, reg, &logs, "bootstrap", 2, "enforcing the bootstrap plan")
 
@@ -110,8 +112,8 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 	published := doc("payments", 7)
 	writePlan(t, dir, published)
 	x := events.next(t)
-	if x.Plan.Epoch != published.Epoch || x.Limits.Permits != 7 {
-		t.Fatalf("after publishing: epoch %q, permits %d; want %q, 7", x.Plan.Epoch, x.Limits.Permits, published.Epoch)
+	if x.Plan.Epoch != published.Epoch || x.Plan.Limits.Permits != 7 {
+		t.Fatalf("after publishing: epoch %q, permits %d; want %q, 7", x.Plan.Epoch, x.Plan.Limits.Permits, published.Epoch)
 	}
 	inForce(t, rt, reg, &logs, "published", 7, "Published plan replaced the bootstrap plan")
 	want := `
@@ -133,19 +135,19 @@ func TestBootstrapOnlyForGatesWithoutAPublishedPlan(t *testing.T) {
 	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{
 		Gates:      []string{"payments", "search"},
 		Registerer: reg,
-		Bootstrap:  []plan.Document{bootShare("payments", 1), bootShare("search", 3)},
+		Bootstrap:  []runtime.Plan{bootShare("payments", 1), bootShare("search", 3)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := rt.Gate("payments").Limits().Permits; got != 5 {
+	if got := mustGate(t, rt, "payments").Limits().Permits; got != 5 {
 		t.Errorf("payments permits %d, want the published 5", got)
 	}
-	if got := rt.Gate("search").Limits().Permits; got != 3 {
+	if got := mustGate(t, rt, "search").Limits().Permits; got != 3 {
 		t.Errorf("search permits %d, want the bootstrap 3", got)
 	}
-	if p, _ := rt.Plan("search"); p.Epoch != "" || p.Version != plan.CurrentVersion || p.Hash != plan.Hash(p) {
-		t.Errorf("search's plan: epoch %q, version %d, hash %q; want no epoch, the current version and its hash", p.Epoch, p.Version, p.Hash)
+	if p := mustPlan(t, rt, "search"); p.Epoch != "" || p.Hash == "" {
+		t.Errorf("search's plan: epoch %q, hash %q; want no epoch and a hash computed by New", p.Epoch, p.Hash)
 	}
 	if a, b := bootstrapGauge(t, reg, "payments"), bootstrapGauge(t, reg, "search"); a != "published" || b != "bootstrap" {
 		t.Errorf("metric says payments %s, search %s; want published, bootstrap", a, b)
@@ -155,10 +157,10 @@ func TestBootstrapOnlyForGatesWithoutAPublishedPlan(t *testing.T) {
 func TestBootstrapIsChecked(t *testing.T) {
 	withEpoch := bootShare("payments", 1)
 	withEpoch.Epoch, withEpoch.Revision = "epoch-1", 2
-	withPods := bootShare("payments", 1)
-	withPods.Pods = map[string]plan.PodShare{"a": {Permits: 1}}
+	withRevision := bootShare("payments", 1)
+	withRevision.Revision = 1
 	badRate := bootShare("payments", 1)
-	badRate.RatePerSecond = 5 // burst 0
+	badRate.Limits.RatePerSecond = 5 // burst 0
 	tests := []struct {
 		name        string
 		opts        runtime.Options
@@ -166,28 +168,28 @@ func TestBootstrapIsChecked(t *testing.T) {
 		wantMessage string
 	}{{
 		name:        "an epoch",
-		opts:        runtime.Options{Bootstrap: []plan.Document{withEpoch}},
-		wantMessage: "Options.Bootstrap[0]: epoch, revision and pods must be unset",
+		opts:        runtime.Options{Bootstrap: []runtime.Plan{withEpoch}},
+		wantMessage: "Options.Bootstrap[0]: Epoch and Revision must be unset",
 	}, {
-		name:        "pods",
-		opts:        runtime.Options{Bootstrap: []plan.Document{bootShare("search", 1), withPods}},
-		wantMessage: "Options.Bootstrap[1]: epoch, revision and pods must be unset",
+		name:        "a revision",
+		opts:        runtime.Options{Bootstrap: []runtime.Plan{bootShare("search", 1), withRevision}},
+		wantMessage: "Options.Bootstrap[1]: Epoch and Revision must be unset",
 	}, {
 		name:        "an invalid limit",
-		opts:        runtime.Options{Bootstrap: []plan.Document{badRate}},
+		opts:        runtime.Options{Bootstrap: []runtime.Plan{badRate}},
 		wantMessage: "Options.Bootstrap[0]: plan: burst: must be at least 1 when ratePerSecond is set",
 	}, {
 		name:        "a gate twice",
-		opts:        runtime.Options{Bootstrap: []plan.Document{bootShare("payments", 1), bootShare("payments", 2)}},
+		opts:        runtime.Options{Bootstrap: []runtime.Plan{bootShare("payments", 1), bootShare("payments", 2)}},
 		wantMessage: `Options.Bootstrap[1]: gate "payments" has a bootstrap plan already`,
 	}, {
 		name:        "a negative wait",
-		opts:        runtime.Options{Bootstrap: []plan.Document{bootShare("payments", 1)}, BootstrapWait: -time.Second},
+		opts:        runtime.Options{Bootstrap: []runtime.Plan{bootShare("payments", 1)}, BootstrapWait: -time.Second},
 		wantMessage: "Options.BootstrapWait -1s must not be negative",
 	}, {
 		name: "a named gate with neither plan",
 		opts: runtime.Options{
-			Gates: []string{"payments", "search"}, Bootstrap: []plan.Document{bootShare("payments", 1)},
+			Gates: []string{"payments", "search"}, Bootstrap: []runtime.Plan{bootShare("payments", 1)},
 			BootstrapWait: 10 * time.Millisecond,
 		},
 		wantNoPlan:  true,
@@ -207,8 +209,8 @@ func TestBootstrapIsChecked(t *testing.T) {
 			if err == nil {
 				t.Fatal("New succeeded")
 			}
-			if got := errors.Is(err, reload.ErrNoPlan); got != tt.wantNoPlan {
-				t.Errorf("errors.Is(err, reload.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
+			if got := errors.Is(err, runtime.ErrNoPlan); got != tt.wantNoPlan {
+				t.Errorf("errors.Is(err, runtime.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMessage) || !strings.HasPrefix(err.Error(), "runtime: ") {
 				t.Errorf("err = %q, want it to start with %q and contain %q", err, "runtime: ", tt.wantMessage)
@@ -227,13 +229,12 @@ func TestBootstrapAcknowledgesAndReleasesNothing(t *testing.T) {
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ackPod, Namespace: "shop"}})
 	rt, err := runtime.New(t.Context(), runtime.FromDir(t.TempDir()), runtime.Options{
 		Gates:         []string{ackGate},
-		Bootstrap:     []plan.Document{bootShare(ackGate, 2)},
+		Bootstrap:     []runtime.Plan{bootShare(ackGate, 2)},
 		BootstrapWait: 10 * time.Millisecond,
-		Ack: &reload.AckOptions{
-			Client: client,
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: "shop"}[k]
-			},
+		PodName:       ackPod,
+		PodNamespace:  "shop",
+		Ack: &runtime.AckOptions{
+			Client:  client,
 			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond},
 		},
 	})
@@ -276,20 +277,19 @@ func TestBootstrapUntilTheConfigMapAppears(t *testing.T) {
 		Gates:         []string{ackGate},
 		Registerer:    reg,
 		OnApplied:     events.hook,
-		Bootstrap:     []plan.Document{bootShare(ackGate, 1)},
+		Bootstrap:     []runtime.Plan{bootShare(ackGate, 1)},
 		BootstrapWait: 200 * time.Millisecond,
-		Ack: &reload.AckOptions{
-			Getenv: func(k string) string {
-				return map[string]string{reload.EnvPodName: ackPod, reload.EnvPodNamespace: ns}[k]
-			},
+		PodName:       ackPod,
+		PodNamespace:  ns,
+		Ack: &runtime.AckOptions{
 			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if x := events.next(t); x.Limits.Permits != 1 || x.Plan.Epoch != "" {
-		t.Fatalf("first plan: permits %d, epoch %q; want the bootstrap share", x.Limits.Permits, x.Plan.Epoch)
+	if x := events.next(t); x.Plan.Limits.Permits != 1 || x.Plan.Epoch != "" {
+		t.Fatalf("first plan: permits %d, epoch %q; want the bootstrap share", x.Plan.Limits.Permits, x.Plan.Epoch)
 	}
 	if got := bootstrapGauge(t, reg, ackGate); got != "bootstrap" {
 		t.Fatalf("metric says %s, want bootstrap", got)
@@ -317,8 +317,8 @@ func TestBootstrapUntilTheConfigMapAppears(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if x := events.next(t); x.Limits.Permits != 3 || x.Plan.Revision != 1 {
-		t.Fatalf("after the ConfigMap appeared: permits %d, revision %d; want 3, 1", x.Limits.Permits, x.Plan.Revision)
+	if x := events.next(t); x.Plan.Limits.Permits != 3 || x.Plan.Revision != 1 {
+		t.Fatalf("after the ConfigMap appeared: permits %d, revision %d; want 3, 1", x.Plan.Limits.Permits, x.Plan.Revision)
 	}
 	if got := bootstrapGauge(t, reg, ackGate); got != "published" {
 		t.Errorf("metric says %s, want published", got)

@@ -11,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 func TestPlanBoundsAreTheGates(t *testing.T) {
@@ -69,13 +69,13 @@ backpressure_config_reloads_total{result="success"} 1
 		t.Error(err)
 	}
 	events.quiet(t, 100*time.Millisecond)
-	if got, _ := rt.Plan("search"); !plan.Equal(got, good) {
+	if got := mustPlan(t, rt, "search"); got != runtime.PlanOf(good) {
 		t.Errorf("Plan after the bad document = %+v, want the last good one", got)
 	}
-	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, rt.Dispatcher("search").Stats().Limits); diff != "" {
+	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, mustDispatcher(t, rt, "search").Stats().Limits); diff != "" {
 		t.Errorf("dispatcher limits after the bad document (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(runtime.GateLimits(good), rt.Gate("search").Limits()); diff != "" {
+	if diff := cmp.Diff(runtime.GateLimits(good), mustGate(t, rt, "search").Limits()); diff != "" {
 		t.Errorf("gate limits after the bad document (-want +got):\n%s", diff)
 	}
 	log := logs.String()

@@ -3,48 +3,56 @@
 // makes a gate, a retry budget and optionally a dispatcher for each, and
 // keeps them sized as the plans change while calls run.
 //
-// A service that calls one downstream through a gated HTTP client:
+// The one way to use it, as the package's Example shows in full:
 //
-//	reg := prometheus.NewRegistry()
 //	rt, err := runtime.New(ctx, runtime.FromDir("/etc/backpressure"), runtime.Options{
-//		Gates:      []string{"logistics-api"}, // fail at start without a plan for it
-//		Registerer: reg,
-//		Logger:     logr.FromSlogHandler(slog.Default().Handler()),
+//		Gates:      []string{"logistics-api"}, // no plan for it: New fails, at start
+//		Registerer: reg,                       // the registry the pod's /metrics serves
 //	})
 //	if err != nil {
-//		log.Fatal(err)
+//		return err
 //	}
-//	go rt.Start(ctx) // follows the plans until ctx ends
+//	logisticsGate, err := rt.Gate("logistics-api") // once, at start
+//	if err != nil {
+//		return err
+//	}
+//	client := &http.Client{Transport: &httpmw.Transport{Gate: logisticsGate}}
+//	started := make(chan error, 1)
+//	go func() { started <- rt.Start(follow) }() // follows the plans until follow ends
 //
-//	logistics := &http.Client{Transport: &httpmw.Transport{Gate: rt.Gate("logistics-api")}}
-//	resp, err := logistics.Get("https://logistics.example.com/quote")
+//	resp, err := client.Do(req)
 //	if errors.Is(err, gate.ErrRejected) {
-//		// Shed by this pod's share: answer from a fallback, never retry.
+//		// Shed by this pod's share, never sent: answer from a fallback, never retry.
 //	}
+//	...
+//	stopFollowing() // after http.Server.Shutdown
+//	err = <-started // nil once drained and handed back
 //
 // FromConfigMap(client, namespace, name) follows the ConfigMap through the API
 // server instead of a mounted volume, within a second of each change.
 //
 // # This pod's share
 //
-// A plan document divides a gate's capacity among the workload's pods: a
-// base share, and a share of its own for each pod it names (see package
-// plan). The Runtime enforces plan.Document.For(pod), where pod is
-// Options.PodName or, by default, $POD_NAME from the downward API; a pod
-// the document does not name, or whose name is unknown, enforces the base
-// share. Below, "plan" means that view of the document.
+// A published plan divides a gate's capacity among the workload's pods: a
+// base share, and a share of its own for each pod it names. The Runtime
+// enforces this pod's share, the pod being Options.PodName or, by default,
+// $POD_NAME from the downward API; a pod the plan does not name, or whose
+// name is unknown, enforces the base share. Below, "plan" means this pod's
+// share, which Runtime.Plan returns as a Plan.
 //
 // # What the Runtime keeps
 //
 // For every gate the source has a valid plan for, the Runtime keeps
 //
-//   - a *gate.Gate enforcing GateLimits(plan): permits, rate and burst,
+//   - a *gate.Gate enforcing Plan.Limits: permits, rate and burst,
 //     waiting room and its bounds, and the typical latency below which a
 //     call's remaining deadline is shed at once;
-//   - a *retry.Budget refilled at the plan's retryBudgetPerSecond, for
+//   - a *retry.Budget refilled at Plan.RetryBudgetPerSecond, for
 //     retry.Policy.Budget;
-//   - a *dispatch.Dispatcher sized by DispatchLimits(plan), for the gates
-//     named in Options.Dispatchers.
+//   - a *dispatch.Dispatcher with Plan.Workers workers and a queue as large
+//     as the waiting room, for the gates named in Options.Dispatchers; the
+//     application submits its tasks to it, which is why package dispatch
+//     is public.
 //
 // Each is made once and resized in place on every reload (see gate.Gate.Update
 // for what a resize guarantees to calls in flight), so a pointer obtained once
@@ -56,7 +64,7 @@
 // The operator moves capacity to a pod only after the pods giving it up
 // have acknowledged their smaller share. With Options.Ack, the pod is
 // annotated with applied.backpressure.dev/<gate>: "<epoch>/<revision>"
-// (plan.Ack) once
+// once
 //
 //   - the gate enforces that revision, and
 //   - the calls in flight on the gate are within the permits the revision
@@ -72,32 +80,50 @@
 //
 // # Shutdown: releasing the shares
 //
-// When Start's context ends, the Runtime closes every gate (it admits
-// nothing ever again), waits up to Options.DrainTimeout (30s) for the calls
+// When Start's context ends, the Runtime lets every dispatcher run its
+// queued tasks and stops its workers, closes every gate (it admits nothing
+// ever again), waits, all within Options.DrainTimeout (30s), for the calls
 // in flight to end, and then, with Options.Ack, annotates the pod with
 // "<epoch>/released" for every gate that has drained, trying for up to
 // Options.ReleaseTimeout (10s), before Start returns. The operator then
 // gives a terminating pod's share to the others without waiting for the pod
-// to disappear. So stop taking requests first (http.Server.Shutdown), then
-// end Start's context, then exit.
+// to disappear. When Start returns, nothing the Runtime started is still
+// running. So stop taking requests first (http.Server.Shutdown), then end
+// Start's context, wait for Start, then exit.
 //
 // # Missing gates
 //
-// A gate the service names but the source has no plan for is an error of New
-// (matching reload.ErrNoPlan), not a gate that rejects every call: the pod
-// fails at start, where a rollout notices it, rather than shedding all of its
-// traffic to that downstream. An application that must start without the
-// operator gives Options.Bootstrap, a conservative share per gate: when no
-// published plan arrives within Options.BootstrapWait the gate runs on it,
-// says so in backpressure_config_gate_bootstrap, acknowledges nothing, and
-// the first published plan replaces it. A gate whose document disappears
-// later keeps its last plan until the process restarts; package reload
-// reports it.
+// A missing gate has one rule, here and in packages httpmw and grpcmw: it
+// is an error where the gate is named, never a gate that rejects every call
+// nor one that lets every call through.
+//
+//   - A gate named in Options.Gates or Options.Dispatchers that the source
+//     has no plan for is an error of New (matching ErrNoPlan): the pod
+//     fails at start, where a rollout notices it, rather than shedding all
+//     of its traffic to that downstream.
+//   - Gate, Budget, Dispatcher and Plan return an error matching ErrNoPlan
+//     for any other name without a plan, a misspelt one say. Look the gates
+//     up once, after New, and fail the start on an error.
+//   - The middleware take the *gate.Gate, not a name, and treat a nil one
+//     as a programming error: httpmw.Middleware and grpcmw.Fixed panic when
+//     given one, an httpmw.Transport without one panics on its first call,
+//     and a gRPC interceptor panics when its Selector gates a call with
+//     nil. A call goes ungated only where a grpcmw.Selector says so.
+//
+// An application that must start without the operator gives
+// Options.Bootstrap, a conservative share per gate: when no published plan
+// arrives within Options.BootstrapWait the gate runs on it, says so in
+// backpressure_config_gate_bootstrap, acknowledges nothing, and the first
+// published plan replaces it. A gate whose document disappears later keeps
+// its last plan until the process restarts
+// (backpressure_config_gate_orphaned), and one whose document is rejected
+// keeps its last good plan (backpressure_config_gate_rejected).
 //
 // # Metrics
 //
-// The gate, retry budget and dispatcher collectors of package metrics and the
-// config reload metrics of package reload are registered with
+// The metrics of the gates, retry budgets, dispatchers and plan sources
+// (backpressure_gate_*, backpressure_retry_*, backpressure_dispatcher_*,
+// backpressure_config_*; see docs/operating.md) are registered with
 // Options.Registerer; nil registers none, and the global registry is never
 // used.
 //

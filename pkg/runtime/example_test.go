@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,16 +15,18 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
 )
 
-// examplePlans writes one plan into a new directory, as the kubelet does
-// when it mounts the workload's ConfigMap.
-func examplePlans(permits int) string {
+// examplePlans writes the plan d of the gate logistics-api, as the operator
+// publishes it, into a new directory, as the kubelet does when it mounts
+// the workload's ConfigMap. permits and rate are this pod's share; rate 0
+// means no rate limit.
+func examplePlans(permits int, rate float64) string {
 	dir, err := os.MkdirTemp("", "plans")
 	if err != nil {
 		panic(err)
@@ -31,6 +34,9 @@ func examplePlans(permits int) string {
 	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "0f1e-uid", Revision: 1,
 		Permits: permits, QueueCapacity: 9, MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22,
 		DeadlineSeconds: 2, Workers: permits, RetryBudgetPerSecond: 1.25}
+	if rate > 0 {
+		d.RatePerSecond, d.Burst = rate, 2
+	}
 	if permits == 0 {
 		// A share without a permit grants nothing else either.
 		d.QueueCapacity, d.RetryBudgetPerSecond = 0, 0
@@ -46,51 +52,137 @@ func examplePlans(permits int) string {
 	return dir
 }
 
-// Enforce the plans of a mounted ConfigMap and follow their changes.
-func ExampleNew() {
-	dir := examplePlans(5) // normally the volume's mount path
-	defer func() { _ = os.RemoveAll(dir) }()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// exampleDownstream stands for the logistics API: /quote answers, /busy is
+// overloaded.
+func exampleDownstream() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "42 EUR")
+	}))
+}
 
-	rt, err := runtime.New(ctx, runtime.FromDir(dir), runtime.Options{
-		Gates:      []string{"logistics-api"}, // fail here, at start, without a plan for it
+// A pod's whole life with the library: enforce its share of the logistics
+// API, tell a call this pod shed from one the downstream failed, then stop
+// and hand the share back. The plan here admits two calls at once and, for
+// the example, one call a minute after a burst of two.
+func Example() {
+	planDir := examplePlans(2, 1.0/60) // normally the mounted ConfigMap, "/etc/backpressure"
+	defer func() { _ = os.RemoveAll(planDir) }()
+	logistics := exampleDownstream() // normally "https://logistics.example.com"
+	defer logistics.Close()
+
+	if err := run(context.Background(), planDir, logistics.URL); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// ok: 200 OK
+	// remote failure: 503 Service Unavailable
+	// shed locally (rate_limited): answer from a fallback, never retry
+	// stopped, share handed back
+}
+
+// README:begin
+
+// run enforces this pod's share of the logistics API on its calls until
+// the work is done, then hands the share back.
+func run(ctx context.Context, planDir, logisticsURL string) error {
+	rt, err := runtime.New(ctx, runtime.FromDir(planDir), runtime.Options{
+		Gates:      []string{"logistics-api"}, // no plan for it: New fails, at start
 		Registerer: prometheus.NewRegistry(),  // the registry the pod's /metrics serves
-		OnApplied: func(a runtime.Applied) {
-			fmt.Println("applied", a.Gate, "permits", a.Limits.Permits, "queue", a.Limits.QueueCapacity)
-		},
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	go func() { _ = rt.Start(ctx) }() // resizes the gate on every change until ctx ends
+	logisticsGate, err := rt.Gate("logistics-api")
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &httpmw.Transport{Gate: logisticsGate}}
 
-	// Gate the calls to the downstream, here by hand; httpmw and grpcmw do it
-	// for HTTP clients and gRPC connections.
-	err = rt.Gate("logistics-api").Do(ctx, func(ctx context.Context) error {
-		return nil // call the downstream
-	})
-	fmt.Println("call:", err)
-	// Output:
-	// applied logistics-api permits 5 queue 9
-	// call: <nil>
+	// Start follows the plans, resizing the gate, until its context ends;
+	// then it closes the gate, waits for the calls in flight and hands the
+	// pod's share back to the operator before it returns.
+	follow, stop := context.WithCancel(ctx)
+	defer stop()
+	started := make(chan error, 1)
+	go func() { started <- rt.Start(follow) }()
+
+	// The pod's work; a server would serve requests here.
+	for _, path := range []string{"/quote", "/busy", "/quote"} {
+		fmt.Println(callLogistics(ctx, client, logisticsURL+path))
+	}
+
+	// Stop taking work first (http.Server.Shutdown), then stop following.
+	stop()
+	if err := <-started; err != nil {
+		return fmt.Errorf("hand the share back: %w", err)
+	}
+	fmt.Println("stopped, share handed back")
+	return nil
 }
+
+// callLogistics makes one call and tells a local rejection from a remote
+// failure.
+func callLogistics(ctx context.Context, client *http.Client, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := client.Do(req)
+	var rej *gate.Rejection
+	if errors.As(err, &rej) {
+		// This pod's share is used up and the call was never sent.
+		return fmt.Sprintf("shed locally (%s): answer from a fallback, never retry", rej.Reason)
+	}
+	if err != nil {
+		return "remote failure: " + err.Error() // connection refused, timeout, ...
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode >= http.StatusInternalServerError {
+		return "remote failure: " + resp.Status // the downstream's own answer
+	}
+	return "ok: " + resp.Status
+}
+
+// README:end
 
 // A gate the service needs but the source does not hold is an error of New:
 // the pod fails at start instead of shedding everything.
 func ExampleNew_missingGate() {
-	dir := examplePlans(5)
+	dir := examplePlans(5, 0)
 	defer func() { _ = os.RemoveAll(dir) }()
 
 	_, err := runtime.New(context.Background(), runtime.FromDir(dir), runtime.Options{
 		Gates: []string{"payments"},
 	})
-	fmt.Println(errors.Is(err, reload.ErrNoPlan))
+	fmt.Println(errors.Is(err, runtime.ErrNoPlan))
 	fmt.Println(err)
 	// Output:
 	// true
-	// runtime: reload: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
+	// runtime: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
+}
+
+// Every lookup of a name the Runtime has no gate for fails: there is no nil
+// gate to hand to a middleware by mistake.
+func ExampleRuntime_Gate() {
+	dir := examplePlans(5, 0)
+	defer func() { _ = os.RemoveAll(dir) }()
+	rt, err := runtime.New(context.Background(), runtime.FromDir(dir), runtime.Options{
+		Gates: []string{"logistics-api"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	_, err = rt.Gate("logistic-api")
+	fmt.Println(errors.Is(err, runtime.ErrNoPlan))
+	fmt.Println(err)
+	// Output:
+	// true
+	// runtime: no valid plan document for gate "logistic-api"; the Runtime has gates ["logistics-api"]
 }
 
 // Start on a conservative share of the application's own when no published
@@ -99,7 +191,7 @@ func ExampleNew_missingGate() {
 func ExampleNew_bootstrap() {
 	dir, err := os.MkdirTemp("", "plans") // the volume, mounted optional: true
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 
@@ -107,19 +199,22 @@ func ExampleNew_bootstrap() {
 		Gates: []string{"logistics-api"},
 		// The contract (40 in flight, 100/s) divided by the HPA's
 		// maxReplicas (10); kubectl backpressure plan prints it.
-		Bootstrap: []plan.Document{{
-			Gate: "logistics-api", Permits: 4, RatePerSecond: 10, Burst: 10,
-			QueueCapacity: 4, MaxQueueWaitSeconds: 0.5, AcquireTimeoutSeconds: 1,
-			LatencySeconds: 0.05, Workers: 4, RetryBudgetPerSecond: 1,
+		Bootstrap: []runtime.Plan{{
+			Gate: "logistics-api",
+			Limits: gate.Limits{Permits: 4, RatePerSecond: 10, Burst: 10, QueueCapacity: 4,
+				MaxQueueWait: 500 * time.Millisecond, AcquireTimeout: time.Second, TypicalLatency: 50 * time.Millisecond},
+			Workers: 4, RetryBudgetPerSecond: 1,
 		}},
 		BootstrapWait: 100 * time.Millisecond,
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
-	p, _ := rt.Plan("logistics-api")
-	fmt.Printf("permits %d, epoch %q\n", rt.Gate("logistics-api").Limits().Permits, p.Epoch)
+	p, err := rt.Plan("logistics-api")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("permits %d, epoch %q\n", p.Limits.Permits, p.Epoch)
 	// Output:
 	// permits 4, epoch ""
 }
@@ -132,13 +227,16 @@ func ExampleFromConfigMap() {
 	ctx := context.Background()
 	cfg, err := rest.InClusterConfig()
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	client := kubernetes.NewForConfigOrDie(cfg)
-	rt, err := runtime.New(ctx, runtime.FromConfigMap(client, os.Getenv(reload.EnvPodNamespace), "search-gateway-backpressure"),
-		runtime.Options{Gates: []string{"logistics-api"}, Ack: &reload.AckOptions{}})
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
+	}
+	rt, err := runtime.New(ctx, runtime.FromConfigMap(client, os.Getenv("POD_NAMESPACE"), "search-gateway-backpressure"),
+		runtime.Options{Gates: []string{"logistics-api"}, Ack: &runtime.AckOptions{}})
+	if err != nil {
+		log.Fatal(err)
 	}
 	follow, stopFollowing := context.WithCancel(ctx)
 	started := make(chan error, 1)
@@ -159,23 +257,31 @@ func ExampleFromConfigMap() {
 // that retries stay within the workload's share of the global budget. Local
 // rejections are never retried.
 func ExampleRuntime_Budget() {
-	dir := examplePlans(0) // a share too small for one call: every call is shed
+	dir := examplePlans(0, 0) // a share too small for one call: every call is shed
 	defer func() { _ = os.RemoveAll(dir) }()
 	ctx := context.Background()
 	rt, err := runtime.New(ctx, runtime.FromDir(dir), runtime.Options{Gates: []string{"logistics-api"}})
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
+	}
+	g, err := rt.Gate("logistics-api")
+	if err != nil {
+		log.Fatal(err)
+	}
+	budget, err := rt.Budget("logistics-api")
+	if err != nil {
+		log.Fatal(err)
 	}
 
 	attempts := 0
 	policy := retry.Policy{
 		MaxRetries: 2,
-		Budget:     rt.Budget("logistics-api"),
+		Budget:     budget,
 		Retryable:  func(err error) bool { return errors.Is(err, errUnavailable) },
 	}
 	err = retry.Do(ctx, policy, func(ctx context.Context) error {
 		attempts++
-		return rt.Gate("logistics-api").Do(ctx, func(ctx context.Context) error {
+		return g.Do(ctx, func(ctx context.Context) error {
 			return errUnavailable // a 503 from the downstream, say
 		})
 	})
@@ -185,13 +291,3 @@ func ExampleRuntime_Budget() {
 }
 
 var errUnavailable = errors.New(http.StatusText(http.StatusServiceUnavailable))
-
-// What a gate enforces for a published plan.
-func ExampleGateLimits() {
-	d := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Permits: 5, QueueCapacity: 9,
-		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.25, LatencySeconds: 0.22, DeadlineSeconds: 2}
-	l := runtime.GateLimits(d)
-	fmt.Println(l.Permits, l.QueueCapacity, l.MaxQueueWait, l.AcquireTimeout, l.TypicalLatency)
-	// Output:
-	// 5 9 100ms 250ms 220ms
-}

@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
 )
 
 // doc returns a valid plan for gate with the given permits as every pod's
@@ -56,4 +60,44 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// mustGate returns rt's gate name, failing the test when it has none.
+func mustGate(t testing.TB, rt *runtime.Runtime, name string) *gate.Gate {
+	t.Helper()
+	g, err := rt.Gate(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// mustBudget returns rt's retry budget of gate name.
+func mustBudget(t testing.TB, rt *runtime.Runtime, name string) *retry.Budget {
+	t.Helper()
+	b, err := rt.Budget(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// mustDispatcher returns rt's dispatcher of gate name.
+func mustDispatcher(t testing.TB, rt *runtime.Runtime, name string) *dispatch.Dispatcher {
+	t.Helper()
+	d, err := rt.Dispatcher(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// mustPlan returns the plan in force on rt's gate name.
+func mustPlan(t testing.TB, rt *runtime.Runtime, name string) runtime.Plan {
+	t.Helper()
+	p, err := rt.Plan(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,19 +1,19 @@
 package runtime
 
 import (
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
-// GateLimits returns the limits a gate enforces for the plan d. The
+// gateLimits returns the limits a gate enforces for the plan d. The
 // document's deadline is not a gate limit: it is the per-hop deadline the
 // plan was sized for, for the caller to put on its calls' contexts.
 //
 // Every value of a valid plan is one a gate holds: plan.MaxPermits is
 // gate.MaxPermits. Permits above it are lowered all the same, the safe
 // direction, for a document that did not pass plan.Validate.
-func GateLimits(d plan.Document) gate.Limits {
+func gateLimits(d plan.Document) gate.Limits {
 	return gate.Limits{
 		Permits:        min(d.Permits, gate.MaxPermits),
 		RatePerSecond:  d.RatePerSecond,
@@ -25,11 +25,11 @@ func GateLimits(d plan.Document) gate.Limits {
 	}
 }
 
-// DispatchLimits returns the limits of the dispatcher for the plan d: its
+// dispatchLimits returns the limits of the dispatcher for the plan d: its
 // workers, and a queue as large as the gate's waiting room, so that the
 // backlog a dispatcher takes on is the one the plan allows in front of the
 // downstream.
-func DispatchLimits(d plan.Document) dispatch.Limits {
+func dispatchLimits(d plan.Document) dispatch.Limits {
 	return dispatch.Limits{Workers: d.Workers, QueueCapacity: d.QueueCapacity}
 }
 

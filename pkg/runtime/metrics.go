@@ -3,14 +3,14 @@ package runtime
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 )
 
 // collectors export the Runtime's gates, retry budgets and dispatchers.
 type collectors struct {
-	gates       *metrics.GateCollector
-	budgets     *metrics.RetryCollector
-	dispatchers *metrics.DispatcherCollector
+	gates       *runtimemetrics.GateCollector
+	budgets     *runtimemetrics.RetryCollector
+	dispatchers *runtimemetrics.DispatcherCollector
 	bootstrap   *prometheus.GaugeVec // gate
 }
 
@@ -21,15 +21,15 @@ type collectors struct {
 func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 	// Made unregistered, then registered here, to tell an existing
 	// collector from a real error.
-	g, err := metrics.NewGateCollector(nil)
+	g, err := runtimemetrics.NewGateCollector(nil)
 	if err != nil {
 		return nil, err
 	}
-	b, err := metrics.NewRetryCollector(nil)
+	b, err := runtimemetrics.NewRetryCollector(nil)
 	if err != nil {
 		return nil, err
 	}
-	d, err := metrics.NewDispatcherCollector(nil)
+	d, err := runtimemetrics.NewDispatcherCollector(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -41,16 +41,16 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 	if reg == nil {
 		return c, nil
 	}
-	if c.gates, err = metrics.Register(reg, c.gates); err != nil {
+	if c.gates, err = runtimemetrics.Register(reg, c.gates); err != nil {
 		return nil, err
 	}
-	if c.budgets, err = metrics.Register(reg, c.budgets); err != nil {
+	if c.budgets, err = runtimemetrics.Register(reg, c.budgets); err != nil {
 		return nil, err
 	}
-	if c.dispatchers, err = metrics.Register(reg, c.dispatchers); err != nil {
+	if c.dispatchers, err = runtimemetrics.Register(reg, c.dispatchers); err != nil {
 		return nil, err
 	}
-	if c.bootstrap, err = metrics.Register(reg, c.bootstrap); err != nil {
+	if c.bootstrap, err = runtimemetrics.Register(reg, c.bootstrap); err != nil {
 		return nil, err
 	}
 	return c, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,10 +14,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
 )
 
@@ -31,7 +30,7 @@ type Options struct {
 	// once instead.
 	Gates []string
 	// Dispatchers names the gates that also get a dispatcher, sized by the
-	// plan's workers and queue capacity (see DispatchLimits). Each is
+	// plan's workers and queue capacity (see Plan.Workers). Each is
 	// required like the names in Gates.
 	Dispatchers []string
 	// Registerer registers the backpressure_gate_*, backpressure_retry_*,
@@ -43,20 +42,21 @@ type Options struct {
 	// "Applied plan" with the keys gate, hash and permits.
 	Logger logr.Logger
 	// PodName names this pod: it picks the pod's own share out of each
-	// document (plan.Document.For). Empty means the environment variable
-	// POD_NAME (reload.EnvPodName, from the downward API), read through
-	// Ack.Getenv when that is set; a pod whose name is still unknown, or
-	// that a document does not name, enforces the document's base share.
-	// With Ack, it is also the pod that is annotated.
+	// published plan, and with Ack it is the pod that is annotated. Empty
+	// means the environment variable POD_NAME, set from the downward API
+	// (fieldRef metadata.name); a pod whose name is unknown, or that a plan
+	// does not name, enforces the plan's base share.
 	PodName string
-	// Ack, when not nil, turns on acknowledgement: the pod named by PodName
-	// (or POD_NAME) and POD_NAMESPACE is annotated with
+	// PodNamespace is this pod's namespace, for Ack. Empty means the
+	// environment variable POD_NAMESPACE (fieldRef metadata.namespace).
+	PodNamespace string
+	// Ack, when not nil, turns on acknowledgement: the pod is annotated with
 	// applied.backpressure.dev/<gate>: "<epoch>/<revision>" once it
 	// enforces that revision and its calls in flight on the gate are within
 	// the permits the revision gives it (at once for a share that does not
-	// shrink), and with "<epoch>/released" when Start ends (see Start). See
-	// reload.AckOptions and plan.Ack.
-	Ack *reload.AckOptions
+	// shrink), and with "<epoch>/released" when Start ends (see Start and
+	// AckOptions).
+	Ack *AckOptions
 	// DrainTimeout bounds how long Start, once its context has ended, waits
 	// for the calls in flight on the closed gates to finish; zero means 30
 	// seconds. A gate that still has calls in flight then is not released.
@@ -72,23 +72,22 @@ type Options struct {
 	OnApplied func(Applied)
 	// Bootstrap, when not empty, lets the pod start without the operator:
 	// New waits up to BootstrapWait for the source to hold a published
-	// plan, and every gate that has none by then enforces its document
-	// here instead, until the source delivers the gate's published plan,
+	// plan, and every gate that has none by then enforces its plan here
+	// instead, until the source delivers the gate's published plan,
 	// which replaces it for good. A pod on a bootstrap plan says so: the
 	// gauge backpressure_config_gate_bootstrap is 1 for the gate, New logs
 	// it, and it acknowledges nothing to the operator (Options.Ack) until
 	// the published plan is in force.
 	//
-	// Each document is this pod's conservative share of one gate: Gate and
-	// the limits as in a published document (see package plan), Version
-	// zero or plan.CurrentVersion, Epoch, Revision and Pods unset, Hash
-	// computed when empty. The usual share is the downstream's contract
-	// divided by the workload's maximum replicas (HPA maxReplicas), which
-	// no number of pods can exceed; `kubectl backpressure plan` prints it
-	// as the bootstrap share. Without Bootstrap, New fails when the source
-	// holds no plan, as it always did. The source must honour
-	// reload.Options.WaitForPlan, as FromDir and FromConfigMap do.
-	Bootstrap []plan.Document
+	// Each plan is this pod's conservative share of one gate: Gate,
+	// Limits, Workers, RetryBudgetPerSecond and Deadline within the bounds
+	// a published plan obeys (docs/reference/plan-bounds.md), Epoch and
+	// Revision unset, Hash computed when empty. The usual share is the
+	// downstream's contract divided by the workload's maximum replicas
+	// (HPA maxReplicas), which no number of pods can exceed;
+	// `kubectl backpressure plan` prints it as the bootstrap share.
+	// Without Bootstrap, New fails when the source holds no plan.
+	Bootstrap []Plan
 	// BootstrapWait bounds how long New waits for a published plan before
 	// it starts on Bootstrap; zero means DefaultBootstrapWait. Ignored
 	// without Bootstrap.
@@ -116,14 +115,10 @@ const pollInterval = 10 * time.Millisecond
 
 // Applied describes a plan just put in force on a gate.
 type Applied struct {
-	// Gate is the gate's name.
-	Gate string
-	// Plan is the plan now in force: the published document as this pod
-	// enforces it, plan.Document.For(pod), or a bootstrap plan (see
-	// Options.Bootstrap; its Epoch is empty).
-	Plan plan.Document
-	// Limits are the gate's limits now in force, GateLimits(Plan).
-	Limits gate.Limits
+	// Plan is the plan now in force: this pod's share of the published
+	// plan, or a bootstrap plan (see Options.Bootstrap; its Epoch is
+	// empty).
+	Plan Plan
 	// At is when the plan was put in force.
 	At time.Time
 }
@@ -133,11 +128,12 @@ type Applied struct {
 // plan for, sized by this pod's share of the plan, and resizes them in
 // place on every reload. Gates, budgets and dispatchers are made once and
 // never replaced, so a caller may keep the pointers. A gate whose document
-// disappears from the source keeps its last plan (see package reload).
+// disappears from the source keeps its last plan
+// (backpressure_config_gate_orphaned says so).
 //
 // A Runtime is safe for concurrent use by multiple goroutines.
 type Runtime struct {
-	src            PlanSource
+	src            reload.Source
 	log            logr.Logger
 	metrics        *collectors
 	onApplied      func(Applied)
@@ -160,18 +156,10 @@ type enforcer struct {
 	bootstrap  bool                 // plan is Options.Bootstrap's, not a published one
 }
 
-// Releaser is implemented by a PlanSource that can tell the operator that
-// this pod has handed back its share of gates, such as *reload.DirSource and
-// *reload.ConfigMapSource (see reload.ConfigMapSource.Release). Start calls
-// it when it ends, for the gates that drained.
-type Releaser interface {
-	Release(ctx context.Context, gates []string) error
-}
-
 // New opens src and puts its plans in force, each as this pod's share of it
 // (see Options.PodName). It fails when the source has no valid plan at all
-// (the error matches reload.ErrNoPlan), when it has none for a gate named in
-// Options.Gates or Options.Dispatchers (matches reload.ErrNoPlan too), or
+// (the error matches ErrNoPlan), when it has none for a gate named in
+// Options.Gates or Options.Dispatchers (matches ErrNoPlan too), or
 // when metrics cannot be registered. New reads the source once; Start
 // follows its changes.
 //
@@ -180,8 +168,8 @@ type Releaser interface {
 // on every gate that has no published one; only a gate named in
 // Options.Gates or Options.Dispatchers with neither fails.
 func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
-	if src == nil {
-		return nil, errors.New("runtime: New needs a Source")
+	if src.open == nil {
+		return nil, errNoSource
 	}
 	boot, err := bootstrapPlans(opts.Bootstrap)
 	if err != nil {
@@ -211,13 +199,13 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		r.dispatched[name] = true
 	}
 	var ack *reload.AckOptions
-	r.pod, ack = podName(opts)
+	r.pod, ack = podIdentity(opts)
 
 	wait := time.Duration(0)
 	if len(boot) > 0 {
 		wait = cmp.Or(opts.BootstrapWait, DefaultBootstrapWait)
 	}
-	r.src, err = src(ctx, reload.Options{
+	r.src, err = src.open(ctx, reload.Options{
 		Subscriber:  r.apply,
 		Logger:      opts.Logger,
 		Registerer:  opts.Registerer,
@@ -226,7 +214,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		WaitForPlan: wait,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("runtime: %w", err)
+		return nil, fmt.Errorf("runtime: %w", sourceError(err))
 	}
 	plans := r.src.Plans()
 	for _, name := range slices.Concat(opts.Gates, opts.Dispatchers) {
@@ -236,8 +224,8 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		if _, ok := boot[name]; ok {
 			continue
 		}
-		err := fmt.Errorf("runtime: %w for gate %q; the source holds plans for %q",
-			reload.ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
+		err := fmt.Errorf("%w for gate %q; the source holds plans for %q",
+			ErrNoPlan, name, slices.Sorted(maps.Keys(plans)))
 		if len(boot) > 0 {
 			err = fmt.Errorf("%w, Options.Bootstrap for %q", err, slices.Sorted(maps.Keys(boot)))
 		}
@@ -268,18 +256,16 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 
 // bootstrapPlans checks Options.Bootstrap and returns its documents by gate,
 // with the version and hash filled in.
-func bootstrapPlans(docs []plan.Document) (map[string]plan.Document, error) {
-	boot := make(map[string]plan.Document, len(docs))
+func bootstrapPlans(plans []Plan) (map[string]plan.Document, error) {
+	boot := make(map[string]plan.Document, len(plans))
 	var errs []error
-	for i, d := range docs {
+	for i, p := range plans {
 		field := fmt.Sprintf("Options.Bootstrap[%d]", i)
-		if d.Epoch != "" || d.Revision != 0 || len(d.Pods) > 0 {
-			errs = append(errs, fmt.Errorf("%s: epoch, revision and pods must be unset: a bootstrap plan is this pod's share, not a published division", field))
+		if p.Epoch != "" || p.Revision != 0 {
+			errs = append(errs, fmt.Errorf("%s: Epoch and Revision must be unset: a bootstrap plan is this pod's share, not a published division", field))
 			continue
 		}
-		if d.Version == 0 {
-			d.Version = plan.CurrentVersion
-		}
+		d := p.document()
 		// Validate asks for what a published document carries; a
 		// bootstrap plan has no epoch or revision, so lend it some.
 		probe := d
@@ -303,49 +289,29 @@ func bootstrapPlans(docs []plan.Document) (map[string]plan.Document, error) {
 	return boot, nil
 }
 
-// podName returns this pod's name and the acknowledgement options to give
-// the source: opts.Ack, reading Options.PodName as POD_NAME when it is set,
-// so that the pod whose share is enforced is the pod that is annotated.
-func podName(opts Options) (string, *reload.AckOptions) {
-	getenv := os.Getenv
-	if opts.Ack != nil && opts.Ack.Getenv != nil {
-		getenv = opts.Ack.Getenv
-	}
-	if opts.PodName == "" {
-		return getenv(reload.EnvPodName), opts.Ack
-	}
-	if opts.Ack == nil {
-		return opts.PodName, nil
-	}
-	ack := *opts.Ack
-	ack.Getenv = func(key string) string {
-		if key == reload.EnvPodName {
-			return opts.PodName
-		}
-		return getenv(key)
-	}
-	return opts.PodName, &ack
-}
-
 // Start follows the source and resizes the gates on every change until ctx
-// ends; it blocks until then, and until this pod has handed its shares
-// back:
+// ends; it blocks until then, and until this pod has shut down cleanly and
+// handed its shares back:
 //
-//  1. every gate is closed: it admits nothing ever again, and calls
+//  1. every dispatcher runs the tasks it has queued and stops its workers
+//     (see dispatch.Dispatcher.Shutdown), while the gates still admit;
+//  2. every gate is closed: it admits nothing ever again, and calls
 //     waiting for a permit are rejected with gate.Closed;
-//  2. Start waits for the calls in flight on every gate to finish, for at
-//     most Options.DrainTimeout;
-//  3. with acknowledgement on (Options.Ack), it annotates the pod with
+//  3. Start waits for the calls in flight on every gate to finish; steps 1
+//     and 3 together take at most Options.DrainTimeout;
+//  4. with acknowledgement on (Options.Ack), it annotates the pod with
 //     "<epoch>/released" for every gate that has drained, trying for at most
 //     Options.ReleaseTimeout. The operator then hands the share of this
 //     terminating pod to the others without waiting for the pod to go.
 //
-// So end Start's context only once the server has stopped taking work that
-// needs the gates (after http.Server.Shutdown, say), and before the process
-// exits. Start returns nil once every gate has drained and been released;
-// an error naming the gates that had calls in flight at the drain timeout
-// (they are not released) or whose release could not be written; or an
-// error, at once and changing nothing, when called twice.
+// When Start returns, every goroutine the Runtime and its source started
+// has ended. So end Start's context only once the server has stopped taking
+// work that needs the gates (after http.Server.Shutdown, say), and before
+// the process exits. Start returns nil once everything has drained and
+// every gate has been released; an error from the source, or one naming the
+// dispatchers or gates that had work left at the drain timeout (those gates
+// are not released) or whose release could not be written; or an error, at
+// once and changing nothing, when called twice.
 func (r *Runtime) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("runtime: Start called twice")
@@ -354,18 +320,26 @@ func (r *Runtime) Start(ctx context.Context) error {
 	return errors.Join(err, r.handBack())
 }
 
-// handBack closes every gate, waits for the calls in flight to drain, and
-// releases the gates that did.
+// handBack stops the dispatchers, closes every gate, waits for the calls in
+// flight to drain, and releases the gates that did.
 func (r *Runtime) handBack() error {
 	r.mu.RLock()
 	all := maps.Clone(r.gates)
 	r.mu.RUnlock()
-	for _, e := range all {
-		e.gate.Close()
-	}
 
 	drainCtx, cancel := context.WithTimeout(context.Background(), r.drainTimeout)
 	defer cancel()
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		if d := all[name].dispatcher; d != nil {
+			if err := d.Shutdown(drainCtx); err != nil {
+				errs = append(errs, fmt.Errorf("runtime: dispatcher %q: %w", name, err))
+			}
+		}
+	}
+	for _, e := range all {
+		e.gate.Close()
+	}
 	var drained, stuck []string
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		if waitInFlight(drainCtx, all[name].gate, 0) == nil {
@@ -379,7 +353,6 @@ func (r *Runtime) handBack() error {
 	r.mu.RLock()
 	drained = slices.DeleteFunc(drained, func(name string) bool { return all[name].bootstrap })
 	r.mu.RUnlock()
-	var errs []error
 	if len(stuck) > 0 {
 		inFlight := make([]int, len(stuck))
 		for i, name := range stuck {
@@ -389,7 +362,7 @@ func (r *Runtime) handBack() error {
 			"gates", stuck, "inFlight", inFlight, "drainTimeout", r.drainTimeout)
 		errs = append(errs, fmt.Errorf("runtime: gates %q still had calls in flight after %v; not released", stuck, r.drainTimeout))
 	}
-	if rel, ok := r.src.(Releaser); ok && len(drained) > 0 {
+	if rel, ok := r.src.(reload.Releaser); ok && len(drained) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), r.releaseTimeout)
 		defer cancel()
 		if err := rel.Release(ctx, drained); err != nil {
@@ -403,7 +376,7 @@ func (r *Runtime) handBack() error {
 // enforces d's revision and its calls in flight are within the permits d
 // gives this pod, polling every pollInterval, or ctx.Err().
 func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
-	permits := GateLimits(d.For(r.pod)).Permits
+	permits := gateLimits(d.For(r.pod)).Permits
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
@@ -446,55 +419,64 @@ func waitInFlight(ctx context.Context, g *gate.Gate, n int) error {
 	}
 }
 
-// Gate returns the gate named name, or nil when the source has never held a
-// plan for it. Names listed in Options.Gates or Options.Dispatchers always
-// have a gate.
-func (r *Runtime) Gate(name string) *gate.Gate {
-	if e := r.enforcer(name); e != nil {
-		return e.gate
+// Gate returns the gate named name. It returns an error matching ErrNoPlan
+// when the source has never held a plan for that gate (nor
+// Options.Bootstrap): a misspelt name, or a gate the operator does not
+// publish for this workload. A gate named in Options.Gates or
+// Options.Dispatchers always exists once New has succeeded, so look those
+// up once, right after New, and fail the start on an error. The gate is
+// never replaced: keep the pointer.
+func (r *Runtime) Gate(name string) (*gate.Gate, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return e.gate, nil
 }
 
 // Budget returns the retry budget of the gate named name, refilled at the
-// plan's retryBudgetPerSecond, or nil when there is no such gate (see Gate).
-func (r *Runtime) Budget(name string) *retry.Budget {
-	if e := r.enforcer(name); e != nil {
-		return e.budget
+// plan's RetryBudgetPerSecond, for retry.Policy.Budget; it fails like Gate.
+func (r *Runtime) Budget(name string) (*retry.Budget, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return e.budget, nil
 }
 
-// Dispatcher returns the dispatcher of the gate named name, or nil unless
-// name was listed in Options.Dispatchers.
-func (r *Runtime) Dispatcher(name string) *dispatch.Dispatcher {
-	if e := r.enforcer(name); e != nil {
-		return e.dispatcher
+// Dispatcher returns the dispatcher of the gate named name. It fails like
+// Gate, and also when name was not listed in Options.Dispatchers.
+func (r *Runtime) Dispatcher(name string) (*dispatch.Dispatcher, error) {
+	e, err := r.enforcer(name)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if e.dispatcher == nil {
+		return nil, fmt.Errorf("runtime: gate %q has no dispatcher; name it in Options.Dispatchers", name)
+	}
+	return e.dispatcher, nil
 }
 
 // Plan returns the plan in force on the gate named name, as this pod
-// enforces it (plan.Document.For(pod): its own share, no Pods), and false
-// when there is no such gate (see Gate). A bootstrap plan (see
-// Options.Bootstrap) is returned as given, with an empty Epoch.
-func (r *Runtime) Plan(name string) (plan.Document, bool) {
+// enforces it (its own share); it fails like Gate. A bootstrap plan (see
+// Options.Bootstrap) has an empty Epoch.
+func (r *Runtime) Plan(name string) (Plan, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	e, ok := r.gates[name]
-	if !ok {
-		return plan.Document{}, false
+	e, err := r.enforcerLocked(name)
+	if err != nil {
+		return Plan{}, err
 	}
-	return e.plan, true
+	return planOf(e.plan), nil
 }
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
 // dispatch.Dispatcher.Shutdown), then closes every gate, so that calls still
-// waiting are rejected with gate.Closed. Start closes the gates too when it
-// ends, so call Shutdown before ending Start's context when queued tasks
-// still need the gates; calling it afterwards stops the dispatchers. It
-// returns an error naming each dispatcher that had not drained when ctx
-// ended.
+// waiting are rejected with gate.Closed. Start does all of this when its
+// context ends; Shutdown is for a Runtime that is given up without having
+// been started (a service whose start failed after New), and to stop the
+// dispatchers earlier than Start would. It returns an error naming each
+// dispatcher that had not drained when ctx ended.
 func (r *Runtime) Shutdown(ctx context.Context) error {
 	r.mu.RLock()
 	all := slices.Collect(maps.Values(r.gates))
@@ -530,10 +512,19 @@ func (r *Runtime) discard() {
 	}
 }
 
-func (r *Runtime) enforcer(name string) *enforcer {
+func (r *Runtime) enforcer(name string) (*enforcer, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.gates[name]
+	return r.enforcerLocked(name)
+}
+
+// enforcerLocked returns the enforcer of the gate named name, or an error
+// matching ErrNoPlan that lists the gates there are.
+func (r *Runtime) enforcerLocked(name string) (*enforcer, error) {
+	if e, ok := r.gates[name]; ok {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w for gate %q; the Runtime has gates %q", ErrNoPlan, name, slices.Sorted(maps.Keys(r.gates)))
 }
 
 // apply is the source's Subscriber.
@@ -550,7 +541,7 @@ func (r *Runtime) apply(u reload.Update) {
 // serialised by the source (and come from New before Start).
 func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	d := doc.For(r.pod)
-	limits := GateLimits(d)
+	limits := gateLimits(d)
 	r.mu.Lock()
 	e, ok := r.gates[d.Gate]
 	wasBootstrap := ok && e.bootstrap
@@ -589,7 +580,7 @@ func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	r.log.V(1).Info("Applied revision", "gate", d.Gate, "epoch", d.Epoch, "revision", d.Revision,
 		"ownShare", hasPod(doc, r.pod))
 	if r.onApplied != nil {
-		r.onApplied(Applied{Gate: d.Gate, Plan: d, Limits: limits, At: at})
+		r.onApplied(Applied{Plan: planOf(d), At: at})
 	}
 	return nil
 }
@@ -602,7 +593,7 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	}
 	e := &enforcer{gate: g, budget: retry.NewBudget(d.Gate, d.RetryBudgetPerSecond, retryBurst), plan: d}
 	if r.dispatched[d.Gate] {
-		if e.dispatcher, err = dispatch.New(d.Gate, DispatchLimits(d)); err != nil {
+		if e.dispatcher, err = dispatch.New(d.Gate, dispatchLimits(d)); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}
@@ -665,7 +656,7 @@ func (e *enforcer) update(d plan.Document, limits gate.Limits) error {
 	e.budget.SetRate(d.RetryBudgetPerSecond, retryBurst)
 	e.plan = d
 	if e.dispatcher != nil {
-		if err := e.dispatcher.Update(DispatchLimits(d)); err != nil {
+		if err := e.dispatcher.Update(dispatchLimits(d)); err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
 	}

@@ -17,11 +17,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // applied collects what OnApplied reports.
@@ -48,7 +47,7 @@ func (a *applied) quiet(t testing.TB, d time.Duration) {
 	t.Helper()
 	select {
 	case x := <-a.ch:
-		t.Fatalf("unexpected plan applied: %s %s permits %d", x.Gate, x.Plan.Hash, x.Limits.Permits)
+		t.Fatalf("unexpected plan applied: %s %s permits %d", x.Plan.Gate, x.Plan.Hash, x.Plan.Limits.Permits)
 	case <-time.After(d):
 	}
 }
@@ -81,17 +80,17 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// The first plan is in force as soon as New returns.
 	first := events.next(t)
-	if first.Gate != "logistics-api" || !plan.Equal(first.Plan, doc("logistics-api", 2)) || first.At.IsZero() {
+	if first.Plan.Gate != "logistics-api" || first.Plan != runtime.PlanOf(doc("logistics-api", 2)) || first.At.IsZero() {
 		t.Fatalf("first Applied = %+v", first)
 	}
-	g := rt.Gate("logistics-api")
+	g := mustGate(t, rt, "logistics-api")
 	if diff := cmp.Diff(runtime.GateLimits(doc("logistics-api", 2)), g.Limits()); diff != "" {
 		t.Fatalf("gate limits after New (-want +got):\n%s", diff)
 	}
-	if got := rt.Budget("logistics-api").Stats().PerSecond; got != 2 {
+	if got := mustBudget(t, rt, "logistics-api").Stats().PerSecond; got != 2 {
 		t.Errorf("retry budget rate = %v, want 2", got)
 	}
-	if rt.Dispatcher("logistics-api") != nil {
+	if _, err := rt.Dispatcher("logistics-api"); err == nil {
 		t.Error("a gate not listed in Options.Dispatchers has a dispatcher")
 	}
 	start(t, rt)
@@ -100,10 +99,10 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// Grow: the same gate object now admits five calls at once.
 	writePlan(t, dir, doc("logistics-api", 5))
-	if x := events.next(t); x.Gate != "logistics-api" || x.Limits.Permits != 5 {
+	if x := events.next(t); x.Plan.Gate != "logistics-api" || x.Plan.Limits.Permits != 5 {
 		t.Fatalf("Applied after growing = %+v", x)
 	}
-	if rt.Gate("logistics-api") != g {
+	if mustGate(t, rt, "logistics-api") != g {
 		t.Fatal("the gate was replaced rather than resized")
 	}
 	var held [5]gate.Permit
@@ -119,7 +118,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 
 	// Shrink under load: nobody is pre-empted, nobody new gets in.
 	writePlan(t, dir, doc("logistics-api", 1))
-	if x := events.next(t); x.Limits.Permits != 1 {
+	if x := events.next(t); x.Plan.Limits.Permits != 1 {
 		t.Fatalf("Applied after shrinking = %+v", x)
 	}
 	if st := g.Stats(); st.InFlight != 5 || st.Limits.Permits != 1 {
@@ -133,16 +132,16 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 		t.Fatalf("after every call ended: %v", err)
 	}
 	p.Release()
-	if got, _ := rt.Plan("logistics-api"); !plan.Equal(got, doc("logistics-api", 1)) {
+	if got := mustPlan(t, rt, "logistics-api"); got != runtime.PlanOf(doc("logistics-api", 1)) {
 		t.Errorf("Plan = %+v, want the one on disk", got)
 	}
 
 	// A new gate appears with its document.
 	writePlan(t, dir, doc("payments", 3))
-	if x := events.next(t); x.Gate != "payments" || x.Limits.Permits != 3 {
+	if x := events.next(t); x.Plan.Gate != "payments" || x.Plan.Limits.Permits != 3 {
 		t.Fatalf("Applied for the new gate = %+v", x)
 	}
-	if g := rt.Gate("payments"); g == nil || g.Limits().Permits != 3 {
+	if g, err := rt.Gate("payments"); err != nil || g.Limits().Permits != 3 {
 		t.Fatal("no gate for the new document")
 	}
 
@@ -158,17 +157,16 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	same.Generation = 7
 	writePlan(t, dir, same)
 	events.quiet(t, 200*time.Millisecond)
-	eventually(t, 5*time.Second, "the generation is recorded", func() bool {
-		d, _ := rt.Plan("logistics-api")
-		return d.Generation == 7
-	})
+	if got := mustPlan(t, rt, "logistics-api"); got != runtime.PlanOf(doc("logistics-api", 1)) {
+		t.Errorf("after a new generation of the same plan: Plan = %+v, want the same plan", got)
+	}
 
 	// A document that disappears leaves its gate with the last plan.
 	if err := os.Remove(filepath.Join(dir, plan.KeyFor("payments"))); err != nil {
 		t.Fatal(err)
 	}
 	events.quiet(t, 200*time.Millisecond)
-	if g := rt.Gate("payments"); g == nil || g.Limits().Permits != 3 {
+	if g, err := rt.Gate("payments"); err != nil || g.Limits().Permits != 3 {
 		t.Error("the gate of a removed document lost its plan")
 	}
 }
@@ -221,10 +219,10 @@ func TestNewFailsWithoutAPlanForANamedGate(t *testing.T) {
 			tt.opts.OnApplied = events.hook
 			rt, err := runtime.New(t.Context(), runtime.FromDir(dir), tt.opts)
 			if err == nil {
-				t.Fatalf("New succeeded; gate %v", rt.Gate("logistics-api"))
+				t.Fatalf("New succeeded; runtime %v", rt)
 			}
-			if got := errors.Is(err, reload.ErrNoPlan); got != tt.wantNoPlan {
-				t.Errorf("errors.Is(err, reload.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
+			if got := errors.Is(err, runtime.ErrNoPlan); got != tt.wantNoPlan {
+				t.Errorf("errors.Is(err, runtime.ErrNoPlan) = %v, want %v; err: %v", got, tt.wantNoPlan, err)
 			}
 			if !strings.Contains(err.Error(), tt.wantMessage) || !strings.HasPrefix(err.Error(), "runtime: ") {
 				t.Errorf("err = %q, want it to start with %q and contain %q", err, "runtime: ", tt.wantMessage)
@@ -246,10 +244,10 @@ func TestRuntimeDispatchers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rt.Dispatcher("payments") != nil {
+	if _, err := rt.Dispatcher("payments"); err == nil {
 		t.Error("payments has a dispatcher it did not ask for")
 	}
-	d := rt.Dispatcher("search")
+	d := mustDispatcher(t, rt, "search")
 	if d == nil {
 		t.Fatal("no dispatcher for search")
 	}
@@ -262,7 +260,7 @@ func TestRuntimeDispatchers(t *testing.T) {
 	}
 
 	writePlan(t, dir, doc("search", 6))
-	if x := events.next(t); x.Gate != "search" {
+	if x := events.next(t); x.Plan.Gate != "search" {
 		t.Fatalf("Applied = %+v", x)
 	}
 	if diff := cmp.Diff(dispatch.Limits{Workers: 6, QueueCapacity: 12}, d.Stats().Limits); diff != "" {
@@ -292,7 +290,7 @@ func TestRuntimeDispatchers(t *testing.T) {
 	if ran != 10 {
 		t.Errorf("Shutdown returned after %d of 10 tasks", ran)
 	}
-	if _, err := rt.Gate("payments").TryAcquire(context.Background()); !errors.Is(err, gate.ErrClosed) {
+	if _, err := mustGate(t, rt, "payments").TryAcquire(context.Background()); !errors.Is(err, gate.ErrClosed) {
 		t.Errorf("after Shutdown: err = %v, want closed", err)
 	}
 }
@@ -387,14 +385,14 @@ func TestAccessorsDuringReloads(t *testing.T) {
 					return
 				default:
 				}
-				if g := rt.Gate("logistics-api"); g != nil {
+				if g, err := rt.Gate("logistics-api"); err == nil {
 					if p, err := g.TryAcquire(context.Background()); err == nil {
 						p.Release()
 					}
 				}
 				d, _ := rt.Plan("logistics-api")
-				_ = d.Permits
-				_ = rt.Gate("payments")
+				_ = d.Limits.Permits
+				_, _ = rt.Gate("payments")
 			}
 		})
 	}
@@ -402,7 +400,7 @@ func TestAccessorsDuringReloads(t *testing.T) {
 	for permits := 2; permits <= 6; permits++ {
 		writePlan(t, dir, doc("logistics-api", permits))
 		x := events.next(t)
-		seen = append(seen, x.Limits.Permits)
+		seen = append(seen, x.Plan.Limits.Permits)
 	}
 	close(stop)
 	wg.Wait()
@@ -436,4 +434,41 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// A name the Runtime has no gate for is an error matching ErrNoPlan from
+// every lookup, never a nil gate that a middleware would meet later.
+func TestLookupOfAnUnknownGateIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	writePlan(t, dir, doc("logistics-api", 2))
+	rt, err := runtime.New(t.Context(), runtime.FromDir(dir), runtime.Options{Gates: []string{"logistics-api"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `runtime: no valid plan document for gate "logistcs-api"; the Runtime has gates ["logistics-api"]`
+	g, err := rt.Gate("logistcs-api")
+	if g != nil || !errors.Is(err, runtime.ErrNoPlan) || err.Error() != want {
+		t.Errorf("Gate = %v, %v; want nil, %q", g, err, want)
+	}
+	if b, err := rt.Budget("logistcs-api"); b != nil || !errors.Is(err, runtime.ErrNoPlan) {
+		t.Errorf("Budget = %v, %v; want nil and ErrNoPlan", b, err)
+	}
+	if d, err := rt.Dispatcher("logistcs-api"); d != nil || !errors.Is(err, runtime.ErrNoPlan) {
+		t.Errorf("Dispatcher = %v, %v; want nil and ErrNoPlan", d, err)
+	}
+	if p, err := rt.Plan("logistcs-api"); p != (runtime.Plan{}) || !errors.Is(err, runtime.ErrNoPlan) {
+		t.Errorf("Plan = %+v, %v; want the zero Plan and ErrNoPlan", p, err)
+	}
+	// A gate without a dispatcher: a different mistake, named as such.
+	d, err := rt.Dispatcher("logistics-api")
+	if d != nil || err == nil || errors.Is(err, runtime.ErrNoPlan) || !strings.Contains(err.Error(), "Options.Dispatchers") {
+		t.Errorf("Dispatcher of a gate without one = %v, %v; want an error naming Options.Dispatchers", d, err)
+	}
+}
+
+// The zero Source names no source: New says so instead of panicking.
+func TestNewRejectsTheZeroSource(t *testing.T) {
+	if _, err := runtime.New(t.Context(), runtime.Source{}, runtime.Options{}); err == nil || !strings.Contains(err.Error(), "FromDir or FromConfigMap") {
+		t.Errorf("New(Source{}) = %v; want an error naming FromDir and FromConfigMap", err)
+	}
 }

@@ -9,11 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // divided returns doc("logistics-api", base) with its own share for each
@@ -60,18 +60,18 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := rt.Gate("logistics-api").Limits(); got.Permits != tt.permits || got.QueueCapacity != tt.queue {
+			if got := mustGate(t, rt, "logistics-api").Limits(); got.Permits != tt.permits || got.QueueCapacity != tt.queue {
 				t.Errorf("gate permits %d, queue %d; want %d, %d", got.Permits, got.QueueCapacity, tt.permits, tt.queue)
 			}
-			if got := rt.Dispatcher("logistics-api").Stats().Limits; got != (dispatch.Limits{Workers: tt.workers, QueueCapacity: tt.queue}) {
+			if got := mustDispatcher(t, rt, "logistics-api").Stats().Limits; got != (dispatch.Limits{Workers: tt.workers, QueueCapacity: tt.queue}) {
 				t.Errorf("dispatcher limits %+v, want %d workers", got, tt.workers)
 			}
 			// A zero rate is one token per second at least (see retry.Budget.SetRate).
-			if got := rt.Budget("logistics-api").Stats().PerSecond; got != tt.budget {
+			if got := mustBudget(t, rt, "logistics-api").Stats().PerSecond; got != tt.budget {
 				t.Errorf("retry budget %v/s, want %v", got, tt.budget)
 			}
-			got, _ := rt.Plan("logistics-api")
-			if got.Pods != nil || got.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
+			got := mustPlan(t, rt, "logistics-api")
+			if got.Limits.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
 				t.Errorf("Plan = %+v, want this pod's view of the document", got)
 			}
 		})
@@ -92,15 +92,15 @@ func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 	// Another pod's share changes: a new revision, the same share for us.
 	writePlan(t, dir, divided(4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
 	x := events.next(t)
-	if x.Limits.Permits != 6 || x.Plan.Revision != 2 {
-		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Limits.Permits, x.Plan.Revision)
+	if x.Plan.Limits.Permits != 6 || x.Plan.Revision != 2 {
+		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Plan.Limits.Permits, x.Plan.Revision)
 	}
 	// Our entry goes away: the base share applies.
 	writePlan(t, dir, divided(4, 3, map[string]int{"gateway-b": 2}))
-	if x := events.next(t); x.Limits.Permits != 4 || x.Plan.Revision != 3 {
-		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Limits.Permits, x.Plan.Revision)
+	if x := events.next(t); x.Plan.Limits.Permits != 4 || x.Plan.Revision != 3 {
+		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Plan.Limits.Permits, x.Plan.Revision)
 	}
-	if diff := cmp.Diff(runtime.GateLimits(doc("logistics-api", 4)), rt.Gate("logistics-api").Limits()); diff != "" {
+	if diff := cmp.Diff(runtime.GateLimits(doc("logistics-api", 4)), mustGate(t, rt, "logistics-api").Limits()); diff != "" {
 		t.Errorf("gate limits (-want +got):\n%s", diff)
 	}
 }
@@ -114,7 +114,7 @@ func TestStartClosesAndDrainsTheGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := rt.Gate("logistics-api")
+	g := mustGate(t, rt, "logistics-api")
 	held, err := g.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func TestStartGivesUpOnAGateThatDoesNotDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := rt.Gate("payments").Acquire(context.Background())
+	held, err := mustGate(t, rt, "payments").Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
 )
 
 // recordingRegisterer registers with a real registry and remembers every
@@ -60,13 +60,13 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recordingRegisterer{reg: prometheus.NewPedanticRegistry()}
-	if _, err := metrics.NewGateCollector(rec); err != nil {
+	if _, err := runtimemetrics.NewGateCollector(rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := metrics.NewDispatcherCollector(rec); err != nil {
+	if _, err := runtimemetrics.NewDispatcherCollector(rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := metrics.NewRetryCollector(rec); err != nil {
+	if _, err := runtimemetrics.NewRetryCollector(rec); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := httpmw.NewMetrics(rec); err != nil {

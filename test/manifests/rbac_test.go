@@ -26,8 +26,8 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 )
 
 const (

@@ -1,6 +1,6 @@
 // Command boundsdoc writes docs/reference/plan-bounds.md, the table of the
 // published plan's fields and their bounds, from the one field table of
-// pkg/runtime/plan and the API's maximums in internal/quotaplan, so that
+// internal/plan and the API's maximums in internal/quotaplan, so that
 // the reference cannot drift from what pods and the API server enforce.
 // make docs runs it; make verify-generated fails when its output changed.
 package main
@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 func main() {

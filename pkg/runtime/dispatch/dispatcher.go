@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/histogram"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/fifo"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 )
 
 // Dispatcher is a bounded worker pool: at most Limits.Workers worker

@@ -29,7 +29,7 @@
 // A task that panics crashes the program, as a panic on any goroutine does;
 // the dispatcher does not hide it.
 //
-// Stats, read at scrape time by package metrics, reports workers, active
+// Stats, read at scrape time by the runtime's collectors, reports workers, active
 // workers, queue depth, completions, refusals and drops by reason, and a
 // histogram of the time queued tasks waited for a worker.
 package dispatch

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sync/semaphore"
 
+	metrics "github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
 )
 
 // benchLimits is a share without a rate and without TypicalLatency: a

@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/histogram"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/internal/fifo"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
 )
 
 // Gate enforces one share inside a process: a token bucket, then a waiting

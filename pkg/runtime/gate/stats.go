@@ -1,6 +1,6 @@
 package gate
 
-import "github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics/histogram"
+import "github.com/backpressure-dev/backpressure-operator/internal/histogram"
 
 // Stats is a snapshot of a gate's counters, read at scrape time.
 type Stats struct {

@@ -20,7 +20,7 @@ import (
 // the service config, always run inside it.
 func UnaryClientInterceptor(sel Selector) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		g := sel(ctx, method)
+		g := selectGate(ctx, sel, method)
 		if g == nil {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
@@ -40,7 +40,7 @@ func UnaryClientInterceptor(sel Selector) grpc.UnaryClientInterceptor {
 // that unwraps to the *gate.Rejection.
 func StreamClientInterceptor(sel Selector) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		g := sel(ctx, method)
+		g := selectGate(ctx, sel, method)
 		if g == nil {
 			return streamer(ctx, desc, cc, method, opts...)
 		}

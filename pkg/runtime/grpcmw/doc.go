@@ -3,8 +3,8 @@
 // to a downstream.
 //
 // A Selector picks the gate for each call from its full method name, so one
-// interceptor can gate methods differently or leave some ungated; Fixed gates
-// every call with one gate.
+// interceptor can gate methods differently or leave some ungated, which it
+// says explicitly; Fixed gates every call with one gate.
 //
 // # Rejections
 //
@@ -39,4 +39,14 @@
 // any of these holds its permit until its context ends, as it holds its
 // resources in grpc-go; always cancel a stream's context or read it to the
 // end.
+//
+// # A missing gate
+//
+// A nil *gate.Gate is a programming error, never a way to turn gating off:
+// Fixed panics when given one, and an interceptor panics when its Selector
+// gates a call with one (as httpmw's Middleware and Transport do). A gate
+// that does not exist is reported where it is looked up, by the error of
+// runtime.Runtime.Gate, when the service starts: look the gates up once,
+// then build the interceptors. A call goes ungated only where a Selector
+// says so.
 package grpcmw

@@ -96,11 +96,11 @@ func ExampleUnaryClientInterceptor() {
 		log.Fatal(err)
 	}
 	// Gate the downstream's work, not its health checks.
-	sel := func(_ context.Context, method string) *gate.Gate {
+	sel := func(_ context.Context, method string) (*gate.Gate, bool) {
 		if strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-			return nil
+			return nil, false // ungated, on purpose
 		}
-		return g
+		return g, true
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

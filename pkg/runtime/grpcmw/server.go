@@ -16,7 +16,7 @@ import (
 // panic recovery) and before those that do the call's work.
 func UnaryServerInterceptor(sel Selector) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		g := sel(ctx, info.FullMethod)
+		g := selectGate(ctx, sel, info.FullMethod)
 		if g == nil {
 			return handler(ctx, req)
 		}
@@ -36,7 +36,7 @@ func UnaryServerInterceptor(sel Selector) grpc.UnaryServerInterceptor {
 // reaching the handler.
 func StreamServerInterceptor(sel Selector) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		g := sel(ss.Context(), info.FullMethod)
+		g := selectGate(ss.Context(), sel, info.FullMethod)
 		if g == nil {
 			return handler(srv, ss)
 		}

@@ -294,11 +294,11 @@ func TestServerLimitsConcurrency(t *testing.T) {
 func TestSelectorLeavesCallsUngated(t *testing.T) {
 	g := gatetest.New(t, "ledger", gate.Limits{Permits: 1})
 	g.Close() // every gated call is rejected
-	gateUnary := func(_ context.Context, method string) *gate.Gate {
+	gateUnary := func(_ context.Context, method string) (*gate.Gate, bool) {
 		if method == "/grpc.testing.TestService/UnaryCall" {
-			return g
+			return g, true
 		}
-		return nil
+		return nil, false
 	}
 	svc := newService()
 	addr := serve(t, svc,
@@ -334,6 +334,25 @@ func TestRejectionErrorText(t *testing.T) {
 		if got := status.Code(admissionError(g, tc.err)); got != tc.want {
 			t.Errorf("admissionError(%v): got %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A Selector that gates a call with a nil gate is a programming error: the
+// interceptor panics rather than let the call through ungated.
+func TestSelectorWithANilGatePanics(t *testing.T) {
+	sel := func(context.Context, string) (*gate.Gate, bool) { return nil, true }
+	called := false
+	func() {
+		defer func() {
+			if r := recover(); r != "grpcmw: Selector gated /svc/M with a nil gate" {
+				t.Errorf("recovered %v, want the nil gate's panic", r)
+			}
+		}()
+		_, _ = UnaryServerInterceptor(sel)(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"},
+			func(context.Context, any) (any, error) { called = true; return nil, nil })
+	}()
+	if called {
+		t.Error("the handler ran ungated")
 	}
 }
 

@@ -36,4 +36,13 @@
 // Transport counts the downstream's 429 responses, which are the signal that
 // the share is too large for the downstream (see Transport.Throttled,
 // Transport.OnThrottled and Metrics).
+//
+// # A missing gate
+//
+// A nil *gate.Gate is a programming error, never a way to turn gating off:
+// Middleware panics when given one, and Transport panics on its first call
+// without one (as grpcmw's constructors and interceptors do). A gate that
+// does not exist is reported where it is looked up, by the error of
+// runtime.Runtime.Gate, when the service starts: look the gates up once,
+// then build the middleware.
 package httpmw

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 )
 
 // Metrics counts the responses downstreams send through Transports:
@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "backpressure_downstream_http_responses_total",
 		Help: "Responses from the downstream to calls a gate admitted, by gate and HTTP status code.",
 	}, []string{"gate", "code"})
-	responses, err := metrics.Register(reg, responses)
+	responses, err := runtimemetrics.Register(reg, responses)
 	if err != nil {
 		return nil, err
 	}

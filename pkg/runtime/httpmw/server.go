@@ -35,7 +35,7 @@ func WithDefaultRetryAfter(d time.Duration) Option {
 //
 // The permit is held for as long as the handler runs, so a handler that
 // streams its response holds it until the stream ends. Middleware panics if
-// g is nil.
+// g is nil (see the package documentation, "A missing gate").
 func Middleware(g *gate.Gate, opts ...Option) func(http.Handler) http.Handler {
 	if g == nil {
 		panic("httpmw: Middleware with a nil gate")

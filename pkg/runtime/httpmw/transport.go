@@ -11,10 +11,6 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 )
 
-// errNoGate is returned by a Transport whose Gate was not set: a call that
-// should be limited must not go out unlimited by mistake.
-var errNoGate = errors.New("httpmw: Transport.Gate is nil")
-
 // Transport is an http.RoundTripper that admits every call through Gate
 // before Base sends it. The permit is held until the response body has been
 // read to the end or closed, the call fails, or the request's context ends
@@ -38,7 +34,8 @@ var errNoGate = errors.New("httpmw: Transport.Gate is nil")
 // the fields afterwards. A Transport is safe for concurrent use by multiple
 // goroutines and must not be copied after first use.
 type Transport struct {
-	// Gate admits the calls. It must not be nil.
+	// Gate admits the calls. RoundTrip panics when it is nil (see the
+	// package documentation, "A missing gate").
 	Gate *gate.Gate
 	// Base sends the admitted calls; nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -50,7 +47,7 @@ type Transport struct {
 	Metrics *Metrics
 	// Linger, if not nil, returns how long a call whose caller left before
 	// the response arrived may still wait for it, holding its permit:
-	// typically the deadline of the plan in force (plan.Document.Deadline).
+	// typically the deadline of the plan in force (runtime.Plan.Deadline).
 	// Nil, or a result <= 0, means 10 seconds.
 	Linger func() time.Duration
 
@@ -65,7 +62,7 @@ func (t *Transport) Throttled() uint64 { return t.throttled.Load() }
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Gate == nil {
 		closeBody(req)
-		return nil, errNoGate
+		panic("httpmw: Transport.Gate is nil")
 	}
 	// The permit lives in the body wrapper from the start: moving a Permit
 	// out of a local variable would copy it.

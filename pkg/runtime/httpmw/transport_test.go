@@ -225,13 +225,21 @@ func TestTransportReleasesWhenTheCallFails(t *testing.T) {
 	gatetest.AssertNoLeak(t, g)
 }
 
-func TestTransportWithoutGate(t *testing.T) {
+// A Transport without a gate is a programming error: it panics on its first
+// call, closing the body and sending nothing, instead of calling out
+// ungated or failing like a downstream would.
+func TestTransportWithoutGatePanics(t *testing.T) {
 	d := newDownstream(t)
 	body := &closeRecorder{Reader: strings.NewReader("payload")}
 	req, _ := http.NewRequest(http.MethodPost, d.URL, body)
-	if _, err := (&Transport{}).RoundTrip(req); !errors.Is(err, errNoGate) {
-		t.Fatalf("got %v, want %v", err, errNoGate)
-	}
+	func() {
+		defer func() {
+			if r := recover(); r != "httpmw: Transport.Gate is nil" {
+				t.Errorf("recovered %v, want the nil gate's panic", r)
+			}
+		}()
+		_, _ = (&Transport{}).RoundTrip(req)
+	}()
 	if !body.closed.Load() || d.calls.Load() != 0 {
 		t.Errorf("body closed %v, downstream calls %d; want true, 0", body.closed.Load(), d.calls.Load())
 	}

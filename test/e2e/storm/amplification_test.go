@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
 )
 
 func TestRetryAmplification(t *testing.T) {

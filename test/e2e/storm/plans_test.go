@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 func TestStaticPlan(t *testing.T) {

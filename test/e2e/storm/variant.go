@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // Variant is one way of configuring the pods' gates, run on the same
