@@ -8,8 +8,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
@@ -94,6 +97,25 @@ func upstreamTransport() *http.Transport {
 	return t
 }
 
+// countingTransport counts every response the downstream sends, by status
+// code, in backpressure_downstream_http_responses_total of one gate — the
+// series the library's httpmw.Transport feeds, so a dashboard reads the
+// downstream's 429s the same way whether a pod calls through the library or
+// through this proxy. Calls that fail before a response arrives are not
+// counted: the proxy answers them itself (502, 504).
+type countingTransport struct {
+	next  http.RoundTripper
+	codes *prometheus.CounterVec // curried with the gate
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		t.codes.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+	}
+	return resp, err
+}
+
 // newReverseProxy returns the proxy for one route or for the forwarding
 // port: target, when not nil, replaces the scheme, host and path prefix of
 // each request (a route); nil keeps the absolute-form URL the client sent
@@ -138,8 +160,7 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTripper, log *slog.Logger) (*forwarder, error) {
-	rp := newReverseProxy(nil, t, log)
+func newForwarder(hosts map[string]string, rt *runtime.Runtime, transport func(gate string) http.RoundTripper, log *slog.Logger) (*forwarder, error) {
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
@@ -149,7 +170,7 @@ func newForwarder(hosts map[string]string, rt *runtime.Runtime, t http.RoundTrip
 			if err != nil {
 				return nil, err
 			}
-			h = gated(g, rp, lingerFor(rt, name))
+			h = gated(g, newReverseProxy(nil, transport(name), log), lingerFor(rt, name))
 			byGate[name] = h
 		}
 		f.hosts[host] = h

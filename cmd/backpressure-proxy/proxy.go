@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 )
 
@@ -64,19 +65,26 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.
 		}
 	}()
 
+	responses, err := runtimemetrics.NewDownstreamResponses(reg)
+	if err != nil {
+		return nil, err
+	}
 	t := upstreamTransport()
+	transport := func(gate string) http.RoundTripper {
+		return countingTransport{next: t, codes: responses.MustCurryWith(prometheus.Labels{"gate": gate})}
+	}
 	for _, r := range cfg.routes {
 		g, err := p.rt.Gate(r.gate)
 		if err != nil {
 			return nil, err
 		}
-		h := gated(g, newReverseProxy(r.upstream, t, log), lingerFor(p.rt, r.gate))
+		h := gated(g, newReverseProxy(r.upstream, transport(r.gate), log), lingerFor(p.rt, r.gate))
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		fw, err := newForwarder(cfg.forwardHosts, p.rt, t, log)
+		fw, err := newForwarder(cfg.forwardHosts, p.rt, transport, log)
 		if err != nil {
 			return nil, err
 		}

@@ -242,3 +242,55 @@ func TestAbandonedCallKeepsItsPermitUntilTheDownstreamAnswers(t *testing.T) {
 		}
 	})
 }
+
+// The downstream's answers are counted by gate and code, through a route and
+// through the forwarding port alike; the proxy's own answers (a local
+// rejection, a 502 for a downstream that cannot be reached) are not.
+func TestDownstreamResponsesAreCounted(t *testing.T) {
+	const unreachable = "payments-api"
+	dir := t.TempDir()
+	writePlan(t, dir, testPlan(testGate, 1, 0))
+	writePlan(t, dir, testPlan(unreachable, 1, 0))
+	u := startUpstream(t, 0)
+	closed := startUpstream(t, 0)
+	closed.Close()
+	p := startProxy(t, nil, "--plan-dir", dir,
+		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL,
+		"--route", "listen=127.0.0.1:0,gate="+unreachable+",upstream="+closed.URL,
+		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
+	route := "http://" + p.addr(testGate)
+	for _, path := range []string{"/echo", "/throttle"} {
+		if code, _, _ := get(t, route+path); code != 200 && code != 429 {
+			t.Fatalf("%s: %d", path, code)
+		}
+	}
+	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(t, "http://"+p.addr("forward")))}}
+	resp, err := fwd.Get(u.URL + "/throttle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if code, _, _ := get(t, "http://"+p.addr(unreachable)+"/echo"); code != http.StatusBadGateway {
+		t.Errorf("unreachable downstream: %d, want 502", code)
+	}
+	held := hold(t, u, route, 1)
+	if code, _, _ := get(t, route+"/echo"); code != http.StatusServiceUnavailable {
+		t.Errorf("full gate: %d, want 503", code)
+	}
+	u.releaseAll()
+	<-held
+
+	series := func(gate, code string) string {
+		return `backpressure_downstream_http_responses_total{code="` + code + `",gate="` + gate + `"}`
+	}
+	for _, c := range []struct{ series, want string }{
+		{series(testGate, "200"), "2"}, // /echo and the released /hold
+		{series(testGate, "429"), "2"}, // one through the route, one forwarded
+		{series(testGate, "503"), ""},  // the gate's own rejection
+		{series(unreachable, "502"), ""},
+	} {
+		if v, _ := p.metric(t, c.series); v != c.want {
+			t.Errorf("%s = %q, want %q", c.series, v, c.want)
+		}
+	}
+}

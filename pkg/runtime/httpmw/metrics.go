@@ -28,11 +28,7 @@ type Metrics struct {
 // registered. If reg already holds the same collector (another call to
 // NewMetrics with the same registerer), the returned Metrics shares it.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	responses := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "backpressure_downstream_http_responses_total",
-		Help: "Responses from the downstream to calls a gate admitted, by gate and HTTP status code.",
-	}, []string{"gate", "code"})
-	responses, err := runtimemetrics.Register(reg, responses)
+	responses, err := runtimemetrics.NewDownstreamResponses(reg)
 	if err != nil {
 		return nil, err
 	}
