@@ -328,7 +328,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return proc, nil
 		}
 		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Name: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
 		if err != nil {

@@ -174,7 +174,7 @@ func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
 	var newest *appsv1.ReplicaSet
 	for i := range list.Items {
 		rs := &list.Items[i]
-		if ref := metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" || ref.Name != w.opts.Deployment {
+		if ref := metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" || ref.Name != w.opts.Name {
 			continue
 		}
 		if newest == nil || rs.CreationTimestamp.After(newest.CreationTimestamp.Time) {
@@ -182,7 +182,7 @@ func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
 		}
 	}
 	if newest == nil {
-		return nil, fmt.Errorf("storm: deployment %s owns no replicaset", w.opts.Deployment)
+		return nil, fmt.Errorf("storm: deployment %s owns no replicaset", w.opts.Name)
 	}
 	return newest, nil
 }

@@ -3,6 +3,7 @@
 package storm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,21 +55,20 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if err := WriteManifests(manifestDir); err != nil {
 		return nil, err
 	}
+	kind := cmp.Or(v.Kind, KindDeployment)
+	// A schedule with scale steps of its own asks the HPA for them.
+	files, err := VariantManifests(kind, len(s.Scale) > 0, v.Operator)
+	if err != nil {
+		return nil, err
+	}
 
-	h.logf("[%s] Applying the Deployment and HPA%s in namespace %s", v.Name, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
+	h.logf("[%s] Applying the %s and HPA%s in namespace %s", v.Name, kind, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
 	if err := h.kubectl("create", "namespace", ns); err != nil {
 		return nil, err
 	}
 	apply := []string{"apply", "--namespace", ns}
-	for _, m := range WorkloadManifests {
+	for _, m := range files {
 		apply = append(apply, "-f", filepath.Join(manifestDir, m))
-	}
-	if len(s.Scale) > 0 {
-		// A schedule with scale steps of its own asks the HPA for them.
-		apply[len(apply)-1] = filepath.Join(manifestDir, DictatedHPAManifest)
-	}
-	if v.Operator {
-		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
 	}
 	if err := h.kubectl(apply...); err != nil {
 		return nil, err
@@ -163,7 +163,8 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		Config:     h.Config,
 		Metrics:    h.Metrics,
 		Namespace:  ns,
-		Deployment: WorkloadName,
+		Kind:       kind,
+		Name:       WorkloadName,
 		HPA:        WorkloadName,
 		Run:        run,
 		Endpoints:  endpoints,
@@ -326,7 +327,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 	close(stopSampling)
 	scales := w.Scales(start)
 	for _, sc := range scales {
-		h.logf("[%s] %5.1fs the HPA scaled the Deployment: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), sc.From, sc.To)
+		h.logf("[%s] %5.1fs the HPA scaled the %s: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), cmp.Or(v.Kind, KindDeployment), sc.From, sc.To)
 	}
 	data := &RunData{
 		Variant:  v,

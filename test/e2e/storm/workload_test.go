@@ -126,7 +126,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	}
 	endpoints := &Endpoints{}
 	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Deployment: WorkloadName, HPA: WorkloadName,
+		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Name: WorkloadName, HPA: WorkloadName,
 		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
