@@ -307,7 +307,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 				Path:    h.gateway,
 				Args:    args,
 				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-				LogPath: filepath.Join(logDir, pod.Name+".log"),
+				LogPath: podLogPath(logDir, pod),
 				OnLog: func(l LogLine) {
 					switch l.Msg {
 					case MsgAppliedPlan:

@@ -136,7 +136,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			Path:    h.podProgram(v),
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-			LogPath: filepath.Join(logDir, pod.Name+".log"),
+			LogPath: podLogPath(logDir, pod),
 			OnLog: func(l LogLine) {
 				switch l.Msg {
 				case MsgAppliedPlan:
@@ -222,6 +222,17 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 	return Analyze(data), nil
+}
+
+// podLogPath returns the file in dir for the log of pod's process:
+// <pod>.log, or <pod>.<uid>.log when a pod of the same name (a StatefulSet's
+// pod created again) already wrote that.
+func podLogPath(dir string, pod *corev1.Pod) string {
+	path := filepath.Join(dir, pod.Name+".log")
+	if _, err := os.Stat(path); err == nil {
+		return filepath.Join(dir, pod.Name+"."+string(pod.UID)+".log")
+	}
+	return path
 }
 
 // rolledOut says whether the quota's status counts every pod as having
