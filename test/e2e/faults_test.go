@@ -146,6 +146,8 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 			f, err = harness.RunStatefulSet(ctx)
 			Expect(err).NotTo(HaveOccurred(), "the harness could not run the StatefulSet scenario")
 			faultsReport.StatefulSet = f
+			AddReportEntry("statefulset: "+storm.StatefulSetRecreated+" gone and back", fmt.Sprintf("the Ready pods held at least %d permits, below %d for %.1fs",
+				f.RecreateReadyPermitsMin, storm.Usable(), f.RecreateBelowUsableSeconds))
 			for _, st := range f.Steps {
 				AddReportEntry("statefulset: "+st.Name, fmt.Sprintf("at %.1fs; the HPA decided %.2fs later; settled %.2fs after that: %d permits on %d Ready pods, shares %v",
 					st.AtSeconds, st.DecidedSeconds, st.SettledSeconds, st.ReadyPermits, st.ReadyPods, st.Shares))
@@ -155,8 +157,9 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 		It("follows the HPA's scale-up and scale-down with the pods named by ordinal, dividing every usable permit exactly over the Ready pods", func() {
 			Expect(f.Err).To(BeEmpty())
 			Expect(f.Steps).To(HaveLen(3))
-			for i, want := range []int{8, 8, 3} {
+			for i, want := range []int{storm.StatefulSetUp, storm.StatefulSetUp, storm.StatefulSetDown} {
 				st := f.Steps[i]
+				Expect(st.Want).To(Equal(want), "step %q", st.Name)
 				Expect(st.Err).To(BeEmpty(), "step %q", st.Name)
 				var names []string
 				for o := range want {

@@ -73,6 +73,7 @@ func WriteFaultsTable(w io.Writer, r *FaultsReport) error {
 				st.Name, st.AtSeconds, st.DecidedSeconds, st.SettledSeconds, st.ReadyPermits, Usable(), st.ReadyPods, st.Shares)
 		}
 		fmt.Fprintf(tw, "StatefulSet caller\tpeak permits of the running pods, peak status.division.held\t%d, %d of %d usable\n", s.PeakRunningPermits, s.PeakHeld, Usable())
+		fmt.Fprintf(tw, "StatefulSet caller\t%s gone and back: least Ready pods' permits, time below %d\t%d, %.1fs\n", StatefulSetRecreated, Usable(), s.RecreateReadyPermitsMin, s.RecreateBelowUsableSeconds)
 		fmt.Fprintf(tw, "StatefulSet caller\tOrderedReady order broken\t%d times\n", len(s.CreationOrder)+len(s.DeletionOrder))
 		run("StatefulSet caller", s.Run)
 	}

@@ -16,43 +16,52 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The StatefulSet scenario's timeline.
+// The StatefulSet scenario's replica counts: from, up to, and down to.
+const StatefulSetFrom, StatefulSetUp, StatefulSetDown = 4, 7, 3
+
+// The StatefulSet scenario's timeline. A departing pod's drain takes 0.3 s,
+// or 5 s more when the load's HTTP client opened a connection to it that
+// never carried a request (net/http's Shutdown waits that long for one);
+// OrderedReady deletes the pods one at a time, each after the one above it
+// has gone, so the scale-down's 4 pods may take 25 s.
 const (
-	stsFrom, stsUp, stsDown = 4, 8, 3
 	// stsUpAt is the scale-up: the HPA decides within its sync period,
-	// then the StatefulSet controller creates the 4 pods one at a time,
+	// then the StatefulSet controller creates the 3 pods one at a time,
 	// each once the one before it is Ready (PodStartDelay and the process's
 	// start each).
 	stsUpAt = time.Second
 	// StatefulSetRecreateAt is when StatefulSetRecreated is deleted, as
 	// `kubectl delete pod` or a node drain would: the StatefulSet controller
 	// creates it again under its name once it is gone.
-	StatefulSetRecreateAt = 20 * time.Second
+	StatefulSetRecreateAt = 16 * time.Second
 	// stsDownAt is the scale-down: the controller deletes from the highest
 	// ordinal, one pod at a time, each once the one after it is gone.
 	stsDownAt   = 30 * time.Second
-	stsDuration = 46 * time.Second
+	stsDuration = 62 * time.Second
 	// StatefulSetRecreated is the pod deleted and created again.
 	StatefulSetRecreated = WorkloadName + "-1"
 )
 
-// StatefulSetSchedule is the StatefulSet scenario, 46 seconds at the
+// StatefulSetSchedule is the StatefulSet scenario, 62 seconds at the
 // typical latency, the search gateway being a StatefulSet (OrderedReady,
 // manifests/statefulset.yaml) scaled by the real HPA through its scale
-// subresource: 4 pods; at 1 s the autoscaler asks for 8; at 20 s
+// subresource: 4 pods; at 1 s the autoscaler asks for 7; at 16 s
 // search-gateway-1 is deleted and comes back under its name; at 30 s the
-// autoscaler asks for 3.
+// autoscaler asks for 3. 7 and 3 do not divide the 40 usable permits:
+// the exact division gives some pods one more.
 func StatefulSetSchedule() Schedule {
-	return faultSchedule(stsDuration, stsFrom, []ScaleStep{{At: stsUpAt, Replicas: stsUp}, {At: stsDownAt, Replicas: stsDown}},
-		Phase{Name: "4→8 pods, one at a time", From: 0, To: StatefulSetRecreateAt},
+	return faultSchedule(stsDuration, StatefulSetFrom, []ScaleStep{{At: stsUpAt, Replicas: StatefulSetUp}, {At: stsDownAt, Replicas: StatefulSetDown}},
+		Phase{Name: "4→7 pods, one at a time", From: 0, To: StatefulSetRecreateAt},
 		Phase{Name: StatefulSetRecreated + " deleted and created again", From: StatefulSetRecreateAt, To: stsDownAt},
-		Phase{Name: "8→3 pods, one at a time", From: stsDownAt, To: stsDuration})
+		Phase{Name: "7→3 pods, one at a time", From: stsDownAt, To: stsDuration})
 }
 
 // StatefulSetStep is the workload once one step of the scenario settled:
 // the plan for the pods acknowledged by every one of them, the pods Ready.
 type StatefulSetStep struct {
 	Name string `json:"name"`
+	// Want is the number of pods the step is for.
+	Want int `json:"want"`
 	// AtSeconds is when the step began: the scenario asked the HPA, or
 	// deleted the pod.
 	AtSeconds float64 `json:"atSeconds"`
@@ -108,6 +117,12 @@ type StatefulSetReport struct {
 	PeakRunningPermits int `json:"peakRunningPermits"`
 	// PeakHeld is the most the quota's status.division.held ever said.
 	PeakHeld int32 `json:"peakHeld"`
+	// RecreateReadyPermitsMin is the least the Ready pods held while
+	// StatefulSetRecreated was gone and back, and RecreateBelowUsableSeconds
+	// how long they held less than every usable permit: the deleted pod's
+	// share goes to the others only once it has drained and released it.
+	RecreateReadyPermitsMin    int     `json:"recreateReadyPermitsMin"`
+	RecreateBelowUsableSeconds float64 `json:"recreateBelowUsableSeconds"`
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
@@ -167,7 +182,7 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 				return fmt.Errorf("storm: delete pod %s: %w", StatefulSetRecreated, err)
 			}
 			// The plan need not change: the pod comes back under its name.
-			st := h.stsSettle(ctx, fr, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(stsUp), stsRecreateTimeout, func() bool {
+			st := h.stsSettle(ctx, fr, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(StatefulSetUp), stsRecreateTimeout, func() bool {
 				n := 0
 				for _, l := range fr.Workload.Lives() {
 					if l.Name == StatefulSetRecreated && l.Seen.After(deleted) && !l.Ready.IsZero() {
@@ -182,7 +197,7 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 	}
 	s := StatefulSetSchedule()
 	v := faultVariant("statefulset", "the operator, the calling workload a StatefulSet (OrderedReady) scaled by the real HPA", s,
-		scaleStep(stsUpAt, stsUp, false), recreate, scaleStep(stsDownAt, stsDown, true))
+		scaleStep(stsUpAt, StatefulSetUp, false), recreate, scaleStep(stsDownAt, StatefulSetDown, true))
 	v.Kind = KindStatefulSet
 	run, err := h.Run(ctx, v, s)
 	if err != nil {
@@ -217,11 +232,12 @@ func ordinal(name string) int {
 
 // stsSettle waits, up to timeout, until exactly the pods want run, are
 // Ready and hold every usable permit, a plan published after planSince
-// gives them every usable permit and every one of them acknowledged it,
-// and every extra condition holds; then it reads the step, which began at
-// since.
+// gives them every usable permit, the last plan does too (no pod still
+// waiting for its share in a handover), every one of them enforces and
+// acknowledged it, and every extra condition holds; then it reads the step,
+// which began at since.
 func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, since, planSince time.Time, want []string, timeout time.Duration, extra ...func() bool) StatefulSetStep {
-	st := StatefulSetStep{Name: name, AtSeconds: fr.Offset(since).Seconds()}
+	st := StatefulSetStep{Name: name, Want: len(want), AtSeconds: fr.Offset(since).Seconds()}
 	from := since
 	if sc := fr.Workload.Scales(since); len(sc) > 0 {
 		from = sc[0].At
@@ -233,8 +249,14 @@ func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, sinc
 		err = waitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
 			w := fr.Workload
 			held, _ := fr.Observations.PermitsOf(w.Ready(), "")
+			pub := fr.Observations.Published()
 			ok := slices.Equal(w.Running(), sortedNames(want)) && slices.Equal(w.Ready(), sortedNames(want)) &&
-				w.Counts().Existing == len(want) && held == Usable() && rolledOut(fr.Observations, want)
+				w.Counts().Existing == len(want) && held == Usable() && rolledOut(fr.Observations, want) &&
+				len(pub) > 0 && planFor(pub[len(pub)-1], want)
+			for _, pod := range want {
+				n, _ := fr.Observations.PermitsOf([]string{pod}, "")
+				ok = ok && len(pub) > 0 && n == pub[len(pub)-1].PermitsOf(pod)
+			}
 			for _, cond := range extra {
 				ok = ok && cond()
 			}
@@ -290,10 +312,21 @@ func (r *StatefulSetReport) analyze(lives []PodLife, start time.Time) {
 			r.Recreated = append(r.Recreated, p)
 		}
 	}
-	r.CreationOrder = creationOrder(lives, start.Add(stsUpAt), stsFrom, stsUp)
-	r.DeletionOrder = deletionOrder(lives, start.Add(stsDownAt), stsDown, stsUp)
-	if r.Run != nil {
-		r.PeakRunningPermits = peakPermits(r.Run)
+	r.CreationOrder = creationOrder(lives, start.Add(stsUpAt), StatefulSetFrom, StatefulSetUp)
+	r.DeletionOrder = deletionOrder(lives, start.Add(stsDownAt), StatefulSetDown, StatefulSetUp)
+	if r.Run == nil {
+		return
+	}
+	r.PeakRunningPermits = peakPermits(r.Run)
+	r.RecreateReadyPermitsMin = Usable()
+	for _, p := range r.Run.Timeline {
+		if p.At < StatefulSetRecreateAt.Seconds() || p.At >= stsDownAt.Seconds() {
+			continue
+		}
+		r.RecreateReadyPermitsMin = min(r.RecreateReadyPermitsMin, p.ReadyPermits)
+		if p.ReadyPermits < Usable() {
+			r.RecreateBelowUsableSeconds += SampleInterval.Seconds()
+		}
 	}
 }
 

@@ -189,12 +189,15 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	if v.Operator {
 		// Start from a settled handover, as a workload that has run a while:
-		// every pod acknowledged the last plan and the Ready pods hold every
-		// usable permit.
+		// the last plan divides every usable permit over the running pods,
+		// every pod acknowledged it and the Ready pods hold every usable
+		// permit. (A StatefulSet's last pod is Ready a moment before the
+		// plan for it: the others still hold all then.)
 		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
-			r := obs.Rollout()
+			r, pub, running := obs.Rollout(), obs.Published(), w.Running()
 			held, _ := obs.PermitsOf(w.Ready(), "")
-			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && rolledOut(obs, w.Running()) && held == Usable(), h.ManagerErr()
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && len(pub) > 0 && planFor(pub[len(pub)-1], running) &&
+				rolledOut(obs, running) && held == Usable(), h.ManagerErr()
 		})
 		if err != nil {
 			return nil, err
