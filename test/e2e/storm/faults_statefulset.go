@@ -129,8 +129,8 @@ type StatefulSetReport struct {
 	Run *VariantReport `json:"run"`
 }
 
-// stsStepTimeout bounds each step's settling: each must be done before the
-// next event of the timeline.
+// The bounds of the steps' settling: each must be done before the next
+// event of the timeline.
 const (
 	stsUpTimeout       = StatefulSetRecreateAt - stsUpAt - time.Second
 	stsRecreateTimeout = stsDownAt - StatefulSetRecreateAt - time.Second

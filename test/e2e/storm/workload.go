@@ -126,8 +126,9 @@ type simPod struct {
 }
 
 // PodLife is one Pod the kubelet ran, from the moment it saw it: when its
-// process started, when it became Ready, when its deletion began and when
-// its process had exited. A zero time is a stage it did not reach.
+// process started, when the kubelet began writing its Ready status, when
+// its deletion began (the kubelet saw it, or a new Pod took its name) and
+// when its process had exited. A zero time is a stage it did not reach.
 type PodLife struct {
 	Name                                   string
 	UID                                    types.UID
