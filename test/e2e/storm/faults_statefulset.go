@@ -16,8 +16,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// The StatefulSet scenario's replica counts: from, up to, and down to.
-const StatefulSetFrom, StatefulSetUp, StatefulSetDown = 4, 7, 3
+// The StatefulSet scenario's replica counts.
+const (
+	// StatefulSetFrom is the replicas before the story begins.
+	StatefulSetFrom = 4
+	// StatefulSetUp is the scale-up's count.
+	StatefulSetUp = 7
+	// StatefulSetDown is the scale-down's count.
+	StatefulSetDown = 3
+)
 
 // The StatefulSet scenario's timeline. A departing pod's drain takes 0.3 s,
 // or 5 s more when the load's HTTP client opened a connection to it that
