@@ -138,4 +138,71 @@ var _ = Describe("Faults", Ordered, ContinueOnFailure, func() {
 			expectWithinContract(f.Run)
 		})
 	})
+
+	Context("the calling workload a StatefulSet, scaled by the real HPA", Ordered, func() {
+		var f *storm.StatefulSetReport
+		BeforeAll(func(ctx SpecContext) {
+			var err error
+			f, err = harness.RunStatefulSet(ctx)
+			Expect(err).NotTo(HaveOccurred(), "the harness could not run the StatefulSet scenario")
+			faultsReport.StatefulSet = f
+			AddReportEntry("statefulset: "+storm.StatefulSetRecreated+" gone and back", fmt.Sprintf("the Ready pods held at least %d permits, below %d for %.1fs",
+				f.RecreateReadyPermitsMin, storm.Usable(), f.RecreateBelowUsableSeconds))
+			for _, st := range f.Steps {
+				AddReportEntry("statefulset: "+st.Name, fmt.Sprintf("at %.1fs; the HPA decided %.2fs later; settled %.2fs after that: %d permits on %d Ready pods, shares %v",
+					st.AtSeconds, st.DecidedSeconds, st.SettledSeconds, st.ReadyPermits, st.ReadyPods, st.Shares))
+			}
+		}, NodeTimeout(2*time.Minute))
+
+		It("follows the HPA's scale-up and scale-down with the pods named by ordinal, dividing every usable permit exactly over the Ready pods", func() {
+			Expect(f.Err).To(BeEmpty())
+			Expect(f.Steps).To(HaveLen(3))
+			for i, want := range []int{storm.StatefulSetUp, storm.StatefulSetUp, storm.StatefulSetDown} {
+				st := f.Steps[i]
+				Expect(st.Want).To(Equal(want), "step %q", st.Name)
+				Expect(st.Err).To(BeEmpty(), "step %q", st.Name)
+				var names []string
+				for o := range want {
+					names = append(names, fmt.Sprintf("%s-%d", storm.WorkloadName, o))
+				}
+				Expect(st.Pods).To(Equal(names), "step %q: the running pods", st.Name)
+				Expect(st.ReadyPods).To(Equal(want), "step %q", st.Name)
+				Expect(st.ReadyPermits).To(Equal(storm.Usable()), "step %q: the Ready pods' permits", st.Name)
+				// Exact division: every pod the base share or one more.
+				base := storm.Usable() / want
+				for j, n := range st.Shares {
+					Expect(n).To(BeElementOf(base, base+1), "step %q: %s's share", st.Name, st.Pods[j])
+				}
+			}
+			Expect(f.Steps[0].DecidedSeconds).To(BeNumerically(">", 0), "the HPA scaled the StatefulSet up")
+			Expect(f.Steps[2].DecidedSeconds).To(BeNumerically(">", 0), "the HPA scaled the StatefulSet down")
+			expectRolledOut(f.Run)
+		})
+
+		It("creates the pods of the scale-up one at a time, and deletes those of the scale-down from the highest ordinal, as OrderedReady does", func() {
+			Expect(f.CreationOrder).To(BeEmpty())
+			Expect(f.DeletionOrder).To(BeEmpty())
+		})
+
+		It("runs the pod deleted and created again under its name as a new process, once the old one has exited", func() {
+			Expect(f.Recreated).To(HaveLen(2))
+			old, cur := f.Recreated[0], f.Recreated[1]
+			Expect(cur.UID).NotTo(Equal(old.UID))
+			Expect(old.Exited).To(BeNumerically(">", 0), "the old process exited")
+			Expect(cur.Started).To(BeNumerically(">", old.Exited), "the new process started after the old one exited")
+			Expect(cur.Ready).To(BeNumerically(">", 0))
+			Expect(cur.Exited).To(BeZero(), "the new process still runs")
+		})
+
+		It("keeps the peak in-flight within the contract", func() {
+			expectWithinContract(f.Run)
+		})
+
+		It("hands over: shares grow only once the shrinking pods acknowledged, so the pods never enforce more than the usable permits together", func() {
+			Expect(f.PeakRunningPermits).To(BeNumerically(">", 0))
+			Expect(f.PeakRunningPermits).To(BeNumerically("<=", storm.Usable()))
+			Expect(f.PeakHeld).To(BeNumerically(">", 0))
+			Expect(f.PeakHeld).To(BeNumerically("<=", storm.Usable()), "status.division.held")
+		})
+	})
 })

@@ -51,12 +51,38 @@ type CallersScenario struct {
 	Duration      time.Duration
 	PodStartDelay time.Duration
 	Callers       []CallerSpec
-	// Checkpoints are the moments, well after every scale step before them,
-	// at which each caller's Ready pods must hold its fair part.
-	Checkpoints []time.Duration
+	// Checkpoints are the moments at which each caller's Ready pods must
+	// hold its fair part.
+	Checkpoints []CallersCheckpoint
 }
 
-// TwoCallers is the two-callers scenario, 30 seconds at the typical latency:
+// CallersCheckpoint is a moment at which each caller's Ready pods must hold
+// its fair part.
+type CallersCheckpoint struct {
+	// At is the moment. With Within zero it must come well after every scale
+	// step before it, and the last sample at or before it is the
+	// checkpoint.
+	At time.Duration
+	// Within, when positive, makes the checkpoint a poll: it is met at the
+	// first sample from At to At+Within at which each caller has as many
+	// Ready pods as its last step before At asked for, they hold its fair
+	// part and the contract's status gives it that part; when no sample
+	// does, the last one of the window is the checkpoint, and it fails. At
+	// must then come after the HPA's decision on every step before it (one
+	// HPASyncPeriod after the step), so that the old pods cannot meet it.
+	Within time.Duration
+}
+
+// End is the last moment the checkpoint looks at.
+func (cp CallersCheckpoint) End() time.Duration { return cp.At + cp.Within }
+
+// replicasAt returns the replicas the caller's autoscaler has been asked
+// for at t.
+func (c CallerSpec) replicasAt(t time.Duration) int32 {
+	return Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
+}
+
+// TwoCallers is the two-callers scenario, 33 seconds at the typical latency:
 // the search gateway (weight 1, no demand stated, 1,200 requests/s) scales
 // 4 → 8 at 8 s and 8 → 3 at 22 s; the checkout gateway (weight 3, demand 24
 // in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
@@ -64,13 +90,18 @@ type CallersScenario struct {
 // weighted share would be 30), and search the other 16.
 //
 // The scenario asks the HPAs for those steps; each acts within its sync
-// period (2 s). The checkpoints leave every step 5 s or more from its HPA's
-// decision to settle, and come before the next step can change a caller's
-// Ready pods: the one at 15 s follows checkout's step at 14 s, but no new
-// pod is Ready sooner than the pod start delay (1.5 s) after the HPA acts.
+// period (2 s). The first three checkpoints leave every step 5 s or more
+// from its HPA's decision to settle, and come before the next step can
+// change a caller's Ready pods: the one at 15 s follows checkout's step at
+// 14 s, but no new pod is Ready sooner than the pod start delay (1.5 s)
+// after the HPA acts. The last one follows search's scale-down 8 → 3, whose
+// end depends on the departing pods draining their calls and exiting, which
+// a loaded machine slows: it polls from 24 s (the HPA has decided by then)
+// for search's 3 Ready pods holding its 16 permits, and fails when that has
+// not happened by 32 s, 10 s after the step was asked for.
 func TwoCallers() CallersScenario {
 	return CallersScenario{
-		Duration:      30 * time.Second,
+		Duration:      33 * time.Second,
 		PodStartDelay: 1500 * time.Millisecond,
 		Callers: []CallerSpec{
 			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, RequestsPerSecond: 1200, InitialReplicas: 4,
@@ -78,7 +109,10 @@ func TwoCallers() CallersScenario {
 			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
 				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
-		Checkpoints: []time.Duration{7500 * time.Millisecond, 15 * time.Second, 21500 * time.Millisecond, 29500 * time.Millisecond},
+		Checkpoints: []CallersCheckpoint{
+			{At: 7500 * time.Millisecond}, {At: 15 * time.Second}, {At: 21500 * time.Millisecond},
+			{At: 22*time.Second + HPASyncPeriod, Within: 8 * time.Second},
+		},
 	}
 }
 
@@ -101,9 +135,9 @@ func (cs CallersScenario) Validate() error {
 			errs = append(errs, fmt.Errorf("caller %s: weight %d must be at least 1, demand %d at least 0", c.Name, c.Weight, c.DemandInFlight))
 		}
 	}
-	for _, t := range cs.Checkpoints {
-		if t <= 0 || t >= cs.Duration {
-			errs = append(errs, fmt.Errorf("checkpoint %v outside the run", t))
+	for _, cp := range cs.Checkpoints {
+		if cp.At <= 0 || cp.Within < 0 || cp.End() >= cs.Duration {
+			errs = append(errs, fmt.Errorf("checkpoint at %v within %v outside the run", cp.At, cp.Within))
 		}
 	}
 	if len(errs) > 0 {
@@ -273,7 +307,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 				Path:    h.gateway,
 				Args:    args,
 				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-				LogPath: filepath.Join(logDir, pod.Name+".log"),
+				LogPath: podLogPath(logDir, pod),
 				OnLog: func(l LogLine) {
 					switch l.Msg {
 					case MsgAppliedPlan:
@@ -294,7 +328,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return proc, nil
 		}
 		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Deployment: c.Name, HPA: c.Name,
+			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Name: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
 		if err != nil {

@@ -94,12 +94,36 @@ type CallerReport struct {
 
 // CallerCheckpoint is a caller at a checkpoint.
 type CallerCheckpoint struct {
+	// At is the sample the checkpoint took: for a polling checkpoint, the
+	// first one that met it, or the end of its window.
 	At           float64 `json:"atSeconds"`
 	ReadyPods    int     `json:"readyPods"`
 	ReadyPermits int     `json:"readyPermits"`
 	// StatusPart is the contract status's part for the caller then (-1
 	// when the status did not name it).
 	StatusPart int32 `json:"statusPart"`
+	// From and Within are a polling checkpoint's window (see
+	// CallersCheckpoint), and WantReadyPods the Ready pods it waits for;
+	// all zero for a checkpoint taken at one moment.
+	From          float64 `json:"fromSeconds,omitempty"`
+	Within        float64 `json:"withinSeconds,omitempty"`
+	WantReadyPods int     `json:"wantReadyPods,omitempty"`
+}
+
+// Met reports whether the caller's Ready pods held fair, and the contract's
+// status gave it fair, at the checkpoint, on the Ready pods a polling
+// checkpoint waits for.
+func (cp CallerCheckpoint) Met(fair int64) bool {
+	return int64(cp.ReadyPermits) == fair && int64(cp.StatusPart) == fair && (cp.WantReadyPods == 0 || cp.ReadyPods == cp.WantReadyPods)
+}
+
+// String is the checkpoint for a table: "7.5s: 16 on 4 pods", or for a
+// polling one "from 24.0s: 16 on 3 pods at 25.3s (within 8s)".
+func (cp CallerCheckpoint) String() string {
+	if cp.Within == 0 {
+		return fmt.Sprintf("%.1fs: %d on %d pods", cp.At, cp.ReadyPermits, cp.ReadyPods)
+	}
+	return fmt.Sprintf("from %.1fs: %d on %d pods at %.1fs (within %.0fs)", cp.From, cp.ReadyPermits, cp.ReadyPods, cp.At, cp.Within)
 }
 
 // CallersPoint is one 100 ms sample.
@@ -157,16 +181,9 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 			cr.LoadAchievedPerSecond, cr.LoadTargetPerSecond = d.Loads[i].AchievedPerSecond(), d.Loads[i].Target
 		}
 		for _, t := range cs.Checkpoints {
-			sm, ok := callersAt(d.Samples, t)
-			if !ok || i >= len(sm.Callers) {
-				continue
+			if cp, ok := callerCheckpoint(d.Samples, t, i, c, fair[i]); ok {
+				cr.Checkpoints = append(cr.Checkpoints, cp)
 			}
-			part, named := sm.Parts[callerKey(c)]
-			if !named {
-				part = -1
-			}
-			cr.Checkpoints = append(cr.Checkpoints, CallerCheckpoint{At: t.Seconds(), ReadyPods: sm.Callers[i].Pods.Ready,
-				ReadyPermits: sm.Callers[i].ReadyPermits, StatusPart: part})
 		}
 		r.Callers = append(r.Callers, cr)
 	}
@@ -182,6 +199,42 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 	}
 	r.Goals = evaluateCallers(r)
 	return r
+}
+
+// callerCheckpoint returns caller i (c) at checkpoint t: the last sample at
+// or before t.At, or for a polling checkpoint the first sample of its window
+// that meets it, or else the window's last. ok is false when no sample
+// covers the checkpoint.
+func callerCheckpoint(samples []CallersSample, t CallersCheckpoint, i int, c CallerSpec, fair int64) (cp CallerCheckpoint, ok bool) {
+	at := func(sm CallersSample) CallerCheckpoint {
+		part, named := sm.Parts[callerKey(c)]
+		if !named {
+			part = -1
+		}
+		return CallerCheckpoint{At: sm.At.Seconds(), ReadyPods: sm.Callers[i].Pods.Ready,
+			ReadyPermits: sm.Callers[i].ReadyPermits, StatusPart: part}
+	}
+	if t.Within == 0 {
+		sm, ok := callersAt(samples, t.At)
+		if !ok || i >= len(sm.Callers) {
+			return CallerCheckpoint{}, false
+		}
+		cp = at(sm)
+		// The checkpoint's moment, as the scenario states it.
+		cp.At = t.At.Seconds()
+		return cp, true
+	}
+	for _, sm := range samples {
+		if sm.At < t.At || sm.At > t.End() || i >= len(sm.Callers) {
+			continue
+		}
+		cp, ok = at(sm), true
+		cp.From, cp.Within, cp.WantReadyPods = t.At.Seconds(), t.Within.Seconds(), int(c.replicasAt(t.At))
+		if cp.Met(fair) {
+			return cp, true
+		}
+	}
+	return cp, ok
 }
 
 // callersAt returns the last sample at or before t.
@@ -212,8 +265,8 @@ func evaluateCallers(r *CallersReport) []Goal {
 		var got []string
 		met := len(c.Checkpoints) > 0
 		for _, cp := range c.Checkpoints {
-			got = append(got, fmt.Sprintf("%.1fs: %d on %d pods", cp.At, cp.ReadyPermits, cp.ReadyPods))
-			met = met && int64(cp.ReadyPermits) == c.FairPart && cp.StatusPart == int32(c.FairPart)
+			got = append(got, cp.String())
+			met = met && cp.Met(c.FairPart)
 		}
 		add(c.Name+"'s Ready pods hold its fair part at every checkpoint", fmt.Sprintf("%d", c.FairPart), strings.Join(got, "; "), met, true)
 		if ro := c.Rollout; ro != nil {
@@ -262,7 +315,7 @@ func WriteCallersTable(w io.Writer, r *CallersReport) error {
 		}
 		var cps []string
 		for _, cp := range c.Checkpoints {
-			cps = append(cps, fmt.Sprintf("%.1fs: %d/%d pods", cp.At, cp.ReadyPermits, cp.ReadyPods))
+			cps = append(cps, cp.String())
 		}
 		fmt.Fprintf(tw, "%s (%s)\t%d\t%s\t%d\t%d\t%s\t%.0f (%.0f)\n", c.Name, c.Namespace, c.Weight, demand, c.FairPart, c.StatusPart,
 			strings.Join(cps, ", "), c.LoadAchievedPerSecond, c.LoadTargetPerSecond)

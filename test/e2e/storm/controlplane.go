@@ -25,13 +25,15 @@ const NodeName = "storm-node"
 
 // Controllers are the kube-controller-manager controllers the storm runs:
 // the HPA controller decides the replica count from the custom metrics API
-// (see MetricsAPI), the Deployment and ReplicaSet controllers create and
-// delete the pods, the garbage collector removes what a deleted owner
-// leaves, and the EndpointSlice controller writes the Service's slices.
+// (see MetricsAPI), the Deployment and ReplicaSet controllers, or the
+// StatefulSet controller, create and delete the pods, the garbage collector
+// removes what a deleted owner leaves, and the EndpointSlice controller
+// writes the Service's slices.
 var Controllers = []string{
 	"horizontal-pod-autoscaler-controller",
 	"deployment-controller",
 	"replicaset-controller",
+	"statefulset-controller",
 	"garbage-collector-controller",
 	"endpointslice-controller",
 }
@@ -57,6 +59,7 @@ func ControllerManagerArgs(kubeconfig string) []string {
 		// each are what a real cluster runs too.
 		"--concurrent-deployment-syncs=5",
 		"--concurrent-replicaset-syncs=5",
+		"--concurrent-statefulset-syncs=5",
 		"-v=2",
 	}
 }

@@ -1,8 +1,8 @@
 // Package storm reproduces the 429 storm of the project's story and shows the
 // operator preventing it, end to end: a real kube-apiserver (with the
 // aggregation layer) and etcd, a real kube-controller-manager running the
-// HPA, Deployment, ReplicaSet, garbage-collector and EndpointSlice
-// controllers, the manager as a process, one process of examples/gateway per
+// HPA, Deployment, ReplicaSet, StatefulSet, garbage-collector and
+// EndpointSlice controllers, the manager as a process, one process of examples/gateway per
 // simulated pod, a downstream that answers 429 beyond a global in-flight
 // limit, and open-loop load.
 //
@@ -16,8 +16,9 @@
 // scheduler (it binds each new Pod to the one Node), the kubelet (a bound
 // Pod's container is a gateway process; the Pod is Running, then Ready once
 // the process serves; a deleted Pod's process gets SIGTERM and, once it has
-// exited, the Pod is deleted with grace period 0) and the Service (it sends
-// traffic only to the pods its kubelet saw Ready).
+// exited, the Pod is deleted with grace period 0; a StatefulSet's Pod
+// created again under its name is a new Pod with a new process) and the
+// Service (it sends traffic only to the pods its kubelet saw Ready).
 //
 // Besides the common schedule, on which the operator, a static share and the
 // naive full contract per pod run in turn, two scenarios have schedules of
@@ -25,6 +26,10 @@
 // previous division is replayed on the same pod timeline for comparison, see
 // CapacityReport) and two callers sharing one DownstreamContract (see
 // CallersScenario), each caller's part checked against division.FairShare.
+// The fault scenarios (faults*.go) break the cluster around the operator:
+// the leading manager killed, kube-apiserver restarted, finished pods beside
+// the workload's, and the calling workload a StatefulSet (see
+// StatefulSetSchedule).
 //
 // The same code runs the Ginkgo suite under test/e2e, which asserts the goals,
 // and the demo program under test/e2e/cmd/storm, which prints them.

@@ -174,7 +174,7 @@ func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
 	var newest *appsv1.ReplicaSet
 	for i := range list.Items {
 		rs := &list.Items[i]
-		if ref := metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" || ref.Name != w.opts.Deployment {
+		if ref := metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" || ref.Name != w.opts.Name {
 			continue
 		}
 		if newest == nil || rs.CreationTimestamp.After(newest.CreationTimestamp.Time) {
@@ -182,7 +182,7 @@ func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
 		}
 	}
 	if newest == nil {
-		return nil, fmt.Errorf("storm: deployment %s owns no replicaset", w.opts.Deployment)
+		return nil, fmt.Errorf("storm: deployment %s owns no replicaset", w.opts.Name)
 	}
 	return newest, nil
 }
@@ -192,6 +192,12 @@ func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
 // wrote its final phase, and nothing deletes it (the ReplicaSet controller
 // counts only active pods, and its owner exists). The harness's kubelet is
 // told first to leave it alone.
+//
+// A pod is created Pending, whatever status the request carries, and a
+// Pending pod of rs is active: the ReplicaSet controller, finding one pod
+// too many, would delete it before its final status is written. So it is
+// created outside rs (neither its labels nor its owner reference), given its
+// final status, and only then made rs's, finished.
 func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet, name string, status corev1.PodStatus) error {
 	w.mu.Lock()
 	if w.finished == nil {
@@ -202,11 +208,9 @@ func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet,
 	t := rs.Spec.Template.DeepCopy()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       w.opts.Namespace,
-			Name:            name,
-			Labels:          t.Labels,
-			Annotations:     t.Annotations,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))},
+			Namespace:   w.opts.Namespace,
+			Name:        name,
+			Annotations: t.Annotations,
 		},
 		Spec: t.Spec,
 	}
@@ -214,8 +218,6 @@ func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet,
 	if err := w.c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("storm: create pod %s: %w", name, err)
 	}
-	// The controllers may touch the new pod first; its final status is
-	// written on the pod as it is then.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := w.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
 			return err
@@ -225,6 +227,17 @@ func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet,
 	})
 	if err != nil {
 		return fmt.Errorf("storm: set pod %s %s: %w", name, status.Phase, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := w.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		pod.Labels = t.Labels
+		pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
+		return w.c.Update(ctx, pod)
+	})
+	if err != nil {
+		return fmt.Errorf("storm: make pod %s replicaset %s's: %w", name, rs.Name, err)
 	}
 	return nil
 }

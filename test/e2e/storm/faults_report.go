@@ -15,11 +15,12 @@ type FaultsReport struct {
 	Failover     *FailoverReport     `json:"failover,omitempty"`
 	Restart      *RestartReport      `json:"apiServerRestart,omitempty"`
 	FinishedPods *FinishedPodsReport `json:"finishedPods,omitempty"`
+	StatefulSet  *StatefulSetReport  `json:"statefulSet,omitempty"`
 }
 
 // Empty says whether no scenario has run.
 func (r *FaultsReport) Empty() bool {
-	return r.Failover == nil && r.Restart == nil && r.FinishedPods == nil
+	return r.Failover == nil && r.Restart == nil && r.FinishedPods == nil && r.StatefulSet == nil
 }
 
 // WriteJSON writes the report to path, creating its directory.
@@ -65,6 +66,16 @@ func WriteFaultsTable(w io.Writer, r *FaultsReport) error {
 			fmt.Fprintf(tw, "evicted and completed pods\tat %.1fs: Ready pods, divisor, Ready pods' permits\t%d, %d, %d of %d\n", c.AtSeconds, c.ReadyPods, c.Divisor, c.ReadyPermits, Usable())
 		}
 		run("evicted and completed pods", p.Run)
+	}
+	if s := r.StatefulSet; s != nil {
+		for _, st := range s.Steps {
+			fmt.Fprintf(tw, "StatefulSet caller\t%s at %.1fs: decided, settled, Ready pods' permits\t+%.2fs, +%.2fs, %d of %d on %d pods %v\n",
+				st.Name, st.AtSeconds, st.DecidedSeconds, st.SettledSeconds, st.ReadyPermits, Usable(), st.ReadyPods, st.Shares)
+		}
+		fmt.Fprintf(tw, "StatefulSet caller\tpeak permits of the running pods, peak status.division.held\t%d, %d of %d usable\n", s.PeakRunningPermits, s.PeakHeld, Usable())
+		fmt.Fprintf(tw, "StatefulSet caller\t%s gone and back: least Ready pods' permits, time below %d\t%d, %.1fs\n", StatefulSetRecreated, Usable(), s.RecreateReadyPermitsMin, s.RecreateBelowUsableSeconds)
+		fmt.Fprintf(tw, "StatefulSet caller\tOrderedReady order broken\t%d times\n", len(s.CreationOrder)+len(s.DeletionOrder))
+		run("StatefulSet caller", s.Run)
 	}
 	return tw.Flush()
 }

@@ -17,6 +17,7 @@ func TestFaultSchedules(t *testing.T) {
 		"failover":      {FailoverSchedule(), []time.Duration{FailoverScaleAt}},
 		"restart":       {RestartSchedule(), []time.Duration{RestartAt}},
 		"finished pods": {FinishedPodsSchedule(), []time.Duration{FinishedPodsAt}},
+		"statefulset":   {StatefulSetSchedule(), []time.Duration{StatefulSetRecreateAt}},
 	} {
 		if err := tc.s.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)

@@ -33,7 +33,7 @@ const (
 	// typical latency (1900/s ÷ 8 × 0.22 s), so that 8 pods hold steady
 	// within its tolerance.
 	DemandTarget = 55
-	// ReplicasMetric is an Object metric of a Deployment whose value is the
+	// ReplicasMetric is an Object metric of a Deployment or StatefulSet whose value is the
 	// replica count a scenario with scale steps of its own asks for; its
 	// HPA targets an average value of 1, so it decides exactly that count.
 	ReplicasMetric = "storm_scenario_replicas"
@@ -60,7 +60,7 @@ type MetricsAPI struct {
 
 	mu      sync.Mutex
 	sources map[string]*podSource // namespace → its workload's pods
-	objects map[string]float64    // namespace/deployment → ReplicasMetric
+	objects map[string]float64    // namespace/kind/name → ReplicasMetric
 }
 
 // podSource is one namespace's pods whose gate the API measures.
@@ -136,10 +136,11 @@ func (m *MetricsAPI) MeasurePods(namespace, gate string, addrs func() map[string
 	}
 }
 
-// SetReplicas sets the ReplicasMetric of a Deployment.
-func (m *MetricsAPI) SetReplicas(namespace, deployment string, n int32) {
+// SetReplicas sets the ReplicasMetric of a workload of kind (KindDeployment
+// or KindStatefulSet).
+func (m *MetricsAPI) SetReplicas(namespace, kind, name string, n int32) {
 	m.mu.Lock()
-	m.objects[namespace+"/"+deployment] = float64(n)
+	m.objects[namespace+"/"+kind+"/"+name] = float64(n)
 	m.mu.Unlock()
 }
 
@@ -320,13 +321,18 @@ func (m *MetricsAPI) serveDiscovery(w http.ResponseWriter, _ *http.Request) {
 		"resources": []apiResource{
 			{Name: "pods/" + DemandMetric, Namespaced: true, Kind: "MetricValueList", Verbs: []string{"get"}},
 			{Name: "deployments.apps/" + ReplicasMetric, Namespaced: true, Kind: "MetricValueList", Verbs: []string{"get"}},
+			{Name: "statefulsets.apps/" + ReplicasMetric, Namespaced: true, Kind: "MetricValueList", Verbs: []string{"get"}},
 		},
 	})
 }
 
+// replicasMetricKinds are the resources that have a ReplicasMetric, and
+// their kinds.
+var replicasMetricKinds = map[string]string{"deployments.apps": KindDeployment, "statefulsets.apps": KindStatefulSet}
+
 // serveMetric answers the HPA controller's two requests: DemandMetric for
 // every measured pod of a namespace (pods/*), and ReplicasMetric for one
-// Deployment. Each namespace has one workload, so a Pods request's label
+// Deployment or StatefulSet. Each namespace has one workload, so a Pods request's label
 // selector selects all of the namespace's measured pods.
 func (m *MetricsAPI) serveMetric(w http.ResponseWriter, r *http.Request) {
 	ns, resource, name, metric := r.PathValue("ns"), r.PathValue("resource"), r.PathValue("name"), r.PathValue("metric")
@@ -351,10 +357,11 @@ func (m *MetricsAPI) serveMetric(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-	case resource == "deployments.apps" && metric == ReplicasMetric && name != "*":
-		if v, ok := m.objects[ns+"/"+name]; ok {
+	case replicasMetricKinds[resource] != "" && metric == ReplicasMetric && name != "*":
+		kind := replicasMetricKinds[resource]
+		if v, ok := m.objects[ns+"/"+kind+"/"+name]; ok {
 			list.Items = append(list.Items, metricValue{
-				DescribedObject: objectRef{Kind: "Deployment", Namespace: ns, Name: name, APIVersion: "apps/v1"},
+				DescribedObject: objectRef{Kind: kind, Namespace: ns, Name: name, APIVersion: "apps/v1"},
 				Metric:          metricIdentifier{Name: metric},
 				Timestamp:       now,
 				Value:           strconv.FormatInt(int64(v), 10),

@@ -89,7 +89,8 @@ func TestMetricsAPI(t *testing.T) {
 	defer func() { _ = m.Close() }()
 	stop := m.MeasurePods("ns", "g", func() map[string]string { return map[string]string{"pod-a": pod.Listener.Addr().String()} })
 	defer stop()
-	m.SetReplicas("ns", "web", 7)
+	m.SetReplicas("ns", KindDeployment, "web", 7)
+	m.SetReplicas("ns", KindStatefulSet, "db", 3)
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pki.ServingCABundle)
@@ -120,6 +121,13 @@ func TestMetricsAPI(t *testing.T) {
 	}
 	if code, _, err := get(proxy, "/namespaces/other/deployments.apps/web/"+ReplicasMetric); err != nil || code != http.StatusNotFound {
 		t.Errorf("replicas metric of an unknown deployment: %d %v, want 404", code, err)
+	}
+	if code, l, err := get(proxy, "/namespaces/ns/statefulsets.apps/db/"+ReplicasMetric); err != nil || code != http.StatusOK ||
+		len(l.Items) != 1 || l.Items[0].Value != "3" || l.Items[0].DescribedObject.Kind != KindStatefulSet {
+		t.Errorf("replicas metric of a statefulset: %d %+v %v", code, l, err)
+	}
+	if code, _, err := get(proxy, "/namespaces/ns/statefulsets.apps/web/"+ReplicasMetric); err != nil || code != http.StatusNotFound {
+		t.Errorf("replicas metric of a statefulset named as the deployment: %d %v, want 404", code, err)
 	}
 
 	// The demand: 5 in flight × (10 + 90) offered / 10 admitted = 50, once

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -92,9 +93,10 @@ type Observations struct {
 	applied   []Applied
 	rollout   []RolloutSample
 	acks      []AckSample
-	lastAck   map[string]string // pod → its applied annotation's value
-	permits   map[string]int    // running pod → the permits it last applied
-	metrics   map[string]string // running pod → its /metrics address
+	lastAck   map[string]string    // pod → its applied annotation's value
+	ackUID    map[string]types.UID // pod → the UID lastAck is of
+	permits   map[string]int       // running pod → the permits it last applied
+	metrics   map[string]string    // running pod → its /metrics address
 }
 
 // ServingMetrics records the address of a pod's /metrics listener.
@@ -200,17 +202,26 @@ func (o *Observations) LastAcks() map[string]string {
 	return maps.Clone(o.lastAck)
 }
 
-// ack records pod's applied annotation for gate when it changed.
+// ack records pod's applied annotation for gate when it changed. A pod
+// created again under its name (a StatefulSet's) has acknowledged nothing
+// until its own annotation says so.
 func (o *Observations) ack(seen time.Time, pod *corev1.Pod, gate string) {
 	v, ok := pod.Annotations[v1alpha1.AppliedAnnotationPrefix+gate]
-	if !ok {
-		return
-	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.lastAck == nil {
-		o.lastAck = map[string]string{}
+		o.lastAck, o.ackUID = map[string]string{}, map[string]types.UID{}
 	}
+	// A watch delivers a name's events in order, and one started again
+	// lists only the Pods there are: a new UID is the name's new Pod.
+	if uid, known := o.ackUID[pod.Name]; known && uid != pod.UID {
+		delete(o.lastAck, pod.Name)
+		delete(o.ackUID, pod.Name)
+	}
+	if !ok {
+		return
+	}
+	o.ackUID[pod.Name] = pod.UID
 	if o.lastAck[pod.Name] == v {
 		return
 	}

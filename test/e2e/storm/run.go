@@ -3,6 +3,7 @@
 package storm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,21 +55,20 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if err := WriteManifests(manifestDir); err != nil {
 		return nil, err
 	}
+	kind := cmp.Or(v.Kind, KindDeployment)
+	// A schedule with scale steps of its own asks the HPA for them.
+	files, err := VariantManifests(kind, len(s.Scale) > 0, v.Operator)
+	if err != nil {
+		return nil, err
+	}
 
-	h.logf("[%s] Applying the Deployment and HPA%s in namespace %s", v.Name, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
+	h.logf("[%s] Applying the %s and HPA%s in namespace %s", v.Name, kind, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
 	if err := h.kubectl("create", "namespace", ns); err != nil {
 		return nil, err
 	}
 	apply := []string{"apply", "--namespace", ns}
-	for _, m := range WorkloadManifests {
+	for _, m := range files {
 		apply = append(apply, "-f", filepath.Join(manifestDir, m))
-	}
-	if len(s.Scale) > 0 {
-		// A schedule with scale steps of its own asks the HPA for them.
-		apply[len(apply)-1] = filepath.Join(manifestDir, DictatedHPAManifest)
-	}
-	if v.Operator {
-		apply = append(apply, "-f", filepath.Join(manifestDir, QuotaManifest))
 	}
 	if err := h.kubectl(apply...); err != nil {
 		return nil, err
@@ -136,7 +136,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 			Path:    h.podProgram(v),
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-			LogPath: filepath.Join(logDir, pod.Name+".log"),
+			LogPath: podLogPath(logDir, pod),
 			OnLog: func(l LogLine) {
 				switch l.Msg {
 				case MsgAppliedPlan:
@@ -163,7 +163,8 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		Config:     h.Config,
 		Metrics:    h.Metrics,
 		Namespace:  ns,
-		Deployment: WorkloadName,
+		Kind:       kind,
+		Name:       WorkloadName,
 		HPA:        WorkloadName,
 		Run:        run,
 		Endpoints:  endpoints,
@@ -188,12 +189,15 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	if v.Operator {
 		// Start from a settled handover, as a workload that has run a while:
-		// every pod acknowledged the last plan and the Ready pods hold every
-		// usable permit.
+		// the last plan divides every usable permit over the running pods,
+		// every pod acknowledged it and the Ready pods hold every usable
+		// permit. (A StatefulSet's last pod is Ready a moment before the
+		// plan for it: the others still hold all then.)
 		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
-			r := obs.Rollout()
+			r, pub, running := obs.Rollout(), obs.Published(), w.Running()
 			held, _ := obs.PermitsOf(w.Ready(), "")
-			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && rolledOut(obs, w.Running()) && held == Usable(), h.ManagerErr()
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && len(pub) > 0 && planFor(pub[len(pub)-1], running) &&
+				rolledOut(obs, running) && held == Usable(), h.ManagerErr()
 		})
 		if err != nil {
 			return nil, err
@@ -221,6 +225,17 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 	return Analyze(data), nil
+}
+
+// podLogPath returns the file in dir for the log of pod's process:
+// <pod>.log, or <pod>.<uid>.log when a pod of the same name (a StatefulSet's
+// pod created again) already wrote that.
+func podLogPath(dir string, pod *corev1.Pod) string {
+	path := filepath.Join(dir, pod.Name+".log")
+	if _, err := os.Stat(path); err == nil {
+		return filepath.Join(dir, pod.Name+"."+string(pod.UID)+".log")
+	}
+	return path
 }
 
 // rolledOut says whether the quota's status counts every pod as having
@@ -326,7 +341,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 	close(stopSampling)
 	scales := w.Scales(start)
 	for _, sc := range scales {
-		h.logf("[%s] %5.1fs the HPA scaled the Deployment: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), sc.From, sc.To)
+		h.logf("[%s] %5.1fs the HPA scaled the %s: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), cmp.Or(v.Kind, KindDeployment), sc.From, sc.To)
 	}
 	data := &RunData{
 		Variant:  v,

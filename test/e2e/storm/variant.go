@@ -35,6 +35,10 @@ type Variant struct {
 	// Faults are injected at their offsets while the schedule runs (see
 	// faults.go).
 	Faults []Fault
+	// Kind is the calling workload's kind: KindDeployment (when empty) or
+	// KindStatefulSet, which needs a schedule with scale steps of its own
+	// (see VariantManifests).
+	Kind string
 }
 
 // ScheduleOr returns the variant's own schedule, or common.

@@ -41,11 +41,13 @@ type WorkloadOptions struct {
 	Client client.Client
 	// Config is the API server's config, for the kubelet's watches.
 	Config *rest.Config
-	// Namespace, Deployment and HPA name the workload's objects, which must
-	// exist.
-	Namespace  string
-	Deployment string
-	HPA        string
+	// Namespace, Name and HPA name the workload's objects, which must
+	// exist: a Deployment, or a StatefulSet when Kind says so, and its HPA.
+	Namespace string
+	// Kind is KindDeployment (when empty) or KindStatefulSet.
+	Kind string
+	Name string
+	HPA  string
 	// Run starts a pod's process.
 	Run PodRunner
 	// Endpoints receive a pod's address once it is Ready, and lose it when
@@ -66,18 +68,21 @@ type WorkloadOptions struct {
 	Metrics *MetricsAPI
 }
 
-// Workload plays, for one Deployment, the parts of a cluster that the API
-// server and kube-controller-manager (whose Deployment, ReplicaSet and
-// garbage-collector controllers create and delete the Pods) do not run:
+// Workload plays, for one Deployment or StatefulSet, the parts of a cluster
+// that the API server and kube-controller-manager (whose Deployment,
+// ReplicaSet, StatefulSet and garbage-collector controllers create and
+// delete the Pods) do not run:
 //
-//   - the scheduler: a new Pod of the Deployment is bound to the node, with
+//   - the scheduler: a new Pod of the workload is bound to the node, with
 //     a Binding, StartDelay after the kubelet first sees it;
 //   - the kubelet: a bound Pod's container is a process started by Run; the
 //     Pod is marked Running, and Ready once the process logs "Serving"; a
 //     Pod given a deletionTimestamp (graceful deletion of a bound pod)
 //     leaves the endpoints, its process gets SIGTERM and finishes its
 //     in-flight calls, and only after the process has exited is the Pod
-//     deleted with grace period 0, as the kubelet does;
+//     deleted with grace period 0, as the kubelet does; a StatefulSet's pod
+//     deleted and created again under its name is a new Pod (a new UID)
+//     and gets a new process, once the old one has exited;
 //   - the Service: Endpoints hold exactly the Ready pods, from the moment
 //     the kubelet sees them Ready to the moment it sees their deletion;
 //
@@ -93,11 +98,12 @@ type Workload struct {
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
-	desired int32              // the Deployment's spec.replicas
+	desired int32              // the workload's spec.replicas
 	scales  []ScaleEvent       // every change of desired seen
 	hpa     HPAStatus          // the HPA's status, as last seen
 	pods    map[string]*simPod // every Pod object the kubelet runs
 	seen    map[types.UID]bool // every Pod the kubelet ever ran
+	lives   []*simPod          // the same, in the order the kubelet saw them
 	// finished names Pods that exist only as a finished pod left behind
 	// (an evicted or completed one, see createFinishedPod): the kubelet
 	// never runs them, even in the instant before their phase is written.
@@ -115,11 +121,23 @@ type simPod struct {
 	terminating bool
 	url         string
 	stop        chan struct{} // closed when the Pod is being deleted
+	// life is when it went through each stage.
+	life PodLife
+}
+
+// PodLife is one Pod the kubelet ran, from the moment it saw it: when its
+// process started, when the kubelet began writing its Ready status, when
+// its deletion began (the kubelet saw it, or a new Pod took its name) and
+// when its process had exited. A zero time is a stage it did not reach.
+type PodLife struct {
+	Name                                   string
+	UID                                    types.UID
+	Seen, Started, Ready, Stopping, Exited time.Time
 }
 
 // PodCounts are the workload's pods at one moment.
 type PodCounts struct {
-	// Desired is the Deployment's spec.replicas.
+	// Desired is the workload's spec.replicas.
 	Desired int32
 	// Existing counts the Pod objects, terminating ones included.
 	Existing int
@@ -132,7 +150,7 @@ type PodCounts struct {
 	Started int
 }
 
-// NewWorkload reads the Deployment and starts watching it and its Pods.
+// NewWorkload reads the workload and starts watching it and its Pods.
 // Close it.
 func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if opts.ServingTimeout <= 0 {
@@ -141,14 +159,21 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if opts.Node == "" {
 		opts.Node = NodeName
 	}
-	c := opts.Client
-	var dep appsv1.Deployment
-	if err := c.Get(ctx, client.ObjectKey{Namespace: opts.Namespace, Name: opts.Deployment}, &dep); err != nil {
-		return nil, fmt.Errorf("storm: get deployment: %w", err)
+	if opts.Kind == "" {
+		opts.Kind = KindDeployment
 	}
-	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	c := opts.Client
+	obj, err := workloadObject(opts.Kind, opts.Namespace, opts.Name)
 	if err != nil {
-		return nil, fmt.Errorf("storm: deployment %s: selector: %w", dep.Name, err)
+		return nil, err
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return nil, fmt.Errorf("storm: get %s %s: %w", opts.Kind, opts.Name, err)
+	}
+	replicas, selector := workloadSpec(obj)
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return nil, fmt.Errorf("storm: %s %s: selector: %w", opts.Kind, opts.Name, err)
 	}
 	cs, err := kubernetes.NewForConfig(opts.Config)
 	if err != nil {
@@ -161,59 +186,90 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 		pods:     map[string]*simPod{},
 		seen:     map[types.UID]bool{},
 	}
-	if dep.Spec.Replicas != nil {
-		w.desired = *dep.Spec.Replicas
+	if replicas != nil {
+		w.desired = *replicas
 	}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 
 	pods := coreinformers.NewFilteredPodInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
 		lo.LabelSelector = sel.String()
 	})
-	deps := appsinformers.NewFilteredDeploymentInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Deployment).String()
-	})
+	byName := func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Name).String()
+	}
+	var owner cache.SharedIndexInformer
+	if opts.Kind == KindStatefulSet {
+		owner = appsinformers.NewFilteredStatefulSetInformer(cs, opts.Namespace, 0, cache.Indexers{}, byName)
+	} else {
+		owner = appsinformers.NewFilteredDeploymentInformer(cs, opts.Namespace, 0, cache.Indexers{}, byName)
+	}
 	hpas := autoscalinginformers.NewFilteredHorizontalPodAutoscalerInformer(cs, opts.Namespace, 0, cache.Indexers{}, func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.HPA).String()
 	})
-	// Deployments and HPAs are followed on every add and update; pods on
-	// deletion too.
+	// The workload and its HPA are followed on every add and update; pods
+	// on deletion too.
 	follow := func(f func(any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, obj any) { f(obj) }}
 	}
 	podHandler := follow(func(obj any) { w.observePod(obj, false) })
 	podHandler.DeleteFunc = func(obj any) { w.observePod(obj, true) }
 	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{
-		pods: podHandler, deps: follow(w.observeDeployment), hpas: follow(w.observeHPA),
+		pods: podHandler, owner: follow(w.observeWorkload), hpas: follow(w.observeHPA),
 	} {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			w.cancel()
 			return nil, err
 		}
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods, deps, hpas} {
+	for _, inf := range []cache.SharedIndexInformer{pods, owner, hpas} {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			inf.RunWithContext(w.ctx)
 		}()
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, deps.HasSynced, hpas.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, owner.HasSynced, hpas.HasSynced) {
 		w.cancel()
 		w.wg.Wait()
-		return nil, fmt.Errorf("storm: workload %s: watches did not sync: %w", opts.Deployment, ctx.Err())
+		return nil, fmt.Errorf("storm: workload %s: watches did not sync: %w", opts.Name, ctx.Err())
 	}
 	return w, nil
 }
 
-// observeDeployment follows the Deployment's spec.replicas: each change
-// is a decision of the HPA controller (or Start's).
-func (w *Workload) observeDeployment(obj any) {
-	dep, ok := obj.(*appsv1.Deployment)
-	if !ok || dep.Spec.Replicas == nil {
+// workloadObject returns an object of the kind, named, for a client to read
+// into, scale or delete.
+func workloadObject(kind, namespace, name string) (client.Object, error) {
+	meta := metav1.ObjectMeta{Namespace: namespace, Name: name}
+	switch kind {
+	case KindDeployment:
+		return &appsv1.Deployment{ObjectMeta: meta}, nil
+	case KindStatefulSet:
+		return &appsv1.StatefulSet{ObjectMeta: meta}, nil
+	}
+	return nil, fmt.Errorf("storm: workload kind %q: must be %s or %s", kind, KindDeployment, KindStatefulSet)
+}
+
+// workloadSpec returns a Deployment's or StatefulSet's spec.replicas and
+// selector; nil for any other object.
+func workloadSpec(obj any) (*int32, *metav1.LabelSelector) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return o.Spec.Replicas, o.Spec.Selector
+	case *appsv1.StatefulSet:
+		return o.Spec.Replicas, o.Spec.Selector
+	}
+	return nil, nil
+}
+
+// observeWorkload follows the workload's spec.replicas: each change is a
+// decision of the HPA controller (or Start's).
+func (w *Workload) observeWorkload(obj any) {
+	replicas, _ := workloadSpec(obj)
+	if replicas == nil {
 		return
 	}
 	w.mu.Lock()
-	if n := *dep.Spec.Replicas; n != w.desired {
+	if n := *replicas; n != w.desired {
 		w.scales = append(w.scales, ScaleEvent{At: time.Now(), From: w.desired, To: n})
 		w.desired = n
 	}
@@ -266,8 +322,7 @@ func (w *Workload) HPA() HPAStatus {
 	return w.hpa
 }
 
-// Scales returns the changes of the Deployment's replicas seen since
-// since.
+// Scales returns the changes of the workload's replicas seen since since.
 func (w *Workload) Scales(since time.Time) []ScaleEvent {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -294,6 +349,16 @@ func (w *Workload) observePod(obj any, deleted bool) {
 	defer w.mu.Unlock()
 	p := w.pods[pod.Name]
 	if p != nil && p.uid != pod.UID {
+		if w.seen[pod.UID] {
+			// A late event about a Pod the kubelet ran under this name
+			// before.
+			return
+		}
+		// The name is a new Pod's (a StatefulSet's pod created again): the
+		// one the kubelet ran under it is gone, whether or not its deletion
+		// reached this watch (a relist shows only the new one). Its process
+		// is stopped, if that has not begun yet, before the new one starts.
+		w.stopLocked(p)
 		p = nil
 	}
 	if p == nil {
@@ -304,8 +369,10 @@ func (w *Workload) observePod(obj any, deleted bool) {
 			return
 		}
 		w.seen[pod.UID] = true
-		p = &simPod{name: pod.Name, uid: pod.UID, created: time.Now(), stop: make(chan struct{})}
+		now := time.Now()
+		p = &simPod{name: pod.Name, uid: pod.UID, created: now, stop: make(chan struct{}), life: PodLife{Name: pod.Name, UID: pod.UID, Seen: now}}
 		w.pods[p.name] = p
+		w.lives = append(w.lives, p)
 		w.wg.Add(1)
 		go w.kubelet(pod.DeepCopy(), p)
 		return
@@ -323,42 +390,47 @@ func (w *Workload) stopLocked(p *simPod) {
 	}
 	p.terminating = true
 	p.ready = false
+	p.life.Stopping = time.Now()
 	close(p.stop)
 }
 
 // Start brings the workload to n replicas before the story begins, as a
-// workload that has run a while: the Deployment's spec at n, and the
-// ReplicasMetric at n for an HPA that scales on it; the controllers create
-// the pods.
+// workload that has run a while: the workload's spec at n, through its
+// scale subresource, and the ReplicasMetric at n for an HPA that scales on
+// it; the controllers create the pods.
 func (w *Workload) Start(ctx context.Context, n int32) error {
 	if w.opts.Metrics != nil {
-		w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
+		w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Kind, w.opts.Name, n)
 	}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	obj, err := workloadObject(w.opts.Kind, w.opts.Namespace, w.opts.Name)
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		scale := &autoscalingv1.Scale{}
-		if err := w.c.SubResource("scale").Get(ctx, dep, scale); err != nil {
+		if err := w.c.SubResource("scale").Get(ctx, obj, scale); err != nil {
 			return err
 		}
 		scale.Spec.Replicas = n
-		return w.c.SubResource("scale").Update(ctx, dep, client.WithSubResourceBody(scale))
+		return w.c.SubResource("scale").Update(ctx, obj, client.WithSubResourceBody(scale))
 	})
 	if err != nil {
-		return fmt.Errorf("storm: scale deployment to %d: %w", n, err)
+		return fmt.Errorf("storm: scale %s %s to %d: %w", w.opts.Kind, w.opts.Name, n, err)
 	}
 	return nil
 }
 
 // Scale asks the HPA for n replicas, for a scenario with scale steps of its
-// own: it sets the Deployment's ReplicasMetric, which that scenario's HPA
+// own: it sets the workload's ReplicasMetric, which that scenario's HPA
 // (DictateHPA) follows exactly at its next sync. The HPA controller then
-// scales the Deployment, and the Deployment and ReplicaSet controllers
-// create or delete Pods.
+// scales the workload through its scale subresource, and the Deployment and
+// ReplicaSet controllers, or the StatefulSet controller, create or delete
+// Pods.
 func (w *Workload) Scale(_ context.Context, n int32) error {
 	if w.opts.Metrics == nil {
 		return errors.New("storm: Scale needs the custom metrics API (WorkloadOptions.Metrics)")
 	}
-	w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Deployment, n)
+	w.opts.Metrics.SetReplicas(w.opts.Namespace, w.opts.Kind, w.opts.Name, n)
 	return nil
 }
 
@@ -377,14 +449,17 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	case <-ctx.Done():
 		return
 	}
+	// The Binding names the Pod's UID: a Pod created again under the name
+	// is not this one.
 	binding := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: w.opts.Node},
 	}
 	if err := w.c.SubResource("binding").Create(ctx, pod, binding); err != nil {
 		// A pod deleted before it was bound is gone at once, whether or not
-		// its deletion has reached the watch yet.
-		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		// its deletion has reached the watch yet; its name may already be a
+		// new Pod's (a conflict on the UID).
+		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 			w.fail(fmt.Errorf("storm: bind pod %s: %w", p.name, err))
 		}
 		return
@@ -406,9 +481,10 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	}
 	w.mu.Lock()
 	p.started = true
+	p.life.Started = time.Now()
 	w.mu.Unlock()
 	started := metav1.Now()
-	if err := w.setStatus(ctx, pod.Name, started, false); err != nil {
+	if err := w.setStatus(ctx, p, started, false); err != nil {
 		w.fail(err)
 	}
 
@@ -436,12 +512,16 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 		case <-p.stop:
 		case <-ctx.Done():
 		default:
-			if err := w.setStatus(ctx, pod.Name, started, true); err != nil {
+			// Ready from the moment the status is written: the controllers
+			// may act on it before the write returns.
+			readyAt := time.Now()
+			if err := w.setStatus(ctx, p, started, true); err != nil {
 				w.fail(err)
 			}
 			w.mu.Lock()
 			if !p.terminating {
 				p.ready = true
+				p.life.Ready = readyAt
 				w.opts.Endpoints.Add(p.url)
 			}
 			w.mu.Unlock()
@@ -475,17 +555,25 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	}
 	w.mu.Lock()
 	p.started = false
+	p.life.Exited = time.Now()
 	w.mu.Unlock()
 	w.finalDelete(p)
 }
 
 // setStatus plays the kubelet's status updates: Running once the container
-// runs, Ready once the process serves.
-func (w *Workload) setStatus(ctx context.Context, name string, started metav1.Time, ready bool) error {
+// runs, Ready once the process serves. A Pod that is no longer p (gone, or
+// its name a new Pod's) is left alone.
+func (w *Workload) setStatus(ctx context.Context, p *simPod, started metav1.Time, ready bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var pod corev1.Pod
-		if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: name}, &pod); err != nil {
+		if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: p.name}, &pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
 			return err
+		}
+		if pod.UID != p.uid {
+			return nil
 		}
 		readyStatus := corev1.ConditionFalse
 		if ready {
@@ -525,7 +613,8 @@ func (w *Workload) finalDelete(p *simPod) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: p.name}}
 	uid := p.uid
 	err := w.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
-	if client.IgnoreNotFound(err) != nil {
+	// A conflict on the UID: the Pod is gone and its name a new Pod's.
+	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 		w.fail(fmt.Errorf("storm: delete pod %s: %w", p.name, err))
 	}
 }
@@ -560,6 +649,18 @@ func (w *Workload) WaitReady(ctx context.Context, n int, timeout time.Duration) 
 		case <-t.C:
 		}
 	}
+}
+
+// Lives returns every Pod the kubelet ran, in the order it first saw them,
+// a StatefulSet's pod created again under its name once per Pod.
+func (w *Workload) Lives() []PodLife {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]PodLife, len(w.lives))
+	for i, p := range w.lives {
+		out[i] = p.life
+	}
+	return out
 }
 
 // Running returns the names of the pods that exist and are not terminating.
@@ -647,10 +748,10 @@ func (w *Workload) RaiseFloor(ctx context.Context, n int32) error {
 }
 
 // Close stops the workload as deleting it would: the HPA is deleted, so
-// that nothing scales the Deployment again, then the Deployment, whose
-// ReplicaSet and Pods the garbage collector deletes; the kubelet
-// terminates every pod gracefully. It waits for the pods to go, deletes any
-// left when ctx ends, and stops the watches.
+// that nothing scales the workload again, then the workload, whose
+// ReplicaSet (a Deployment's) and Pods the garbage collector deletes; the
+// kubelet terminates every pod gracefully. It waits for the pods to go,
+// deletes any left when ctx ends, and stops the watches.
 func (w *Workload) Close(ctx context.Context) error {
 	var errs []error
 	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
@@ -658,9 +759,10 @@ func (w *Workload) Close(ctx context.Context) error {
 	if err := w.c.Delete(ctx, hpa); client.IgnoreNotFound(err) != nil {
 		errs = append(errs, fmt.Errorf("storm: delete hpa: %w", err))
 	}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: w.opts.Deployment}}
-	if err := w.c.Delete(ctx, dep, bg); client.IgnoreNotFound(err) != nil {
-		errs = append(errs, fmt.Errorf("storm: delete deployment: %w", err))
+	if obj, err := workloadObject(w.opts.Kind, w.opts.Namespace, w.opts.Name); err != nil {
+		errs = append(errs, err)
+	} else if err := w.c.Delete(ctx, obj, bg); client.IgnoreNotFound(err) != nil {
+		errs = append(errs, fmt.Errorf("storm: delete %s %s: %w", w.opts.Kind, w.opts.Name, err))
 	}
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
@@ -674,7 +776,7 @@ wait:
 		}
 		select {
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("storm: %d pods still there after the deployment's deletion: %w", n, ctx.Err()))
+			errs = append(errs, fmt.Errorf("storm: %d pods still there after the %s's deletion: %w", n, w.opts.Kind, ctx.Err()))
 			break wait
 		case <-t.C:
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -108,7 +112,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	stopped := map[string]bool{}
+	stopped := map[string]int{}
 	port := 1000
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		mu.Lock()
@@ -118,7 +122,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		return procs.Start(ProcessSpec{Name: pod.Name, Path: script, Env: env, OnLog: func(l LogLine) {
 			if l.Msg == MsgStopped {
 				mu.Lock()
-				stopped[pod.Name] = true
+				stopped[pod.Name]++
 				mu.Unlock()
 			}
 			onLog(l)
@@ -126,7 +130,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	}
 	endpoints := &Endpoints{}
 	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Deployment: WorkloadName, HPA: WorkloadName,
+		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Name: WorkloadName, HPA: WorkloadName,
 		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -256,5 +260,131 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	names := w.Running()
 	if len(names) != 0 {
 		t.Errorf("Running() after Close = %s", strings.Join(names, ","))
+	}
+
+	testStatefulSetWorkload(t, statefulSetTest{c: c, cfg: cfg, kubectl: kubectl, metrics: metrics, dir: dir, ns: ns, run: run, pods: pods, eventually: eventually,
+		stops: func(name string) int {
+			mu.Lock()
+			defer mu.Unlock()
+			return stopped[name]
+		}})
+}
+
+// statefulSetTest is what TestWorkloadAgainstAPIServer hands its
+// StatefulSet part.
+type statefulSetTest struct {
+	c          client.Client
+	cfg        *rest.Config
+	kubectl    *testenv.Kubectl
+	metrics    *MetricsAPI
+	dir, ns    string
+	run        PodRunner
+	pods       func() []corev1.Pod
+	eventually func(what string, cond func() bool)
+	// stops counts the processes of a pod name that stopped gracefully.
+	stops func(name string) int
+}
+
+// testStatefulSetWorkload checks the harness's kubelet with a StatefulSet:
+// the real StatefulSet controller creates search-gateway-0 and -1; a pod
+// deleted comes back under its name as a new Pod with a new process, once
+// the old one stopped; a new Pod under a name whose old Pod's deletion the
+// kubelet never saw (a relist) stops the old process too; the real HPA
+// scales the StatefulSet down through its scale subresource.
+func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
+	t.Helper()
+	ctx := context.Background()
+	stsPath := filepath.Join(st.dir, StatefulSetManifest)
+	b, err := os.ReadFile(stsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stsPath, []byte(strings.Replace(string(b), "replicas: 4", "replicas: 2", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := st.kubectl.Run("apply", "-n", st.ns, "-f", stsPath, "-f", filepath.Join(st.dir, StatefulSetHPAManifest)); err != nil {
+		t.Fatalf("kubectl apply: %v: %s", err, stderr)
+	}
+	w, err := NewWorkload(ctx, WorkloadOptions{
+		Client: st.c, Config: st.cfg, Metrics: st.metrics, Namespace: st.ns, Kind: KindStatefulSet, Name: WorkloadName, HPA: WorkloadName,
+		Run: st.run, Endpoints: &Endpoints{}, StartDelay: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(ctx) })
+	if err := w.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WaitReady(ctx, 2, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]types.UID{}
+	for _, p := range st.pods() {
+		if owner := metav1.GetControllerOf(&p); owner == nil || owner.Kind != KindStatefulSet {
+			t.Errorf("pod %s: controller %+v", p.Name, owner)
+		}
+		uids[p.Name] = p.UID
+	}
+	if got := w.Ready(); !slices.Equal(got, ordinals(2)) {
+		t.Fatalf("Ready() = %v, want %v", got, ordinals(2))
+	}
+	// readyAgain waits until name is Ready as a Pod other than old.
+	readyAgain := func(name string, old types.UID) {
+		t.Helper()
+		st.eventually(name+" Ready again as a new Pod", func() bool {
+			var p corev1.Pod
+			return st.c.Get(ctx, client.ObjectKey{Namespace: st.ns, Name: name}, &p) == nil && p.UID != old &&
+				slices.Contains(w.Ready(), name) && len(w.Running()) == 2
+		})
+	}
+
+	// Deleted, it comes back under its name: a new Pod, a new process, the
+	// old one stopped gracefully first.
+	name := ordinals(2)[1]
+	if err := st.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	readyAgain(name, uids[name])
+	var lives []PodLife
+	for _, l := range w.Lives() {
+		if l.Name == name {
+			lives = append(lives, l)
+		}
+	}
+	if len(lives) != 2 || lives[0].UID != uids[name] || lives[0].Exited.IsZero() || !lives[1].Started.After(lives[0].Exited) {
+		t.Errorf("the lives of %s: %+v; want the old one exited before the new one started", name, lives)
+	}
+	if n := st.stops(name); n != 1 {
+		t.Errorf("%d processes of %s stopped gracefully, want 1", n, name)
+	}
+
+	// A relist shows the name's new Pod without the old one's deletion:
+	// the kubelet stops the old process (its final delete removes the real
+	// Pod, which the StatefulSet controller creates again).
+	name = ordinals(2)[0]
+	w.observePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: name, UID: "unseen", Labels: map[string]string{"app.kubernetes.io/name": WorkloadName}}}, false)
+	st.eventually(name+"'s old process stopped", func() bool { return st.stops(name) == 1 })
+	readyAgain(name, uids[name])
+
+	// The real HPA scales the StatefulSet down on its ReplicasMetric; the
+	// controller deletes the highest ordinal.
+	if err := w.Scale(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	st.eventually("the HPA scales the statefulset to 1, and search-gateway-1 goes", func() bool {
+		return slices.Equal(w.Running(), ordinals(1)) && len(st.pods()) == 1
+	})
+	if sc := w.Scales(time.Time{}); len(sc) == 0 || sc[len(sc)-1].To != 1 {
+		t.Errorf("Scales() = %+v, want the last → 1", sc)
+	}
+	if err := w.Err(); err != nil {
+		t.Errorf("Err() = %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.pods()); n != 0 {
+		t.Errorf("%d pods after the StatefulSet's Close", n)
 	}
 }
