@@ -11,8 +11,16 @@ SHELL := /usr/bin/env bash -o pipefail
 
 GO ?= go
 CONTROLLER_GEN := $(GO) tool -modfile=hack/tools/controller-gen/go.mod controller-gen
-GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
+GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/golangci-lint/go.mod golangci-lint
 BENCHSTAT := $(GO) tool -modfile=hack/tools/benchstat/go.mod benchstat
+
+# The nested modules, each with a go.mod that replaces this module with the
+# working tree: the dispatcher's comparison with ants (hack/bench) and the
+# storm's plotting command (hack/stormplot). They are modules of their own so
+# that an application that requires this module does not get ants and gonum
+# in its module graph (test/modgraph checks it); fmt, vet, lint and test run
+# them too.
+NESTED_MODULES := hack/bench hack/stormplot
 
 # Go test flags; `make test GOTESTFLAGS=-v` for more.
 GOTESTFLAGS ?=
@@ -59,14 +67,17 @@ verify-generated: ## Fail when a generated file is stale.
 .PHONY: fmt
 fmt: ## Format the Go code.
 	$(GO) fmt ./...
+	for m in $(NESTED_MODULES); do (cd $$m && $(GO) fmt ./...); done
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet, here and in the nested modules.
 	$(GO) vet ./...
+	for m in $(NESTED_MODULES); do (cd $$m && $(GO) vet ./...); done
 
 .PHONY: lint
-lint: ## Run golangci-lint (formatting, vet, staticcheck, doc comments, ...).
+lint: ## Run golangci-lint (formatting, vet, staticcheck, doc comments, ...), here and in the nested modules.
 	$(GOLANGCI_LINT) run ./...
+	for m in $(NESTED_MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
 
 .PHONY: envtest
 envtest: ## Build the control plane for tests (kube-apiserver, kube-controller-manager, etcd, kubectl) if not cached nor given as KUBEBUILDER_ASSETS.
@@ -80,9 +91,19 @@ endif
 ##@ Test
 
 .PHONY: test
-test: verify-generated vet lint envtest ## The test command: generated files, vet, lint, unit and envtest suites under -race, then e2e.
+test: verify-generated vet lint envtest ## The test command: generated files, vet, lint, unit and envtest suites under -race, the nested modules' tests, then e2e.
 	KUBEBUILDER_ASSETS="$(call assets_for,$(ENVTEST_BINARIES))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+	$(MAKE) --no-print-directory test-nested
 	$(MAKE) --no-print-directory e2e
+
+# The plotting command has tests; the benchmark module has benchmarks only,
+# each run once so that a change to the dispatcher that breaks them fails
+# here and not at the next `make bench`. Neither runs concurrent code of its
+# own, so neither needs -race (which would build gonum and ants again).
+.PHONY: test-nested
+test-nested: ## The nested modules' tests (hack/stormplot) and one iteration of each benchmark of hack/bench.
+	cd hack/stormplot && $(GO) test $(GOTESTFLAGS) ./...
+	cd hack/bench && $(GO) test -run '^$$' -bench . -benchtime 1x $(GOTESTFLAGS) ./...
 
 # The e2e suite runs without -race: the race detector would slow the load
 # generator on two cores; the harness's own tests run under -race in test,
@@ -103,9 +124,10 @@ demo: ## Reproduce the 429 storm and watch the operator prevent it: a table, _ou
 BENCH_COUNT ?= 10
 
 .PHONY: bench
-bench: ## Benchmark the gate and the dispatcher against their peers in one run (_output/bench.txt).
+bench: ## Benchmark the gate and the dispatcher against their peers (_output/bench.txt); the dispatcher's run in hack/bench, beside ants.
 	@mkdir -p _output
-	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ ./pkg/runtime/dispatch/ | tee _output/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ | tee _output/bench.txt
+	cd hack/bench && $(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./... | tee -a $(CURDIR)/_output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 
 # Each round runs the three vias, each in a process of its own, in an order
