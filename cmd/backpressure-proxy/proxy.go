@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 )
@@ -116,7 +117,9 @@ func (p *proxy) listen(name, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("listen for %s: %w", name, err)
 	}
-	p.servers = append(p.servers, &server{name: name, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout}})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout}
+	httpshutdown.CloseUnused(srv)
+	p.servers = append(p.servers, &server{name: name, ln: ln, srv: srv})
 	return nil
 }
 

@@ -140,6 +140,35 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	}
 }
 
+// A connection a client opened and never used (an HTTP client's pool leaves
+// such connections behind) does not hold the gateway, and so its share,
+// after SIGTERM: http.Server.Shutdown alone would wait 5 seconds for it.
+func TestSIGTERMDoesNotWaitForUnusedConnections(t *testing.T) {
+	ds := newDownstream(t)
+	dir := t.TempDir()
+	writePlan(t, dir, testPlan(4, 0))
+	p := startBinary(t, nil, "--listen", "127.0.0.1:0", "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
+	addr := p.address(t)
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	time.Sleep(100 * time.Millisecond) // the server has accepted it
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the gateway still runs 3 s after SIGTERM with one unused connection open:\n%s", p.log)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit code %d, want 0:\n%s", code, p.log)
+	}
+}
+
 func TestStartWithoutAValidPlan(t *testing.T) {
 	other := testPlan(2, 0)
 	other.Gate, other.Hash = "payments", ""

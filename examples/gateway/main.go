@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
@@ -106,6 +107,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		Handler:           httpmw.Middleware(inbound)(gw),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
+	httpshutdown.CloseUnused(srv)
 
 	// 4. Serve, follow the plan, and drain on SIGTERM.
 	ln, err := net.Listen("tcp", cfg.listen)
