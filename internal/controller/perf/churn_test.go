@@ -3,7 +3,9 @@ package perf
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
 )
@@ -105,6 +108,8 @@ func TestChurn(t *testing.T) {
 	reconciledBefore := controllerMetric(t, "controller_runtime_reconcile_total", "controller")
 	reconcileSecondsBefore := controllerMetric(t, "controller_runtime_reconcile_time_seconds", "controller")
 	writesBefore := mgr.writes.Total()
+	kindsBefore := mgr.writes.Counts()
+	resultsBefore := reconcileResults(t)
 	cpuBefore = readCPU()
 	probeDone := make(chan []time.Duration, 1)
 	churnCtx, endChurn := context.WithCancel(ctx)
@@ -147,6 +152,7 @@ func TestChurn(t *testing.T) {
 	t.Logf("churn reconciles: %.0f, %.2f per event (the probe's %d changes included), %s each on average; API writes %d, %.2f per event; queue depth %.0f at the end",
 		reconciles, reconciles/float64(max(events, 1)), len(latencies), (time.Duration(reconcileSeconds / max(reconciles, 1) * 1e9)).Round(time.Millisecond),
 		writes, float64(writes)/float64(max(events, 1)), depth)
+	t.Logf("churn writes by kind: %s; reconciles by result: %s", countsSince(kindsBefore, mgr.writes.Counts()), countsSince(resultsBefore, reconcileResults(t)))
 	t.Logf("churn Ready pods → ConfigMap over %d changes: %s", len(latencies), summary(latencies))
 
 	// The queue drains, but the operator does not fall silent: pods that
@@ -157,6 +163,14 @@ func TestChurn(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("churn: the work queue held %.0f quotas %s after the churn", controllerMetric(t, "workqueue_depth", "name"), time.Since(drainStart).Round(100*time.Millisecond))
+	idle := time.Duration(envInt(t, "BACKPRESSURE_PERF_CHURN_IDLE_SECONDS", 60)) * time.Second
+	reconciledBefore, kindsBefore, resultsBefore = controllerMetric(t, "controller_runtime_reconcile_total", "controller"), mgr.writes.Counts(), reconcileResults(t)
+	time.Sleep(idle)
+	idleReconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller") - reconciledBefore
+	t.Logf("after the churn, no events for %s: %.0f reconciles (%.2f per quota per minute; by result %s), writes %s; queue depth %.0f",
+		idle, idleReconciles, idleReconciles/float64(total)/idle.Minutes(), countsSince(resultsBefore, reconcileResults(t)),
+		countsSince(kindsBefore, mgr.writes.Counts()), controllerMetric(t, "workqueue_depth", "name"))
+	t.Logf("events recorded: %s", countEvents(ctx, t, k8s))
 	if len(latencies) == 0 {
 		t.Fatal("the probe measured nothing during the churn")
 	}
@@ -234,4 +248,45 @@ func (c *podChurn) flip(ctx context.Context, i int) error {
 		return fmt.Errorf("pod %s: %w", key, err)
 	}
 	return nil
+}
+
+// reconcileResults returns the controller's reconciles so far by result
+// (success, error, requeue, requeue_after).
+func reconcileResults(t *testing.T) map[string]int {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["controller"] == bpcontroller.ControllerName {
+				out[labels["result"]] += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
+
+// countsSince formats the counts of after less those of before, in key
+// order, leaving out those that did not grow.
+func countsSince(before, after map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if n := after[k] - before[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }
