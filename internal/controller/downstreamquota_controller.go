@@ -50,6 +50,10 @@ type DownstreamQuotaReconciler struct {
 	recorder        events.EventRecorder
 	clock           clock.PassiveClock
 	conflictRecheck time.Duration
+	// applied is what this reconciler last applied as each quota's gate,
+	// so that the ConfigMap's update coming back through the watch does
+	// not reconcile the quota once more for nothing; see ownGateWrite.
+	applied appliedGates
 }
 
 var _ reconcile.Reconciler = (*DownstreamQuotaReconciler)(nil)
@@ -95,6 +99,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("controller: get quota %s: %w", req.NamespacedName, err)
 		}
+		r.applied.forget(req.NamespacedName)
 		return ctrl.Result{}, r.withdraw(ctx, req.Namespace, req.Name, "")
 	}
 	if !q.DeletionTimestamp.IsZero() {

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -101,12 +103,55 @@ func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.Dow
 		WithLabels(configMapLabels(workload)).
 		WithOwnerReferences(owner).
 		WithData(map[string]string{plan.KeyFor(q.Name): string(data)})
+	// Noted before the write, as its watch event may come before its
+	// response.
+	quota := client.ObjectKeyFromObject(q)
+	r.applied.note(quota, name, data)
 	// Force: the key is this quota's alone; someone who edited it by hand
 	// loses it back.
 	if err := r.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
+		r.applied.forget(quota)
 		return "", fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
 	}
 	return "", nil
+}
+
+// appliedGates remembers, per quota, the ConfigMap and the content of the
+// gate last applied to it. It is safe for concurrent use; its zero value
+// is empty.
+type appliedGates struct {
+	m sync.Map // types.NamespacedName → appliedGate
+}
+
+// appliedGate is one quota's last applied gate: the ConfigMap's name and a
+// digest of the document.
+type appliedGate struct {
+	configMap string
+	digest    [sha256.Size]byte
+}
+
+func (a *appliedGates) note(quota types.NamespacedName, configMap string, data []byte) {
+	a.m.Store(quota, appliedGate{configMap: configMap, digest: sha256.Sum256(data)})
+}
+
+func (a *appliedGates) forget(quota types.NamespacedName) { a.m.Delete(quota) }
+
+// ownGateWrite reports whether cm holds, as quota's gate, exactly what this
+// reconciler last applied there, with quota's owner reference: a change
+// the reconciler made itself and need not look at again. Anything else
+// (a hand edit of the key, a removed owner reference, a write after a
+// restart) is not.
+func (a *appliedGates) ownGateWrite(cm *corev1.ConfigMap, quota string) bool {
+	v, ok := a.m.Load(types.NamespacedName{Namespace: cm.Namespace, Name: quota})
+	if !ok {
+		return false
+	}
+	last := v.(appliedGate)
+	data, ok := cm.Data[plan.KeyFor(quota)]
+	return ok && last.configMap == cm.Name && sha256.Sum256([]byte(data)) == last.digest &&
+		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool {
+			return indexer.IsQuotaOwner(ref) && ref.Name == quota
+		})
 }
 
 // claim is called when the cache has no ConfigMap named key: there is none,
