@@ -52,8 +52,8 @@ type readiness struct {
 	diagnostics []v1alpha1.Diagnostic
 	// handover is the division's step; nil when no plan was computed.
 	handover *handover
-	// recorded is set when the step's record was written ahead of the
-	// status.
+	// recorded is set when the status, with the step's record, was
+	// written ahead of publishing.
 	recorded *recorded
 	// stale is set when the record could not be written because the quota
 	// read was old: the reconcile writes nothing more.
@@ -63,10 +63,11 @@ type readiness struct {
 	applied *appliedCount
 }
 
-// recorded is a division record written ahead of the status.
+// recorded is a status written ahead of publishing, with the division's
+// record.
 type recorded struct {
-	// before is the division the record replaced.
-	before *v1alpha1.DivisionStatus
+	// before is the status the record replaced.
+	before *v1alpha1.DownstreamQuotaStatus
 }
 
 // conditions returns the conditions a reconcile writes: Ready, PlanApplied,

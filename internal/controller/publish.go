@@ -75,27 +75,32 @@ func gatePublished(cm *corev1.ConfigMap, q *v1alpha1.DownstreamQuota, hash strin
 		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == q.UID })
 }
 
-// publish puts q's gate, the encoded document data of content hash, into
-// the ConfigMap name of q's namespace. It writes nothing when the gate is
-// already there. When the ConfigMap is not the operator's it writes nothing
-// and returns why, as the conflict.
-func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, name, hash string, data []byte) (conflict string, err error) {
+// target returns the ConfigMap name of q's namespace, which is to hold
+// q's gate, as the cache has it, or as claim leaves it when the cache has
+// none. When the ConfigMap is not the operator's it returns why, as the
+// conflict.
+func (r *DownstreamQuotaReconciler) target(ctx context.Context, q *v1alpha1.DownstreamQuota, name string) (cm *corev1.ConfigMap, conflict string, err error) {
 	workload := q.Spec.WorkloadRef.Name
 	key := client.ObjectKey{Namespace: q.Namespace, Name: name}
-	cm := &corev1.ConfigMap{}
+	cm = &corev1.ConfigMap{}
 	err = r.client.Get(ctx, key, cm)
 	if apierrors.IsNotFound(err) {
 		cm, err = r.claim(ctx, key, workload)
 	}
 	if err != nil {
-		return "", fmt.Errorf("controller: get configmap %s: %w", key, err)
+		return nil, "", fmt.Errorf("controller: get configmap %s: %w", key, err)
 	}
-	if why := notOurs(cm, workload); why != "" {
-		return why, nil
-	}
+	return cm, notOurs(cm, workload), nil
+}
+
+// publish puts q's gate, the encoded document data of content hash, into
+// cm, the ConfigMap target returned without a conflict. It writes nothing
+// when the gate is already there.
+func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, cm *corev1.ConfigMap, hash string, data []byte) error {
 	if gatePublished(cm, q, hash) {
-		return "", nil
+		return nil
 	}
+	name, key, workload := cm.Name, client.ObjectKeyFromObject(cm), q.Spec.WorkloadRef.Name
 	owner := metav1ac.OwnerReference().
 		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(indexer.QuotaKind).
 		WithName(q.Name).WithUID(q.UID)
@@ -111,9 +116,9 @@ func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.Dow
 	// loses it back.
 	if err := r.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
 		r.applied.forget(quota)
-		return "", fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
+		return fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
 	}
-	return "", nil
+	return nil
 }
 
 // appliedGates remembers, per quota, the ConfigMap and the content of the
