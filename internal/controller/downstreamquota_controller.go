@@ -265,13 +265,11 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	if err := r.withdraw(ctx, q.Namespace, q.Name, name); err != nil {
 		return ctrl.Result{}, nil, err
 	}
-	spec := quotaplan.Default(q.Spec)
 	return ctrl.Result{RequeueAfter: h.recheck}, &planChange{
 		after: planFigures{
 			permits: int32(p.Result.Base), extra: int32(p.Result.Extra), usable: int32(p.Result.Usable),
 			divisor: replicas.Divisor, source: replicas.DivisorSource,
 		},
-		belowOne:  spec.BelowOne,
 		configMap: name,
 	}, nil
 }
