@@ -344,7 +344,9 @@ func (r *DownstreamQuotaReconciler) recordStatus(ctx context.Context, q *v1alpha
 // patchStatus writes status, with the conditions conds set in it over
 // base's, as q's status in one merge patch under base's resourceVersion,
 // unless base has it already. It returns the status the write replaced and
-// whether it wrote; status and q then hold the result.
+// whether it wrote; status and q then hold the result as the API server
+// stored it, which keeps times to the microsecond (a share's shrunkAt), so
+// that comparing with it again finds nothing to write.
 func (r *DownstreamQuotaReconciler) patchStatus(ctx context.Context, q, base *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, conds []metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
 	want := status.DeepCopy()
 	want.Conditions = slices.Clone(base.Status.Conditions)
@@ -361,7 +363,7 @@ func (r *DownstreamQuotaReconciler) patchStatus(ctx context.Context, q, base *v1
 		return nil, false, err
 	}
 	prev := base.Status.DeepCopy()
-	*status, *q = *want, *updated
+	*status, *q = *updated.Status.DeepCopy(), *updated
 	return prev, true, nil
 }
 
