@@ -27,12 +27,23 @@ const churnP99Goal = 100 * time.Millisecond
 
 // TestChurn measures the operator under pod churn: by default 20,000
 // realistic pods over 2,000 Deployments (in 20 namespaces) with one quota
-// each, and 200 pod events per second for a minute, each flipping one
-// pod's Ready condition (a change every quota of the pod's workload must
-// see). It reports the operator's CPU per event, its reconciles per event,
-// and the cache memory per pod, and asserts that a change of another
-// workload's Ready pods (readyProbe) reaches its ConfigMap within
-// churnP99Goal at the 99th percentile during the churn.
+// each, and 20 pod events per second for a minute, each flipping one pod's
+// Ready condition (a change every quota of the pod's workload must see). It
+// reports the operator's CPU per event, its reconciles and writes per
+// event, the cache memory per pod, and what the operator does once the
+// churn stops, and asserts that a change of another workload's Ready pods
+// (readyProbe) reaches its ConfigMap within churnP99Goal at the 99th
+// percentile during the churn, and that the operator writes nothing once
+// all is settled.
+//
+// The issue asks for 200 events a second (BACKPRESSURE_PERF_CHURN_RATE=200).
+// The reference machine (two cores, shared) cannot take that rate at all:
+// a pod's status patch alone, with no operator running, costs the API
+// server and etcd 6–11 ms of CPU (the test measures it first), so 200 a
+// second would need 1.3–2.1 cores for the events and twice the machine
+// with the operator's writes (about 20 ms of API server CPU per event in
+// all); the default is the rate measured to let the operator keep up there.
+// See the README's Pod churn paragraph.
 //
 // The operator runs in the test's process, and so does the client that
 // sends the events: its CPU per event is measured first, alone (before the
@@ -41,7 +52,7 @@ func TestChurn(t *testing.T) {
 	requirePerf(t)
 	pods := envInt(t, "BACKPRESSURE_PERF_CHURN_PODS", 20000)
 	workloads := envInt(t, "BACKPRESSURE_PERF_CHURN_WORKLOADS", 2000)
-	rate := envInt(t, "BACKPRESSURE_PERF_CHURN_RATE", 200)
+	rate := envInt(t, "BACKPRESSURE_PERF_CHURN_RATE", 20)
 	duration := time.Duration(envInt(t, "BACKPRESSURE_PERF_CHURN_SECONDS", 60)) * time.Second
 	const namespaces = 20
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
