@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -127,6 +129,7 @@ func TestChurn(t *testing.T) {
 	writesBefore := mgr.writes.Total()
 	kindsBefore := mgr.writes.Counts()
 	resultsBefore := reconcileResults(t)
+	stopProfile := startCPUProfile(t, os.Getenv("BACKPRESSURE_PERF_CHURN_CPUPROFILE"))
 	cpuBefore = readCPU()
 	probeDone := make(chan []time.Duration, 1)
 	churnCtx, endChurn := context.WithCancel(ctx)
@@ -155,6 +158,7 @@ func TestChurn(t *testing.T) {
 	endChurn()
 	latencies := <-probeDone
 	cpu := readCPU().sub(cpuBefore)
+	stopProfile()
 	reconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller") - reconciledBefore
 	writes := mgr.writes.Total() - writesBefore
 	reconcileSeconds := controllerMetric(t, "controller_runtime_reconcile_time_seconds", "controller") - reconcileSecondsBefore
@@ -318,4 +322,27 @@ func countsSince(before, after map[string]int) string {
 		return "none"
 	}
 	return strings.Join(parts, " ")
+}
+
+// startCPUProfile writes a CPU profile of the test process (the operator
+// and the event sender) to path until the returned function is called; an
+// empty path profiles nothing.
+func startCPUProfile(t *testing.T, path string) func() {
+	t.Helper()
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			t.Errorf("cpu profile %s: %v", path, err)
+		}
+	}
 }
