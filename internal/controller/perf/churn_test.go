@@ -175,6 +175,8 @@ func TestChurn(t *testing.T) {
 		writes, float64(writes)/float64(max(events, 1)), depth)
 	t.Logf("churn writes by kind: %s; reconciles by result: %s", countsSince(kindsBefore, mgr.writes.Counts()), countsSince(resultsBefore, reconcileResults(t)))
 	t.Logf("churn Ready pods → ConfigMap over %d changes: %s", len(latencies), summary(latencies))
+	patches := slices.Sorted(slices.Values(probe.patches))
+	t.Logf("churn: the probe's own pod status patches, part of those figures, took %s", summary(patches))
 
 	// The queue drains; then the handovers of the pods that stopped being
 	// Ready finish, as nobody acknowledges here, once their unacknowledged
