@@ -44,8 +44,9 @@ const churnP99Goal = 100 * time.Millisecond
 // server and etcd 6–11 ms of CPU (the test measures it first), so 200 a
 // second would need 1.3–2.1 cores for the events and twice the machine
 // with the operator's writes (about 20 ms of API server CPU per event in
-// all); the default is the rate measured to let the operator keep up there.
-// See the README's Pod churn paragraph.
+// all). The default is the rate at which the test passed there with the
+// machine quiet; 50 a second filled the machine and missed the goal even
+// then. See the README's Pod churn paragraph.
 //
 // The operator runs in the test's process, and so does the client that
 // sends the events: its CPU per event is measured first, alone (before the
