@@ -42,9 +42,9 @@ const churnP99Goal = 100 * time.Millisecond
 // The reference machine (two cores, shared) cannot take that rate at all:
 // a pod's status patch alone, with no operator running, costs the API
 // server and etcd 6–11 ms of CPU (the test measures it first), so 200 a
-// second would need 1.3–2.1 cores for the events and twice the machine
-// with the operator's writes (20–40 ms of API server CPU per event in
-// all). The default is the rate at which the test passed there with the
+// second would need 1.3–2.1 cores for the events and two to four times
+// the machine with the operator's writes (20–40 ms of API server CPU per
+// event in all). The default is the rate at which the test passed there with the
 // machine quiet; 50 a second filled the machine and missed the goal even
 // then. See the README's Pod churn paragraph.
 //
