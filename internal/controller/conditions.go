@@ -52,8 +52,8 @@ type readiness struct {
 	diagnostics []v1alpha1.Diagnostic
 	// handover is the division's step; nil when no plan was computed.
 	handover *handover
-	// recorded is set when the step's record was written ahead of the
-	// status.
+	// recorded is set when the status, with the step's record, was
+	// written ahead of publishing.
 	recorded *recorded
 	// stale is set when the record could not be written because the quota
 	// read was old: the reconcile writes nothing more.
@@ -63,10 +63,11 @@ type readiness struct {
 	applied *appliedCount
 }
 
-// recorded is a division record written ahead of the status.
+// recorded is a status written ahead of publishing, with the division's
+// record.
 type recorded struct {
-	// before is the division the record replaced.
-	before *v1alpha1.DivisionStatus
+	// before is the status the record replaced.
+	before *v1alpha1.DownstreamQuotaStatus
 }
 
 // conditions returns the conditions a reconcile writes: Ready, PlanApplied,
@@ -105,7 +106,7 @@ func readyCondition(in readiness) metav1.Condition {
 		in.permits, in.replicas.Divisor, in.replicas.DivisorSource, in.published.Name)
 	if h := in.handover; h != nil {
 		summary = fmt.Sprintf("%s %d; %s, published to ConfigMap %s",
-			divisorSourceText(in.replicas.DivisorSource), in.replicas.Divisor, sizingDivision(h.status, in.replicas.Divisor).Equation(), in.published.Name)
+			divisorSourceText(in.replicas.DivisorSource), in.replicas.Divisor, sizingDivision(h.status.Usable, in.replicas.Divisor, h.status.Base, h.status.Extra).Equation(), in.published.Name)
 	}
 	reasons := diagnosticReasons(in.diagnostics)
 	others := func(except string) string {
@@ -135,14 +136,15 @@ func readyCondition(in readiness) metav1.Condition {
 	return ready
 }
 
-// sizingDivision returns a handed-out division as sizing states it, so that the
-// Ready condition quotes the equation the events and kubectl-backpressure
-// quote. AtLeastOne raised every pod to one permit when the shares add up
+// sizingDivision states a division as sizing does, so that the Ready
+// condition, the events and kubectl-backpressure quote one equation: usable
+// permits over pods, base permits each and extra pods with one more.
+// AtLeastOne raised every pod to one permit exactly when the shares add up
 // to more than the usable permits.
-func sizingDivision(st *v1alpha1.DivisionStatus, pods int32) sizing.Division {
+func sizingDivision(usable, pods, base, extra int32) sizing.Division {
 	return sizing.Division{
-		Usable: int64(st.Usable), Pods: int64(pods), Base: int64(st.Base), Extra: int64(st.Extra),
-		RaisedToOne: int64(st.Base)*int64(pods)+int64(st.Extra) > int64(st.Usable),
+		Usable: int64(usable), Pods: int64(pods), Base: int64(base), Extra: int64(extra),
+		RaisedToOne: int64(base)*int64(pods)+int64(extra) > int64(usable),
 	}
 }
 

@@ -251,7 +251,7 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 	name := indexer.ConfigMapName(qt)
 	var result reconcile.Result
 	if s.facts.workload != nil {
-		conflict, err := q.publish(ctx, qt, name, doc.Hash, data)
+		target, conflict, err := q.target(ctx, qt, name)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -259,6 +259,9 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 			s.in.conflict = conflict
 			result.RequeueAfter = q.conflictRecheck
 		} else {
+			if err := q.publish(ctx, qt, target, doc.Hash, data); err != nil {
+				return reconcile.Result{}, err
+			}
 			if err := q.withdraw(ctx, qt.Namespace, qt.Name, name); err != nil {
 				return reconcile.Result{}, err
 			}

@@ -136,6 +136,30 @@ func TestDivideStalled(t *testing.T) {
 	}
 }
 
+// TestDivideRecheckUnacknowledged asks for a step when the old share of a
+// pod that does not acknowledge, told a smaller share in this very step,
+// stops counting; that step hands it to the pod waiting for it.
+func TestDivideRecheckUnacknowledged(t *testing.T) {
+	const epoch = "uid-1"
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning), statePod("b", true, false, corev1.PodRunning)}
+	h := divide(one(12, pods), nil, epoch, v1alpha1.Handover{}, now)
+	if h.recheck != 0 {
+		t.Fatalf("first step: recheck %v, want none", h.recheck)
+	}
+	// b stops being Ready: told 0 at once, its 6 counted until the delay
+	// has passed, a waits for them.
+	pods[1] = statePod("b", false, false, corev1.PodRunning)
+	h = divide(one(12, pods), h.status, epoch, v1alpha1.Handover{}, now.Add(time.Second))
+	if h.told["b"] != 0 || h.told["a"] != 6 || h.recheck != DefaultUnacknowledgedDelay {
+		t.Fatalf("shrink step: told %v recheck %v, want b 0, a 6 and a recheck after %v", h.told, h.recheck, DefaultUnacknowledgedDelay)
+	}
+	h = divide(one(12, pods), h.status, epoch, v1alpha1.Handover{}, now.Add(time.Second+h.recheck))
+	if h.told["a"] != 12 || h.recheck != 0 || len(h.pending) != 0 {
+		t.Fatalf("step at the recheck: told %v recheck %v pending %v, want a 12 and nothing left", h.told, h.recheck, h.pending)
+	}
+}
+
 // one is the callers of the payments quota's own division, of epoch uid-1.
 func one(total int64, pods []corev1.Pod) []caller {
 	return []caller{{total: total, members: membersOf(pods, "payments", "uid-1")}}

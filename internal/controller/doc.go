@@ -56,7 +56,12 @@
 // capacity that is out, so it is written before any pod is told: when a step
 // changes it, the reconcile first writes it to status.division, under the
 // resourceVersion of the object it read (an optimistic lock), and only then
-// publishes. A restarted or newly elected operator reads the record back.
+// publishes. A quota's reconcile writes the rest of its status in that same
+// write, as it will stand once the document is published, rather than in a
+// second one after it; should the publication fail, the reconcile fails and
+// its retry publishes. (A contract keeps its record on the contract and
+// writes each quota's status after publishing.) A restarted or newly
+// elected operator reads the record back.
 // When that write conflicts, the cache held an older object than the API
 // server: the step was computed from an old record and would forget what
 // some pod was told since. The reconcile then writes nothing more, neither
@@ -203,8 +208,8 @@
 //
 // A quota's status is written once per reconcile, only when it differs
 // (equality.Semantic). The quota reconciler's events follow a status write
-// and are judged against the status the API server had before it (and the
-// division before the write-ahead record), so a reconcile that read a stale
+// and are judged against the status the API server had before it, so a
+// reconcile that read a stale
 // cache reports nothing twice: a Normal event PlanChanged when the
 // division's arithmetic or the ConfigMap changes ("permits 5→4 per pod, 5
 // for 4 of them: Ready pods 8→9; 40 usable permits = 4 × 9 + 4"), not on

@@ -30,6 +30,15 @@ import (
 // raises no event.
 const DefaultConflictRecheck = time.Minute
 
+// DefaultMaxConcurrentReconciles is how many quotas the operator reconciles
+// at once by default: cmd/manager's --max-concurrent-reconciles, which the
+// perf tests start with. A reconcile waits mostly on its API writes, but
+// more workers do not make the API server answer more of them: under pod
+// churn (make perf's TestChurn, 50 events a second on the shared two-core
+// machine) 16 workers took 656 ms a reconcile and got through 29 a second,
+// where 4 took 100 ms and got through 46.
+const DefaultMaxConcurrentReconciles = 4
+
 // Workloads, HPAs and pods are read from the cache only (list and watch);
 // quotas and ConfigMaps are also read from the API server (get) when the
 // cache may be stale or does not hold the object.
@@ -50,6 +59,10 @@ type DownstreamQuotaReconciler struct {
 	recorder        events.EventRecorder
 	clock           clock.PassiveClock
 	conflictRecheck time.Duration
+	// applied is what this reconciler last applied as each quota's gate,
+	// so that the ConfigMap's update coming back through the watch does
+	// not reconcile the quota once more for nothing; see ownGateWrite.
+	applied appliedGates
 }
 
 var _ reconcile.Reconciler = (*DownstreamQuotaReconciler)(nil)
@@ -95,6 +108,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("controller: get quota %s: %w", req.NamespacedName, err)
 		}
+		r.applied.forget(req.NamespacedName)
 		return ctrl.Result{}, r.withdraw(ctx, req.Namespace, req.Name, "")
 	}
 	if !q.DeletionTimestamp.IsZero() {
@@ -144,12 +158,9 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		return result, err
 	}
 	if in.recorded != nil {
-		// The division's record was written ahead of the status; the
-		// events compare with the division as it was before that.
-		if !written {
-			prev = q.Status.DeepCopy()
-		}
-		prev.Division, written = in.recorded.before, true
+		// The status was written ahead of publishing, with the division's
+		// record; the events compare with the status as it was before that.
+		prev, written = in.recorded.before, true
 	}
 	if !written {
 		return result, nil
@@ -207,19 +218,6 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	epoch := string(q.UID)
 	h := divide([]caller{{total: usableTotal(p), members: membersOf(f.pods, q.Name, epoch)}}, q.Status.Division, epoch, q.Spec.Handover, r.clock.Now())
 	status.Division, in.handover = h.status, &h
-	if h.changed {
-		// Write ahead: what every pod is told and may still hold is on
-		// record before any pod is told it, so that neither a restart nor
-		// a stale cache can forget capacity a pod may hold.
-		before := q.Status.Division
-		written, ok, err := recordDivision(ctx, r.client, q, func(u *v1alpha1.DownstreamQuota) { u.Status.Division = h.status })
-		if err != nil || !ok {
-			in.stale = true
-			return ctrl.Result{RequeueAfter: staleRecheck}, nil, err
-		}
-		*q = *written
-		in.recorded = &recorded{before: before}
-	}
 
 	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, h.document(""))
 	data, err := plan.Marshal(doc)
@@ -228,7 +226,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		return ctrl.Result{}, nil, nil
 	}
 	name := indexer.ConfigMapName(q)
-	conflict, err := r.publish(ctx, q, name, doc.Hash, data)
+	target, conflict, err := r.target(ctx, q, name)
 	if err != nil {
 		return ctrl.Result{}, nil, err
 	}
@@ -238,26 +236,45 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 			status.ConfigMap = nil
 		}
 		in.published = status.ConfigMap
+	} else {
+		status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(q.Name), Hash: doc.Hash}
+		in.published = status.ConfigMap
+		status.Rollout = rolloutStatus(f.pods, q.Name, plan.AckFor(doc))
+		in.applied = countApplied(f.pods, q.Name, plan.AckFor(doc))
+		status.PodsApplied = in.applied.text()
+	}
+	if h.changed {
+		// Write ahead: what every pod is told and may still hold is on
+		// record before any pod is told it, so that neither a restart nor
+		// a stale cache can forget capacity a pod may hold. The whole
+		// status goes in the same write, as it stands once the document
+		// is published, rather than in a second write after it: one write
+		// fewer on every change of the division. Should the publication
+		// then fail, the reconcile fails and its retry publishes.
+		before := q.Status.DeepCopy()
+		ok, err := r.recordStatus(ctx, q, status, in.conditions()...)
+		if err != nil || !ok {
+			in.stale = true
+			return ctrl.Result{RequeueAfter: staleRecheck}, nil, err
+		}
+		in.recorded = &recorded{before: before}
+	}
+	if conflict != "" {
 		return ctrl.Result{RequeueAfter: r.conflictRecheck}, nil, nil
+	}
+	if err := r.publish(ctx, q, target, doc.Hash, data); err != nil {
+		return ctrl.Result{}, nil, err
 	}
 	// The gate is in place in its ConfigMap; only now may it leave any
 	// other, so that the pods are never without it.
 	if err := r.withdraw(ctx, q.Namespace, q.Name, name); err != nil {
 		return ctrl.Result{}, nil, err
 	}
-
-	status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(q.Name), Hash: doc.Hash}
-	in.published = status.ConfigMap
-	status.Rollout = rolloutStatus(f.pods, q.Name, plan.AckFor(doc))
-	in.applied = countApplied(f.pods, q.Name, plan.AckFor(doc))
-	status.PodsApplied = in.applied.text()
-	spec := quotaplan.Default(q.Spec)
 	return ctrl.Result{RequeueAfter: h.recheck}, &planChange{
 		after: planFigures{
 			permits: int32(p.Result.Base), extra: int32(p.Result.Extra), usable: int32(p.Result.Usable),
 			divisor: replicas.Divisor, source: replicas.DivisorSource,
 		},
-		belowOne:  spec.BelowOne,
 		configMap: name,
 	}, nil
 }
@@ -294,29 +311,12 @@ func recordDivision[T client.Object](ctx context.Context, c client.Client, obj T
 // holds the result. A quota whose spec changed since q was read is left
 // alone: the generation change brings another reconcile.
 func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, conds ...metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
-	now := r.clock.Now()
-	desired := func(base *v1alpha1.DownstreamQuotaStatus) *v1alpha1.DownstreamQuotaStatus {
-		s := status.DeepCopy()
-		s.Conditions = slices.Clone(base.Conditions)
-		for _, c := range conds {
-			setCondition(&s.Conditions, c, q.Generation, now)
-		}
-		return s
-	}
 	base := q
 	for attempt := 0; ; attempt++ {
-		want := desired(&base.Status)
-		if equality.Semantic.DeepEqual(&base.Status, want) {
-			return nil, false, nil
-		}
-		updated := base.DeepCopy()
-		updated.Status = *want
-		err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		prev, written, err := r.patchStatus(ctx, q, base, status, conds)
 		switch {
 		case err == nil:
-			prev := base.Status.DeepCopy()
-			*status, *q = *want, *updated
-			return prev, true, nil
+			return prev, written, nil
 		case !apierrors.IsConflict(err) || attempt > 0:
 			return nil, false, fmt.Errorf("controller: write status of quota %s/%s: %w", q.Namespace, q.Name, err)
 		}
@@ -329,6 +329,47 @@ func (r *DownstreamQuotaReconciler) writeStatus(ctx context.Context, q *v1alpha1
 		}
 		base = live
 	}
+}
+
+// recordStatus writes status, with the conditions conds set in it, as q's
+// status under q's resourceVersion, as recordDivision writes a division
+// record: it returns true when it wrote, with q holding the result, and
+// false when q is stale, having written nothing.
+func (r *DownstreamQuotaReconciler) recordStatus(ctx context.Context, q *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, conds ...metav1.Condition) (bool, error) {
+	_, _, err := r.patchStatus(ctx, q, q, status, conds)
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("controller: record status of quota %s/%s: %w", q.Namespace, q.Name, err)
+}
+
+// patchStatus writes status, with the conditions conds set in it over
+// base's, as q's status in one merge patch under base's resourceVersion,
+// unless base has it already. It returns the status the write replaced and
+// whether it wrote; status and q then hold the result as the API server
+// stored it, which keeps times to the microsecond (a share's shrunkAt), so
+// that comparing with it again finds nothing to write.
+func (r *DownstreamQuotaReconciler) patchStatus(ctx context.Context, q, base *v1alpha1.DownstreamQuota, status *v1alpha1.DownstreamQuotaStatus, conds []metav1.Condition) (*v1alpha1.DownstreamQuotaStatus, bool, error) {
+	want := status.DeepCopy()
+	want.Conditions = slices.Clone(base.Status.Conditions)
+	now := r.clock.Now()
+	for _, c := range conds {
+		setCondition(&want.Conditions, c, q.Generation, now)
+	}
+	if equality.Semantic.DeepEqual(&base.Status, want) {
+		return nil, false, nil
+	}
+	updated := base.DeepCopy()
+	updated.Status = *want
+	if err := r.client.Status().Patch(ctx, updated, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, false, err
+	}
+	prev := base.Status.DeepCopy()
+	*status, *q = *updated.Status.DeepCopy(), *updated
+	return prev, true, nil
 }
 
 // sameCondition reports whether conds already has c's type with its status,

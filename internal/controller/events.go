@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
 // Event reasons and actions. Reasons of conditions double as event reasons
@@ -36,7 +35,6 @@ type planChange struct {
 	// before is nil on the first publication.
 	before    *planFigures
 	after     planFigures
-	belowOne  v1alpha1.BelowOnePolicy
 	configMap string
 }
 
@@ -78,20 +76,11 @@ func (c planChange) message() string {
 	if a.extra > 0 {
 		permits += fmt.Sprintf(", %d for %d of them", a.permits+1, a.extra)
 	}
-	msg := fmt.Sprintf("%s: %s; %s", permits, pods, a.division(c.belowOne).Equation())
+	msg := fmt.Sprintf("%s: %s; %s", permits, pods, sizingDivision(a.usable, a.divisor, a.permits, a.extra).Equation())
 	if c.before == nil {
 		msg += "; published to ConfigMap " + c.configMap
 	}
 	return msg
-}
-
-// division returns the figures as sizing states a division, so that an
-// event says what the status and kubectl-backpressure say.
-func (f planFigures) division(belowOne v1alpha1.BelowOnePolicy) sizing.Division {
-	return sizing.Division{
-		Usable: int64(f.usable), Pods: int64(f.divisor), Base: int64(f.permits), Extra: int64(f.extra),
-		RaisedToOne: belowOne == v1alpha1.BelowOneAtLeastOne && f.usable < f.divisor,
-	}
 }
 
 // attentionFindings are the findings that need a person: the workload is

@@ -33,12 +33,12 @@ func TestPlanChangeMessage(t *testing.T) {
 		},
 		{
 			name:   "strict below one: 40 of 100 pods hold one",
-			change: planChange{before: ptrTo(fig(1, 0, 40, 40)), after: fig(0, 40, 40, 100), belowOne: v1alpha1.BelowOneStrict, configMap: "cm"},
+			change: planChange{before: ptrTo(fig(1, 0, 40, 40)), after: fig(0, 40, 40, 100), configMap: "cm"},
 			want:   "permits 1→0 per pod, 1 for 40 of them: Ready pods 40→100; 40 usable permits = 0 × 100 + 40",
 		},
 		{
 			name:   "at least one",
-			change: planChange{after: fig(1, 0, 40, 100), belowOne: v1alpha1.BelowOneAtLeastOne, configMap: "cm"},
+			change: planChange{after: fig(1, 0, 40, 100), configMap: "cm"},
 			want:   "permits 1 per pod: Ready pods 100; 40 usable permits / 100 = 0.4 per pod, raised to 1 by AtLeastOne; published to ConfigMap cm",
 		},
 		{
@@ -116,7 +116,7 @@ func TestPlanChangeQuotesSizing(t *testing.T) {
 		c := planChange{after: planFigures{
 			permits: int32(p.Result.Base), extra: int32(p.Result.Extra), usable: int32(p.Result.Usable),
 			divisor: tt.ready, source: v1alpha1.DivisorReadyPods,
-		}, belowOne: tt.belowOne, configMap: "cm"}
+		}, configMap: "cm"}
 		eq := p.Result.Division(int(tt.ready)).Equation()
 		if eq != tt.want {
 			t.Errorf("%d over %d (%s): sizing says %q, want %q", tt.concurrency, tt.ready, tt.belowOne, eq, tt.want)

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -73,27 +75,32 @@ func gatePublished(cm *corev1.ConfigMap, q *v1alpha1.DownstreamQuota, hash strin
 		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == q.UID })
 }
 
-// publish puts q's gate, the encoded document data of content hash, into
-// the ConfigMap name of q's namespace. It writes nothing when the gate is
-// already there. When the ConfigMap is not the operator's it writes nothing
-// and returns why, as the conflict.
-func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, name, hash string, data []byte) (conflict string, err error) {
+// target returns the ConfigMap name of q's namespace, which is to hold
+// q's gate, as the cache has it, or as claim leaves it when the cache has
+// none. When the ConfigMap is not the operator's it returns why, as the
+// conflict.
+func (r *DownstreamQuotaReconciler) target(ctx context.Context, q *v1alpha1.DownstreamQuota, name string) (cm *corev1.ConfigMap, conflict string, err error) {
 	workload := q.Spec.WorkloadRef.Name
 	key := client.ObjectKey{Namespace: q.Namespace, Name: name}
-	cm := &corev1.ConfigMap{}
+	cm = &corev1.ConfigMap{}
 	err = r.client.Get(ctx, key, cm)
 	if apierrors.IsNotFound(err) {
 		cm, err = r.claim(ctx, key, workload)
 	}
 	if err != nil {
-		return "", fmt.Errorf("controller: get configmap %s: %w", key, err)
+		return nil, "", fmt.Errorf("controller: get configmap %s: %w", key, err)
 	}
-	if why := notOurs(cm, workload); why != "" {
-		return why, nil
-	}
+	return cm, notOurs(cm, workload), nil
+}
+
+// publish puts q's gate, the encoded document data of content hash, into
+// cm, the ConfigMap target returned without a conflict. It writes nothing
+// when the gate is already there.
+func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, cm *corev1.ConfigMap, hash string, data []byte) error {
 	if gatePublished(cm, q, hash) {
-		return "", nil
+		return nil
 	}
+	name, key, workload := cm.Name, client.ObjectKeyFromObject(cm), q.Spec.WorkloadRef.Name
 	owner := metav1ac.OwnerReference().
 		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(indexer.QuotaKind).
 		WithName(q.Name).WithUID(q.UID)
@@ -101,12 +108,55 @@ func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.Dow
 		WithLabels(configMapLabels(workload)).
 		WithOwnerReferences(owner).
 		WithData(map[string]string{plan.KeyFor(q.Name): string(data)})
+	// Noted before the write, as its watch event may come before its
+	// response.
+	quota := client.ObjectKeyFromObject(q)
+	r.applied.note(quota, name, data)
 	// Force: the key is this quota's alone; someone who edited it by hand
 	// loses it back.
 	if err := r.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
-		return "", fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
+		r.applied.forget(quota)
+		return fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
 	}
-	return "", nil
+	return nil
+}
+
+// appliedGates remembers, per quota, the ConfigMap and the content of the
+// gate last applied to it. It is safe for concurrent use; its zero value
+// is empty.
+type appliedGates struct {
+	m sync.Map // types.NamespacedName → appliedGate
+}
+
+// appliedGate is one quota's last applied gate: the ConfigMap's name and a
+// digest of the document.
+type appliedGate struct {
+	configMap string
+	digest    [sha256.Size]byte
+}
+
+func (a *appliedGates) note(quota types.NamespacedName, configMap string, data []byte) {
+	a.m.Store(quota, appliedGate{configMap: configMap, digest: sha256.Sum256(data)})
+}
+
+func (a *appliedGates) forget(quota types.NamespacedName) { a.m.Delete(quota) }
+
+// ownGateWrite reports whether cm holds, as quota's gate, exactly what this
+// reconciler last applied there, with quota's owner reference: a change
+// the reconciler made itself and need not look at again. Anything else
+// (a hand edit of the key, a removed owner reference, a write after a
+// restart) is not.
+func (a *appliedGates) ownGateWrite(cm *corev1.ConfigMap, quota string) bool {
+	v, ok := a.m.Load(types.NamespacedName{Namespace: cm.Namespace, Name: quota})
+	if !ok {
+		return false
+	}
+	last := v.(appliedGate)
+	data, ok := cm.Data[plan.KeyFor(quota)]
+	return ok && last.configMap == cm.Name && sha256.Sum256([]byte(data)) == last.digest &&
+		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool {
+			return indexer.IsQuotaOwner(ref) && ref.Name == quota
+		})
 }
 
 // claim is called when the cache has no ConfigMap named key: there is none,

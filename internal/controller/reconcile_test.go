@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
@@ -40,6 +43,12 @@ func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
 	)
 	if res := reconcileQuota(t, env, "logistics-api"); res != (reconcile.Result{}) {
 		t.Errorf("Reconcile result %+v, want none", res)
+	}
+	// The ConfigMap is claimed, the status with the division's record
+	// written ahead, then the gate applied: the status is written once.
+	want := map[string]int{"create ConfigMap": 1, "patch DownstreamQuota/status": 1, "apply ConfigMap": 1}
+	if diff := cmp.Diff(want, env.writes.Counts()); diff != "" {
+		t.Errorf("writes of the first reconcile (-want +got):\n%s", diff)
 	}
 
 	q := &v1alpha1.DownstreamQuota{}
@@ -105,6 +114,58 @@ func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
 	}
 }
 
+// TestReconcileOneStatusWriteWhenAPodStopsBeingReady: the step that tells a
+// pod that stopped being Ready 0 permits, and records what it may still
+// hold and since when, writes the quota's status once and the gate once; a
+// reconcile after it writes nothing. The clock has nanoseconds, which the
+// API server does not keep in status.division.pods[].shrunkAt.
+func TestReconcileOneStatusWriteWhenAPodStopsBeingReady(t *testing.T) {
+	ctx := context.Background()
+	labels := map[string]string{"app": "search-gateway"}
+	env := newFakeEnv(
+		fakeDeployment("search-gateway", 2),
+		fakePod("search-gateway-a", labels), fakePod("search-gateway-b", labels),
+		fakeQuota("logistics-api", "Deployment", "search-gateway"),
+	)
+	env.r.clock = clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
+	reconcileQuota(t, env, "logistics-api")
+
+	pod := &corev1.Pod{}
+	if err := env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "search-gateway-b"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := env.client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	before := env.writes.Counts()
+	if res := reconcileQuota(t, env, "logistics-api"); res.RequeueAfter != DefaultUnacknowledgedDelay {
+		t.Errorf("Reconcile result %+v, want a recheck once b's old share stops counting, after %s", res, DefaultUnacknowledgedDelay)
+	}
+	after := env.writes.Counts()
+	got := map[string]int{}
+	for k, n := range after {
+		if d := n - before[k]; d > 0 {
+			got[k] = d
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"patch DownstreamQuota/status": 1, "apply ConfigMap": 1}, got); diff != "" {
+		t.Errorf("writes of the step (-want +got):\n%s", diff)
+	}
+	q := &v1alpha1.DownstreamQuota{}
+	if err := env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "logistics-api"}, q); err != nil {
+		t.Fatal(err)
+	}
+	if b := shareOf(q.Status.Division, "search-gateway-b"); b.Permits != 0 || b.Holds == nil || b.ShrunkAt == nil {
+		t.Errorf("b's record %+v, want told 0 and holding its old share since the step", b)
+	}
+	total := env.writes.Total()
+	reconcileQuota(t, env, "logistics-api")
+	if n := env.writes.Total() - total; n != 0 {
+		t.Errorf("a reconcile with nothing new wrote %d times: %s", n, env.writes)
+	}
+}
+
 func TestReconcileWorkloadNotFound(t *testing.T) {
 	env := newFakeEnv(fakeQuota("payments", "StatefulSet", "ledger"))
 	if res := reconcileQuota(t, env, "payments"); res != (reconcile.Result{}) {
@@ -132,9 +193,9 @@ func TestReconcileConflictRechecks(t *testing.T) {
 	if res := reconcileQuota(t, env, "payments"); res.RequeueAfter != DefaultConflictRecheck {
 		t.Errorf("Reconcile result %+v, want a recheck after %s", res, DefaultConflictRecheck)
 	}
-	// The division's record is written ahead of any publication, then the
-	// conditions; the foreign ConfigMap is not touched.
-	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 2}) {
+	// Nothing is published, so the division's record goes with the
+	// conditions in one write; the foreign ConfigMap is not touched.
+	if counts := env.writes.Counts(); !cmp.Equal(counts, map[string]int{"patch DownstreamQuota/status": 1}) {
 		t.Errorf("writes %v, want only the status", counts)
 	}
 	got := env.recorded()

@@ -315,7 +315,9 @@ func (r *DownstreamQuotaReconciler) workloadSelects(ctx context.Context, ns stri
 // created or deleted ConfigMap concerns every quota whose gate it holds or
 // that publishes to it; an update concerns only the quotas whose key or
 // owner reference changed, so that one quota's write does not wake every
-// other quota of the workload.
+// other quota of the workload, and of those not a quota whose gate is now
+// what its own reconcile just applied: that reconcile already wrote the
+// status that goes with it, and another would only read it all again.
 func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
 	all := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		cm, ok := obj.(*corev1.ConfigMap)
@@ -350,7 +352,9 @@ func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
 				return
 			}
 			for _, gate := range changedGates(oldCM, newCM) {
-				q.Add(request(newCM.Namespace, gate))
+				if !r.applied.ownGateWrite(newCM, gate) {
+					q.Add(request(newCM.Namespace, gate))
+				}
 			}
 		},
 	}

@@ -154,6 +154,29 @@ func TestConfigMapHandler(t *testing.T) {
 		t.Errorf("update of one key and one owner (-want +got):\n%s", diff)
 	}
 
+	// The reconciler's own write of payments' gate wakes nobody; another
+	// content of the key, or the key without payments' owner reference,
+	// wakes payments.
+	env.r.applied.note(types.NamespacedName{Namespace: "shop", Name: "payments"}, "api-backpressure", []byte("p2"))
+	got = queued(func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		h.Update(ctx, event.UpdateEvent{ObjectOld: cm, ObjectNew: updated}, q)
+	})
+	if diff := cmp.Diff([]string{"shop/gone"}, got); diff != "" {
+		t.Errorf("update by the reconciler's own apply (-want +got):\n%s", diff)
+	}
+	edited := updated.DeepCopy()
+	edited.Data["payments.json"] = "p3"
+	disowned := updated.DeepCopy()
+	disowned.OwnerReferences = nil
+	for name, next := range map[string]*corev1.ConfigMap{"edited": edited, "disowned": disowned} {
+		got = queued(func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, event.UpdateEvent{ObjectOld: updated, ObjectNew: next}, q)
+		})
+		if diff := cmp.Diff([]string{"shop/payments"}, got); diff != "" {
+			t.Errorf("%s after the reconciler's apply (-want +got):\n%s", name, diff)
+		}
+	}
+
 	relabelled := cm.DeepCopy()
 	relabelled.Labels["team"] = "x"
 	got = queued(func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

@@ -119,8 +119,10 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 		t.Fatal(err)
 	}
 	r := bpcontroller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"))
-	// The manager's default of 4 workers, as cmd/manager.
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}); err != nil {
+	// The workers cmd/manager starts by default, unless the measurement
+	// asks for another number.
+	workers := envInt(t, "BACKPRESSURE_PERF_WORKERS", bpcontroller.DefaultMaxConcurrentReconciles)
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	mgrCtx, cancel := context.WithCancel(ctx)

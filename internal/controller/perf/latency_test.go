@@ -70,6 +70,9 @@ type readyProbe struct {
 	pod       *corev1.Pod
 	ready     bool
 	published <-chan publishedPlan
+	// patches are the round trips of the probe's own pod status patches,
+	// the part of each figure the operator has no say in.
+	patches []time.Duration
 }
 
 // publishedPlan is the share of the probe's flipping pod that a watcher of
@@ -148,6 +151,7 @@ func (p *readyProbe) change(ctx context.Context) (time.Duration, error) {
 	if err := p.k8s.Status().Patch(ctx, p.pod.DeepCopy(), readyPatch(status)); err != nil {
 		return 0, fmt.Errorf("pod status: %w", err)
 	}
+	p.patches = append(p.patches, time.Since(start))
 	for {
 		select {
 		case got, ok := <-p.published:
