@@ -122,7 +122,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.DurationVar(&o.leaseDuration, "leader-election-lease-duration", defaultLeaseDuration, "How long a lease holds without renewal: how long the other replicas wait before taking over from a leader that died.")
 	fs.DurationVar(&o.renewDeadline, "leader-election-renew-deadline", defaultRenewDeadline, "How long the leader keeps trying to renew before it gives up leading (and exits); less than the lease duration.")
 	fs.DurationVar(&o.retryPeriod, "leader-election-retry-period", defaultRetryPeriod, "How often the replicas try to acquire or renew the lease.")
-	fs.IntVar(&o.workers, "max-concurrent-reconciles", 4, "Quotas reconciled at once.")
+	fs.IntVar(&o.workers, "max-concurrent-reconciles", controller.DefaultMaxConcurrentReconciles, "Quotas reconciled at once.")
 	fs.DurationVar(&o.conflictRecheck, "conflict-recheck", controller.DefaultConflictRecheck, "How often a quota whose ConfigMap name is taken by a ConfigMap the operator does not own checks again.")
 	fs.Func("watch-namespaces", "Comma-separated namespaces whose quotas the manager reconciles, and the only ones it reads and writes; default: every namespace. The leader election lease is not affected.", func(v string) error {
 		namespaces, err := parseNamespaces(v)

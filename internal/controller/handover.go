@@ -174,20 +174,14 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 			t := metav1.NewMicroTime(r.ShrunkTime)
 			ps.ShrunkAt = &t
 			out.pending = append(out.pending, keys[i])
-			switch {
-			case m.acked && !m.ack.Released:
+			// A pod that does not acknowledge is settled by time, and
+			// division.Step says when (res.RecheckAfter).
+			if m.acked && !m.ack.Released {
 				if wait := r.ShrunkTime.Add(stalledAfter).Sub(now); wait <= 0 {
 					out.stalled = append(out.stalled, keys[i])
 				} else {
-					out.recheck = sooner(out.recheck, wait)
+					out.recheck = division.Sooner(out.recheck, wait)
 				}
-			case !m.acked || m.ack.Revision == 0:
-				// division.Step frees the old share of a pod that does
-				// not acknowledge once the delay has passed, but says when
-				// only for a share told smaller in an earlier step: a
-				// share told smaller in this one would wait for an
-				// unrelated event.
-				out.recheck = sooner(out.recheck, r.ShrunkTime.Add(unacknowledged).Sub(now))
 			}
 		}
 		entries[i] = ps
@@ -244,15 +238,6 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 	}
 	out.changed = prev == nil || prev.Epoch != epoch || prev.Revision != out.status.Revision || !sameRecords(prev.Pods, out.status.Pods)
 	return out
-}
-
-// sooner returns the sooner of two recheck delays, where 0 is none; a
-// delay that has passed already is not one.
-func sooner(recheck, wait time.Duration) time.Duration {
-	if wait > 0 && (recheck == 0 || wait < recheck) {
-		return wait
-	}
-	return recheck
 }
 
 // forCaller returns the step as one caller sees it: its part of the

@@ -83,8 +83,8 @@ type Result struct {
 	// while pods hold more than Total allows (after Total shrank).
 	Free int64
 	// RecheckAfter is, when positive, how long until the smaller share of a
-	// pod that does not acknowledge counts as applied; a step then may grant
-	// more.
+	// pod that does not acknowledge counts as applied — told smaller in this
+	// step or an earlier one; a step then may grant more.
 	RecheckAfter time.Duration
 }
 
@@ -109,13 +109,18 @@ func Step(in Input) Result {
 		case r.ShrunkAt > 0:
 			if wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now); wait <= 0 {
 				r = Record{Told: r.Told, Holds: r.Told}
-			} else if out.RecheckAfter == 0 || wait < out.RecheckAfter {
-				out.RecheckAfter = wait
+			} else {
+				out.RecheckAfter = Sooner(out.RecheckAfter, wait)
 			}
 		}
 		if !p.Leaving && p.Target < r.Told {
 			r.Told = max(p.Target, 0)
 			r.ShrunkAt, r.ShrunkTime = next, in.Now
+			if p.Acked == 0 && r.Holds > r.Told {
+				// Only time settles this pod's smaller share: say when,
+				// or it would wait for an unrelated event.
+				out.RecheckAfter = Sooner(out.RecheckAfter, max(in.UnacknowledgedDelay, time.Nanosecond))
+			}
 		}
 		if r.Holds == r.Told {
 			r.ShrunkAt, r.ShrunkTime = 0, time.Time{}
@@ -158,4 +163,13 @@ func Step(in Input) Result {
 		out.Revision = next
 	}
 	return out
+}
+
+// Sooner returns the sooner of two recheck delays, where 0 is none: the
+// RecheckAfter of a step and a caller's own.
+func Sooner(recheck, wait time.Duration) time.Duration {
+	if wait > 0 && (recheck == 0 || wait < recheck) {
+		return wait
+	}
+	return recheck
 }

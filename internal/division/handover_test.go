@@ -96,6 +96,37 @@ func TestStepUnacknowledgedDelay(t *testing.T) {
 	}
 }
 
+// TestStepTellsWhenAShareToldSmallerNowCounts asks for a recheck in the very
+// step that tells a pod that does not acknowledge a smaller share — without
+// it the pod's old share would stay counted until some other event came —
+// and in none when the pod acknowledges (its acknowledgement is the event).
+func TestStepTellsWhenAShareToldSmallerNowCounts(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		acked int64
+		delay time.Duration
+		want  time.Duration
+	}{
+		{"does not acknowledge", 0, time.Minute, time.Minute},
+		{"does not acknowledge, no delay", 0, 0, time.Nanosecond},
+		{"acknowledges", 3, time.Minute, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := Input{Total: 10, Revision: 5, Now: t0, UnacknowledgedDelay: c.delay, Pods: []Pod{
+				{Key: "old", Target: 5, Acked: c.acked, Record: Record{Told: 10, Holds: 10}},
+				{Key: "new", Target: 5, Acked: c.acked},
+			}}
+			got := Step(in)
+			if got.Records[0].Told != 5 || got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
+				t.Fatalf("the step: %+v", got)
+			}
+			if got.RecheckAfter != c.want {
+				t.Errorf("RecheckAfter = %v, want %v", got.RecheckAfter, c.want)
+			}
+		})
+	}
+}
+
 // TestStepLeaving keeps a leaving pod's share until it releases it, then
 // hands it to the pods that stay.
 func TestStepLeaving(t *testing.T) {

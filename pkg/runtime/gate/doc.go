@@ -72,5 +72,6 @@
 // admissions, rejections by reason, and a histogram of the time spent in the
 // waiting room by the calls that waited there. The hot path updates nothing
 // but the admission word; collectors read Stats at scrape time, so this
-// package does not depend on Prometheus (see package metrics).
+// package does not depend on Prometheus (package runtime registers the
+// collectors that read it).
 package gate
