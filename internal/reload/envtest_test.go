@@ -2,8 +2,6 @@ package reload
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,13 +17,7 @@ import (
 // them; each test works in its own namespace.
 var controlPlane testenv.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := controlPlane.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlPlane.Main(m) }
 
 // testNamespace creates a fresh namespace, with the default service account
 // that pod admission looks for, and returns an admin client and its name.

@@ -188,6 +188,17 @@ func (s *Shared) Namespace(t testing.TB, prefix string) (kubernetes.Interface, s
 	return client, ns
 }
 
+// Main runs a package's tests, stops the control plane if one of them
+// started it, and exits with the tests' code: the whole TestMain of a
+// package whose tests share s.
+func (s *Shared) Main(m *testing.M) {
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+	}
+	os.Exit(code)
+}
+
 // Stop stops the control plane if a test started it.
 func (s *Shared) Stop() error {
 	if s.env == nil {

@@ -2,8 +2,6 @@ package runtime_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -24,13 +22,7 @@ import (
 // in its own namespace.
 var controlPlane testenv.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := controlPlane.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { controlPlane.Main(m) }
 
 const (
 	ackPod  = "gateway-a"
