@@ -259,20 +259,36 @@ func TestDownstreamResponsesAreCounted(t *testing.T) {
 		"--route", "listen=127.0.0.1:0,gate="+unreachable+",upstream="+closed.URL,
 		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
 	route := "http://" + p.addr(testGate)
-	for _, path := range []string{"/echo", "/throttle"} {
-		if code, _, _ := get(t, route+path); code != 200 && code != 429 {
-			t.Fatalf("%s: %d", path, code)
+	// The gate has one permit, and a client may read a whole answer before
+	// the proxy's handler has returned it: each call waits for the permit to
+	// come back, so that no call here is the gate's own rejection.
+	idle := func() {
+		t.Helper()
+		eventually(t, 5*time.Second, "the permit back", func() bool {
+			v, _ := p.metric(t, `backpressure_gate_in_flight{gate="`+testGate+`"}`)
+			return v == "0"
+		})
+	}
+	for path, want := range map[string]int{"/echo": 200, "/throttle": 429} {
+		idle()
+		if code, _, _ := get(t, route+path); code != want {
+			t.Fatalf("%s: %d, want %d", path, code, want)
 		}
 	}
+	idle()
 	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(t, "http://"+p.addr("forward")))}}
 	resp, err := fwd.Get(u.URL + "/throttle")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("forwarded /throttle: %d, want 429", resp.StatusCode)
+	}
 	if code, _, _ := get(t, "http://"+p.addr(unreachable)+"/echo"); code != http.StatusBadGateway {
 		t.Errorf("unreachable downstream: %d, want 502", code)
 	}
+	idle()
 	held := hold(t, u, route, 1)
 	if code, _, _ := get(t, route+"/echo"); code != http.StatusServiceUnavailable {
 		t.Errorf("full gate: %d, want 503", code)
