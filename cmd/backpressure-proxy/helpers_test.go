@@ -134,6 +134,17 @@ func (r *running) metric(t testing.TB, series string) (string, bool) {
 	return "", false
 }
 
+// idle waits until no call holds a permit of gate. A client may read a
+// whole answer before the proxy's handler has returned and let the permit
+// go, so a test that calls again at once on a gate of one permit must wait.
+func (r *running) idle(t testing.TB, gate string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the permits of "+gate+" back", func() bool {
+		v, _ := r.metric(t, `backpressure_gate_in_flight{gate="`+gate+`"}`)
+		return v == "0"
+	})
+}
+
 // get calls url from Go and returns the status, the body and the trailers.
 func get(t testing.TB, url string) (int, string, http.Header) {
 	t.Helper()

@@ -53,6 +53,7 @@ func TestEachDownstreamHasItsOwnGate(t *testing.T) {
 	}
 	// The forwarding port shares the gate of other with its route.
 	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(t, "http://"+p.addr("forward")))}}
+	p.idle(t, other)
 	held := hold(t, u, "http://"+p.addr(other), 1)
 	resp, err := fwd.Get(u.URL + "/echo")
 	if err != nil {
@@ -259,23 +260,15 @@ func TestDownstreamResponsesAreCounted(t *testing.T) {
 		"--route", "listen=127.0.0.1:0,gate="+unreachable+",upstream="+closed.URL,
 		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
 	route := "http://" + p.addr(testGate)
-	// The gate has one permit, and a client may read a whole answer before
-	// the proxy's handler has returned it: each call waits for the permit to
-	// come back, so that no call here is the gate's own rejection.
-	idle := func() {
-		t.Helper()
-		eventually(t, 5*time.Second, "the permit back", func() bool {
-			v, _ := p.metric(t, `backpressure_gate_in_flight{gate="`+testGate+`"}`)
-			return v == "0"
-		})
-	}
+	// The gate has one permit: each call waits for it to come back, so
+	// that no call here is the gate's own rejection.
 	for path, want := range map[string]int{"/echo": 200, "/throttle": 429} {
-		idle()
+		p.idle(t, testGate)
 		if code, _, _ := get(t, route+path); code != want {
 			t.Fatalf("%s: %d, want %d", path, code, want)
 		}
 	}
-	idle()
+	p.idle(t, testGate)
 	fwd := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(mustURL(t, "http://"+p.addr("forward")))}}
 	resp, err := fwd.Get(u.URL + "/throttle")
 	if err != nil {
@@ -288,7 +281,7 @@ func TestDownstreamResponsesAreCounted(t *testing.T) {
 	if code, _, _ := get(t, "http://"+p.addr(unreachable)+"/echo"); code != http.StatusBadGateway {
 		t.Errorf("unreachable downstream: %d, want 502", code)
 	}
-	idle()
+	p.idle(t, testGate)
 	held := hold(t, u, route, 1)
 	if code, _, _ := get(t, route+"/echo"); code != http.StatusServiceUnavailable {
 		t.Errorf("full gate: %d, want 503", code)
