@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,38 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/writecount"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
+
+// managerLog is where controller-runtime logs: into the log file of the
+// manager the running test started, or nowhere. controller-runtime keeps the
+// first logger a process sets (a later SetLogger is ignored) and, when none
+// is set within 30 s, prints a stack and drops every log line after, so a
+// test's check of its manager's log would read nothing. TestMain sets the
+// logger once; each manager points it at its own file.
+var managerLog = &switchWriter{w: io.Discard}
+
+// switchWriter is an io.Writer whose destination can change while loggers
+// write to it.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *switchWriter) set(w io.Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.w = w
+}
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(managerLog)))
+	os.Exit(m.Run())
+}
 
 // requirePerf skips the test unless BACKPRESSURE_PERF=1.
 func requirePerf(t *testing.T) {
@@ -106,7 +139,7 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	managerLog.set(logFile)
 	writes := &writecount.Counter{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 newScheme(t),
@@ -138,6 +171,7 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
+		managerLog.set(io.Discard)
 		_ = logFile.Close()
 	}
 	t.Cleanup(stop)
@@ -147,7 +181,8 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 	return &runningManager{Manager: mgr, writes: writes, log: logPath, stop: stop}
 }
 
-// logErrors returns the error lines of the manager's log.
+// logErrors returns the error lines of the manager's log, and fails the
+// test when the log is empty.
 func (m *runningManager) logErrors(t *testing.T) []string {
 	t.Helper()
 	f, err := os.Open(m.log)
@@ -158,6 +193,11 @@ func (m *runningManager) logErrors(t *testing.T) []string {
 	data, err := io.ReadAll(f)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A manager logs at least its controllers' start: an empty file means
+	// the log went elsewhere, and no error could have been seen.
+	if len(data) == 0 {
+		t.Fatalf("the manager's log %s is empty", m.log)
 	}
 	var out []string
 	for line := range strings.Lines(string(data)) {
