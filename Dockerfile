@@ -9,7 +9,12 @@
 #
 # The Go version matches go.mod's toolchain; BUILDPLATFORM, TARGETOS and
 # TARGETARCH are set by BuildKit, so `docker buildx build --platform ...`
-# cross-compiles without emulation.
+# cross-compiles without emulation. VERSION and COMMIT are stamped into the
+# binaries as hack/release.sh stamps them (`--version`, and the manager logs
+# them); the make targets pass them. Without them the binaries say "dev" and
+# "unknown": the build context has no .git for the go command to read.
+# test/release runs each stage's go build as written here, from a directory
+# holding only what the stage copies.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS modules
 WORKDIR /workspace
 # Modules first, so that a source change does not download them again.
@@ -23,8 +28,13 @@ COPY api/ api/
 COPY cmd/manager/ cmd/manager/
 COPY internal/ internal/
 COPY pkg/ pkg/
+ARG VERSION
+ARG COMMIT
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o manager ./cmd/manager
+    go build -trimpath -ldflags="-s -w \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Version=${VERSION} \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
+    -o manager ./cmd/manager
 
 # The proxy needs pkg/runtime, the library's internal packages and
 # internal/version only, so a change to the manager does not rebuild it.
@@ -37,9 +47,15 @@ COPY internal/plan/ internal/plan/
 COPY internal/reload/ internal/reload/
 COPY internal/runtimemetrics/ internal/runtimemetrics/
 COPY internal/histogram/ internal/histogram/
+COPY internal/httpshutdown/ internal/httpshutdown/
 COPY pkg/ pkg/
+ARG VERSION
+ARG COMMIT
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o backpressure-proxy ./cmd/backpressure-proxy
+    go build -trimpath -ldflags="-s -w \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Version=${VERSION} \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
+    -o backpressure-proxy ./cmd/backpressure-proxy
 
 FROM gcr.io/distroless/static:nonroot AS proxy
 WORKDIR /

@@ -185,6 +185,9 @@ release: ## Build release VERSION into dist/: archives of the manager and the pl
 # The manager image that docker-build builds and deploy installs.
 IMG ?= backpressure-operator:latest
 CONTAINER_TOOL ?= docker
+# What the images' binaries say with --version: VERSION when given (as for
+# make release), else "dev"; the commit of the checkout.
+IMAGE_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(shell git rev-parse HEAD 2>/dev/null)
 # The kubectl of the cluster to deploy to (the current kubeconfig context).
 KUBECTL ?= kubectl
 CRD_REF_DOCS := $(GO) tool -modfile=hack/tools/crd-ref-docs/go.mod crd-ref-docs
@@ -214,7 +217,7 @@ tools: ## Build the pinned tools the manifest tests run (helm and promtool take 
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG (needs a Docker engine, or CONTAINER_TOOL=podman).
-	$(CONTAINER_TOOL) build -t $(IMG) .
+	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) -t $(IMG) .
 
 .PHONY: docker-push
 docker-push: ## Push the manager image IMG.
@@ -225,7 +228,7 @@ PROXY_IMG ?= backpressure-proxy:latest
 
 .PHONY: docker-build-proxy
 docker-build-proxy: ## Build the sidecar image PROXY_IMG, backpressure-proxy (the Dockerfile's proxy target).
-	$(CONTAINER_TOOL) build --target proxy -t $(PROXY_IMG) .
+	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) --target proxy -t $(PROXY_IMG) .
 
 .PHONY: deploy
 deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.

@@ -8,6 +8,12 @@
 // image; the chart archive loads in Helm and renders that image; the krew
 // manifest is a valid krew Plugin whose digests are the archives'.
 //
+// The images cannot be built here, without a container engine, so
+// TestDockerfileStagesBuild runs the go build of each builder stage of the
+// Dockerfile as written, from a directory holding only what the stage
+// copies out of the build context .dockerignore leaves, and checks the
+// binaries' --version.
+//
 // The release is built for the host platform only, to keep the test fast;
 // RELEASE_TEST_PLATFORMS="linux/amd64 darwin/arm64" builds and checks others
 // too. The release renders install.yaml with the kubectl built beside the
