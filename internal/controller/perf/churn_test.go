@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,6 +153,7 @@ func TestChurn(t *testing.T) {
 			}
 		}
 	}()
+	planEventsBefore := planChangedEvents(ctx, t, k8s)
 	t.Logf("churn: sending %d pod events a second for %s", rate, duration)
 	churnStart := time.Now()
 	events := gen.run(ctx, t, rate, duration)
@@ -178,6 +180,8 @@ func TestChurn(t *testing.T) {
 	t.Logf("churn Ready pods → ConfigMap over %d changes: %s", len(latencies), summary(latencies))
 	patches := slices.Sorted(slices.Values(probe.patches))
 	t.Logf("churn: the probe's own pod status patches, part of those figures, took %s", summary(patches))
+	// Recorded asynchronously: a few may still be on their way.
+	planEvents := planChangedEvents(ctx, t, k8s) - planEventsBefore
 
 	// The queue drains; then the handovers of the pods that stopped being
 	// Ready finish, as nobody acknowledges here, once their unacknowledged
@@ -207,6 +211,11 @@ func TestChurn(t *testing.T) {
 		t.Errorf("the operator wrote %d times with nothing changing: %s", n, countsSince(kindsBefore, mgr.writes.Counts()))
 	}
 	t.Logf("events recorded: %s", countEvents(ctx, t, k8s))
+	if perEvent, n := eventCost(ctx, t, k8s, min(max(planEvents, 100), 1000), rate); n > 0 {
+		t.Logf("PlanChanged events: %d during the churn, %.2f per pod event; one costs the API server and etcd %s of CPU (%d created alike at %d a second), %.1f%% of their CPU per pod event during the churn",
+			planEvents, float64(planEvents)/float64(max(events, 1)), perEvent.Round(time.Microsecond), n, rate,
+			100*float64(perEvent)*float64(planEvents)/float64(max(cpu.controlPlane, 1)))
+	}
 	if len(latencies) == 0 {
 		t.Fatal("the probe measured nothing during the churn")
 	}
@@ -348,4 +357,62 @@ func startCPUProfile(t *testing.T, path string) func() {
 			t.Errorf("cpu profile %s: %v", path, err)
 		}
 	}
+}
+
+// planChangedEvents counts the PlanChanged events the operator recorded.
+func planChangedEvents(ctx context.Context, t *testing.T, k8s client.Client) int {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if e.Reason == "PlanChanged" {
+			n++
+		}
+	}
+	return n
+}
+
+// eventCost creates n events like the last PlanChanged event the operator
+// recorded, one at a time at rate a second, as its recorder sends them, and
+// returns the CPU the API server and etcd spent per event, and n; 0 and 0
+// when the operator recorded none.
+func eventCost(ctx context.Context, t *testing.T, k8s client.Client, n, rate int) (time.Duration, int) {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	var model *eventsv1.Event
+	for i := range list.Items {
+		if e := &list.Items[i]; e.Reason == "PlanChanged" && (model == nil || e.EventTime.After(model.EventTime.Time)) {
+			model = e
+		}
+	}
+	if model == nil {
+		return 0, 0
+	}
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	before := readCPU()
+	for i := range n {
+		<-tick.C
+		e := &eventsv1.Event{
+			ObjectMeta:          metav1.ObjectMeta{Namespace: model.Namespace, Name: fmt.Sprintf("%s.cost-%d", model.Regarding.Name, i)},
+			EventTime:           metav1.NowMicro(),
+			ReportingController: model.ReportingController,
+			ReportingInstance:   model.ReportingInstance,
+			Action:              model.Action,
+			Reason:              model.Reason,
+			Regarding:           model.Regarding,
+			Note:                model.Note,
+			Type:                model.Type,
+		}
+		if err := k8s.Create(ctx, e); err != nil {
+			t.Fatalf("create an event like PlanChanged: %v", err)
+		}
+	}
+	return readCPU().sub(before).controlPlane / time.Duration(n), n
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -151,7 +152,17 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := bpcontroller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"))
+	// BACKPRESSURE_PERF_EVENTS=off drops the reconciler's events, to measure
+	// what they cost the API server.
+	var recorder events.EventRecorder = mgr.GetEventRecorder("backpressure-operator")
+	switch v := os.Getenv("BACKPRESSURE_PERF_EVENTS"); v {
+	case "", "on":
+	case "off":
+		recorder = &events.FakeRecorder{} // no channel: every event is dropped
+	default:
+		t.Fatalf("BACKPRESSURE_PERF_EVENTS=%q: want on or off", v)
+	}
+	r := bpcontroller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder)
 	// The workers cmd/manager starts by default, unless the measurement
 	// asks for another number.
 	workers := envInt(t, "BACKPRESSURE_PERF_WORKERS", bpcontroller.DefaultMaxConcurrentReconciles)
