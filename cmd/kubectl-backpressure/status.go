@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -106,6 +107,13 @@ func (o *statusOptions) run(ctx context.Context, out, errOut io.Writer, args []s
 		return nil
 	}
 
+	if len(quotas) > 1 {
+		var namespaces []string
+		for _, q := range quotas {
+			namespaces = append(namespaces, q.Namespace)
+		}
+		c.prefetch(ctx, slices.Compact(namespaces)) // quotas are sorted by namespace
+	}
 	views := make([]*quotaStatus, 0, len(quotas))
 	for i := range quotas {
 		v, err := c.statusOf(ctx, &quotas[i])
