@@ -18,10 +18,11 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
 
-// TestLive runs the live commands in-process against a real API server
-// (envtest) holding livefixture's objects, through a kubeconfig file as a
-// user's.
-func TestLive(t *testing.T) {
+// startCluster starts a real API server (envtest) for the test, and returns
+// a client of the kinds the live commands read and the kubectl whose
+// kubeconfig the plugin is given.
+func startCluster(t *testing.T) (client.Client, *testenv.Kubectl) {
+	t.Helper()
 	env, err := testenv.New()
 	if err != nil {
 		t.Fatalf("%v (build the control plane with hack/setup-envtest.sh)", err)
@@ -47,6 +48,14 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k8s, kubectl
+}
+
+// TestLive runs the live commands in-process against a real API server
+// (envtest) holding livefixture's objects, through a kubeconfig file as a
+// user's.
+func TestLive(t *testing.T) {
+	k8s, kubectl := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := livefixture.Apply(ctx, k8s); err != nil {

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
 
 // TestStatusAllLatency measures `kubectl backpressure status -A` over 100
@@ -25,31 +24,7 @@ func TestStatusAllLatency(t *testing.T) {
 	if os.Getenv("BACKPRESSURE_PERF") != "1" {
 		t.Skip("a measurement; set BACKPRESSURE_PERF=1 to run it")
 	}
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	kubectl, err := testenv.NewKubectl(env, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	scheme, err := newLiveScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s, kubectl := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	const namespaces, workloads, pods = 10, 10, 3
