@@ -48,6 +48,7 @@ COPY internal/reload/ internal/reload/
 COPY internal/runtimemetrics/ internal/runtimemetrics/
 COPY internal/histogram/ internal/histogram/
 COPY internal/httpshutdown/ internal/httpshutdown/
+COPY internal/sourceflags/ internal/sourceflags/
 COPY pkg/ pkg/
 ARG VERSION
 ARG COMMIT

@@ -11,22 +11,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
 )
 
 // config is the command line.
 type config struct {
-	routes          []route
-	forwardListen   string
-	forwardHosts    map[string]string // lower-case host or host:port → gate
-	configMap       string
-	namespace       string
-	kubeconfig      string
-	planDir         string
-	acknowledge     bool
-	metricsListen   string
-	shutdownTimeout time.Duration
-	version         bool
+	routes            []route
+	forwardListen     string
+	forwardHosts      map[string]string // lower-case host or host:port → gate
+	sourceflags.Flags                   // where the plans come from, and acknowledgement
+	metricsListen     string
+	shutdownTimeout   time.Duration
+	version           bool
 }
 
 // route is one local port standing for one downstream.
@@ -129,11 +125,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.Var(routeFlag{&c.routes}, "route", "a local port standing for one downstream: listen=127.0.0.1:PORT,gate=NAME,upstream=URL (repeatable)")
 	fs.StringVar(&c.forwardListen, "forward-listen", "", "serve HTTP_PROXY-style forwarding (absolute-form requests) on this address; CONNECT is declined")
 	fs.Var(hostFlag{c.forwardHosts}, "forward-host", "a host the forwarding port admits, and its gate: HOST[:PORT]=GATE (repeatable); other hosts are refused with 403")
-	fs.StringVar(&c.configMap, "configmap", "", "read the plans from this ConfigMap through the API")
-	fs.StringVar(&c.namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
-	fs.StringVar(&c.planDir, "plan-dir", "", "read the plans from a mounted directory (one <gate>.json per gate) instead of --configmap")
-	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
+	c.Register(fs, getenv)
 	fs.StringVar(&c.metricsListen, "metrics-listen", ":9090", "serve /metrics, /healthz and /readyz on this address (empty: off)")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
@@ -170,12 +162,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		listens[l] = true
 	}
-	switch {
-	case (c.configMap == "") == (c.planDir == ""):
-		errs = append(errs, errors.New("exactly one of --configmap and --plan-dir is required"))
-	case c.configMap != "" && c.namespace == "":
-		errs = append(errs, errors.New("--configmap needs --namespace or $"+reload.EnvPodNamespace))
-	}
+	errs = append(errs, c.Check()...)
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
 	}

@@ -23,8 +23,8 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.namespace != "shop" || c.configMap != "search-gateway-backpressure" || c.metricsListen != ":9090" {
-		t.Errorf("namespace %q, configmap %q, metrics %q", c.namespace, c.configMap, c.metricsListen)
+	if c.Namespace != "shop" || c.ConfigMap != "search-gateway-backpressure" || c.metricsListen != ":9090" {
+		t.Errorf("namespace %q, configmap %q, metrics %q", c.Namespace, c.ConfigMap, c.metricsListen)
 	}
 	if len(c.routes) != 2 || c.routes[0].listen != "127.0.0.1:9001" || c.routes[0].gate != "logistics-api" ||
 		c.routes[0].upstream.String() != "https://logistics.example.com/v2" {

@@ -86,7 +86,7 @@ func startProxy(t testing.TB, ack *runtime.AckOptions, args ...string) *running 
 	if err != nil {
 		t.Fatalf("parseConfig(%q): %v", args, err)
 	}
-	src, _, err := planSource(cfg)
+	src, _, err := cfg.Open(userAgent)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,9 +67,12 @@ func main() {
 	}
 }
 
+// userAgent names the proxy to the API server.
+const userAgent = "backpressure-proxy"
+
 // run serves until ctx ends, then shuts down gracefully.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
-	src, ack, err := planSource(cfg)
+	src, ack, err := cfg.Open(userAgent)
 	if err != nil {
 		return err
 	}

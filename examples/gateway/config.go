@@ -8,26 +8,22 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
 )
 
 // config is the command line.
 type config struct {
-	listen          string
-	downstream      *url.URL
-	gate            string
-	configMap       string
-	namespace       string
-	kubeconfig      string
-	planDir         string
-	acknowledge     bool
-	maxRetries      int
-	retryOn429      bool
-	inboundPermits  int
-	metricsListen   string
-	shutdownTimeout time.Duration
-	applyDelay      time.Duration
+	listen            string
+	downstream        *url.URL
+	gate              string
+	sourceflags.Flags // where the plan comes from, and acknowledgement
+	maxRetries        int
+	retryOn429        bool
+	inboundPermits    int
+	metricsListen     string
+	shutdownTimeout   time.Duration
+	applyDelay        time.Duration
 }
 
 // parseConfig reads the command line; getenv supplies the namespace's
@@ -40,11 +36,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to serve on")
 	fs.StringVar(&downstream, "downstream", "", "base URL of the downstream; each inbound GET / makes one GET <URL>/ call (required)")
 	fs.StringVar(&c.gate, "gate", "", "the gate (DownstreamQuota name) to enforce on downstream calls (required)")
-	fs.StringVar(&c.configMap, "configmap", "", "read the plan from this ConfigMap through the API")
-	fs.StringVar(&c.namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
-	fs.StringVar(&c.planDir, "plan-dir", "", "read the plan from a mounted directory (one <gate>.json per gate) instead of --configmap")
-	fs.BoolVar(&c.acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
+	c.Register(fs, getenv)
 	fs.IntVar(&c.maxRetries, "max-retries", 0, "retries of a failed downstream call")
 	fs.BoolVar(&c.retryOn429, "retry-on-429", false, "treat the downstream's 429 as retryable (reproduces the classic incident)")
 	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
@@ -75,12 +67,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if c.gate == "" {
 		errs = append(errs, errors.New("--gate is required"))
 	}
-	switch {
-	case (c.configMap == "") == (c.planDir == ""):
-		errs = append(errs, errors.New("exactly one of --configmap and --plan-dir is required"))
-	case c.configMap != "" && c.namespace == "":
-		errs = append(errs, errors.New("--configmap needs --namespace or $"+reload.EnvPodNamespace))
-	}
+	errs = append(errs, c.Check()...)
 	if c.maxRetries < 0 {
 		errs = append(errs, fmt.Errorf("--max-retries %d must be at least 0", c.maxRetries))
 	}

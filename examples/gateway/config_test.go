@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -17,7 +19,7 @@ func TestParseConfig(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	downstream := &url.URL{Scheme: "http", Host: "logistics:8080"}
 	defaults := config{
-		listen: "127.0.0.1:8080", downstream: downstream, gate: "logistics-api", namespace: "shop",
+		listen: "127.0.0.1:8080", downstream: downstream, gate: "logistics-api", Flags: sourceflags.Flags{Namespace: "shop"},
 		inboundPermits: 4096, shutdownTimeout: 30 * time.Second,
 	}
 	with := func(f func(*config)) config {
@@ -34,14 +36,14 @@ func TestParseConfig(t *testing.T) {
 	}{{
 		name: "configmap in the pod's namespace",
 		args: append(required, "--configmap", "search-gateway-backpressure"),
-		want: with(func(c *config) { c.configMap = "search-gateway-backpressure" }),
+		want: with(func(c *config) { c.ConfigMap = "search-gateway-backpressure" }),
 	}, {
 		name: "every flag",
 		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
 			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
 			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--apply-delay", "5s"),
 		want: with(func(c *config) {
-			c.listen, c.planDir, c.namespace, c.kubeconfig, c.acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
+			c.listen, c.PlanDir, c.Namespace, c.Kubeconfig, c.Acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
 			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
 			c.applyDelay = 5 * time.Second
 		}),

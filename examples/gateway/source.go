@@ -2,13 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/reload"
 	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
@@ -17,37 +12,11 @@ import (
 // planSource returns where the plans come from (delayed by --apply-delay),
 // and the acknowledgement options when --acknowledge is on.
 func planSource(c config) (runtime.Source, *runtime.AckOptions, error) {
-	var client kubernetes.Interface
-	if c.configMap != "" || c.acknowledge {
-		var err error
-		if client, err = kubeClient(c.kubeconfig); err != nil {
-			return runtime.Source{}, nil, err
-		}
-	}
-	var ack *runtime.AckOptions
-	if c.acknowledge {
-		ack = &runtime.AckOptions{Client: client}
-	}
-	if c.configMap != "" {
-		return delayed(runtime.FromConfigMap(client, c.namespace, c.configMap), c.applyDelay), ack, nil
-	}
-	return delayed(runtime.FromDir(c.planDir), c.applyDelay), ack, nil
-}
-
-// kubeClient connects with the kubeconfig at path, or in-cluster without one.
-func kubeClient(path string) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
+	src, ack, err := c.Open("backpressure-example-gateway")
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
+		return runtime.Source{}, nil, err
 	}
-	cfg.UserAgent = "backpressure-example-gateway"
-	return kubernetes.NewForConfig(cfg)
+	return delayed(src, c.applyDelay), ack, nil
 }
 
 // delayed wraps src so that every update it delivers after the first is put
