@@ -157,7 +157,7 @@ bench-proxy: ## Measure the sidecar proxy beside a direct call and a plain httpu
 # alone will do.
 .PHONY: perf
 perf: ## Measure the controller: Ready-pods-to-ConfigMap latency, a 2,000-quota cold start, pod churn (asserts its p99) and pod cache memory.
-	BACKPRESSURE_PERF=1 KUBEBUILDER_ASSETS="$(call assets_for,kube-apiserver etcd)" $(GO) test -count=1 -run . -v -timeout 60m ./internal/controller/perf
+	BACKPRESSURE_PERF=1 KUBEBUILDER_ASSETS="$(call assets_for,kube-apiserver etcd)" $(GO) test -count=1 -run . -v -timeout 60m ./test/perf
 
 ##@ Build
 
@@ -199,7 +199,7 @@ CHART := charts/backpressure-operator
 docs: ## Generate the API reference, docs/reference/api.md, from the API types, and the plan bounds, docs/reference/plan-bounds.md, from the plan's field table.
 	$(CRD_REF_DOCS) --source-path=api/v1alpha1 --config=docs/reference/config.yaml \
 		--renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
-	$(GO) run ./internal/quotaplan/boundsdoc > docs/reference/plan-bounds.md
+	$(GO) run ./internal/quota/boundsdoc > docs/reference/plan-bounds.md
 
 .PHONY: chart-sync
 chart-sync: ## Copy the CRDs, the manager's role, the alerts and the dashboard into the Helm chart.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // The plan table states the division with sizing's text, the text the
@@ -30,7 +30,7 @@ func TestPlanArithmeticIsTheStatusAndEventText(t *testing.T) {
 			spec.BelowOne = tt.belowOne
 			args = append(args, "--below-one", string(tt.belowOne))
 		}
-		p, err := quotaplan.Compute(spec, tt.replicas)
+		p, err := quota.Size(spec, tt.replicas)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestPlanJSONCarriesThePlanModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := quotaplan.Compute(q.Spec, 21)
+	p, err := quota.Size(q.Spec, 21)
 	if err != nil {
 		t.Fatal(err)
 	}

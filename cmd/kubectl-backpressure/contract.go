@@ -12,7 +12,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // contractFlags are the plan flags --contract accepts; the others describe
@@ -24,8 +24,8 @@ type sharedCaller struct {
 	key   string
 	quota v1alpha1.DownstreamQuota
 	ready int64
-	part  quotaplan.CallerPart
-	plan  quotaplan.Plan
+	part  quota.CallerPart
+	plan  quota.Sizing
 }
 
 // runContract splits the DownstreamContract of --contract over the quotas
@@ -51,7 +51,7 @@ func (o *planOptions) runContract(cmd *cobra.Command, format string) error {
 	if err != nil {
 		return err
 	}
-	if err := quotaplan.ValidateContract(dc.Spec); err != nil {
+	if err := quota.ValidateContract(dc.Spec); err != nil {
 		return fmt.Errorf("%s: %w", o.contract, err)
 	}
 	quotas, err := loadQuotas(o.file, cmd.InOrStdin())
@@ -62,16 +62,16 @@ func (o *planOptions) runContract(cmd *cobra.Command, format string) error {
 	if err != nil {
 		return err
 	}
-	in := make([]quotaplan.Caller, len(callers))
+	in := make([]quota.Caller, len(callers))
 	for i, c := range callers {
-		in[i] = quotaplan.Caller{Key: c.key, Spec: c.quota.Spec, Serving: c.ready}
+		in[i] = quota.Caller{Key: c.key, Spec: c.quota.Spec, Serving: c.ready}
 	}
-	for i, part := range quotaplan.Split(dc.Spec, in) {
+	for i, part := range quota.Split(dc.Spec, in) {
 		c := &callers[i]
 		c.part = part
 		// A caller without Ready pods is planned over one, as the operator
 		// does: its part is then 0.
-		p, err := quotaplan.ComputePart(c.quota.Spec, dc.Spec, part.Part, int32(max(c.ready, 1)))
+		p, err := quota.SizePart(c.quota.Spec, dc.Spec, part.Part, int32(max(c.ready, 1)))
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", o.file, c.key, err)
 		}
@@ -158,7 +158,7 @@ type contractJSON struct {
 }
 
 func contractJSONOf(dc *v1alpha1.DownstreamContract, callers []sharedCaller) contractJSON {
-	out := contractJSON{Contract: dc.Name, Usable: quotaplan.ContractUsable(dc.Spec), Callers: []callerJSON{}}
+	out := contractJSON{Contract: dc.Name, Usable: quota.ContractUsable(dc.Spec), Callers: []callerJSON{}}
 	for _, c := range callers {
 		cj := callerJSON{
 			Caller: c.key, Weight: c.part.Weight, ReadyPods: c.ready,
@@ -178,14 +178,14 @@ func contractJSONOf(dc *v1alpha1.DownstreamContract, callers []sharedCaller) con
 // writeContractTables prints the split over the callers, then each
 // caller's division over its pods.
 func writeContractTables(out io.Writer, dc *v1alpha1.DownstreamContract, callers []sharedCaller) error {
-	usable := quotaplan.ContractUsable(dc.Spec)
+	usable := quota.ContractUsable(dc.Spec)
 	k := dc.Spec.Contract
 	subject := dc.Name
 	if dc.Spec.Downstream != "" {
 		subject += " → " + dc.Spec.Downstream
 	}
 	product := fmt.Sprintf("%d in flight × %d%% safety", k.Concurrency, safetyOf(dc.Spec))
-	if cc := quotaplan.ClusterConcurrency(k); cc < k.Concurrency {
+	if cc := quota.ClusterConcurrency(k); cc < k.Concurrency {
 		product = fmt.Sprintf("%d of %d in flight for this cluster × %d%% safety", cc, k.Concurrency, safetyOf(dc.Spec))
 	}
 	fmt.Fprintf(out, "%s: %s = %s to split over %d callers by weighted max-min fairness, capped at each one's demand\n\n",
@@ -218,7 +218,7 @@ func writeContractTables(out io.Writer, dc *v1alpha1.DownstreamContract, callers
 
 func safetyOf(c v1alpha1.DownstreamContractSpec) int32 {
 	if c.SafetyPercent == 0 {
-		return quotaplan.DefaultSafetyPercent
+		return quota.DefaultSafetyPercent
 	}
 	return c.SafetyPercent
 }

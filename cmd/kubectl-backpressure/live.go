@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // quotaTypeNames are the spellings of the DownstreamQuota type that plan
@@ -195,10 +195,10 @@ func (c *cluster) hpaOf(ctx context.Context, q *v1alpha1.DownstreamQuota) (*auto
 	if err := c.client.List(ctx, &list, client.InNamespace(q.Namespace)); err != nil {
 		return nil, err
 	}
-	target := indexer.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)
+	target := quota.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)
 	var found []autoscalingv2.HorizontalPodAutoscaler
 	for _, hpa := range list.Items {
-		if key, ok := indexer.HPATarget(&hpa); ok && key == target {
+		if key, ok := quota.HPATarget(&hpa); ok && key == target {
 			found = append(found, hpa)
 		}
 	}

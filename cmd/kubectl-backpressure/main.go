@@ -4,7 +4,7 @@
 // deadline, retry amplification under overload, and backlog growth. On PATH
 // it is the kubectl plugin `kubectl backpressure`.
 //
-// It plans through internal/quotaplan, the code path the controller uses,
+// It plans through internal/quota, the code path the controller uses,
 // so its numbers are the ones the operator publishes.
 package main
 

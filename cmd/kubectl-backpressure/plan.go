@@ -13,7 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // planFlagFields maps each plan flag to the field path it overrides, so
@@ -34,8 +34,8 @@ var planFlagFields = map[string]string{
 	"retries":          "spec.retry.maxRetries",
 	"retry-budget":     "spec.retry.budgetPerSecond",
 	"below-one":        "spec.belowOne",
-	"replicas":         quotaplan.DivisorField,
-	"replicas-range":   quotaplan.MinReplicasField,
+	"replicas":         quota.DivisorField,
+	"replicas-range":   quota.MinReplicasField,
 }
 
 // requiredWithoutFile are the flags a plan needs when no file gives them.
@@ -133,7 +133,7 @@ then exactly over each caller's Ready pods (--replicas for every caller,
 	f.StringVar(&o.clusterShare, "cluster-share", "", "part of the contract this cluster may use: calls in flight such as 20, or a percentage such as 40% (spec.contract.clusterShare)")
 	f.Int32Var(&o.rate, "rate", 0, "global rate limit in calls per second, 0 for none (spec.contract.ratePerSecond)")
 	f.Int32Var(&o.burst, "burst", 0, "global burst above the rate (spec.contract.burst)")
-	f.Int32Var(&o.safetyPercent, "safety-percent", quotaplan.DefaultSafetyPercent, "part of the contract handed out, 1..100 (spec.safetyPercent)")
+	f.Int32Var(&o.safetyPercent, "safety-percent", quota.DefaultSafetyPercent, "part of the contract handed out, 1..100 (spec.safetyPercent)")
 	f.DurationVar(&o.latency, "latency", 0, "typical latency of the downstream (spec.latency.typical)")
 	f.DurationVar(&o.worstLatency, "worst-latency", 0, "worst latency of the downstream (spec.latency.worst)")
 	f.DurationVar(&o.deadline, "deadline", 0, "time one call may take, queue wait included (spec.deadline)")
@@ -143,7 +143,7 @@ then exactly over each caller's Ready pods (--replicas for every caller,
 	f.Int32Var(&o.demandInFlight, "demand-in-flight", 0, "most calls in flight the whole workload can use (spec.demand.inFlight)")
 	f.Int32Var(&o.retries, "retries", 0, "most retries of one call (spec.retry.maxRetries)")
 	f.Int32Var(&o.retryBudget, "retry-budget", 0, "global retries per second (spec.retry.budgetPerSecond)")
-	f.StringVar(&o.belowOne, "below-one", string(quotaplan.DefaultBelowOne), "Strict or AtLeastOne (spec.belowOne)")
+	f.StringVar(&o.belowOne, "below-one", string(quota.DefaultBelowOne), "Strict or AtLeastOne (spec.belowOne)")
 	return cmd
 }
 
@@ -227,13 +227,13 @@ func (o *planOptions) applyFlags(flags *pflag.FlagSet, spec *v1alpha1.Downstream
 	return nil
 }
 
-// print plans quota over lo..hi replicas, or over --replicas when hi is 0,
+// print plans q over lo..hi replicas, or over --replicas when hi is 0,
 // and prints the plan in format.
-func (o *planOptions) print(cmd *cobra.Command, format string, quota v1alpha1.DownstreamQuota, lo, hi int32) error {
+func (o *planOptions) print(cmd *cobra.Command, format string, q v1alpha1.DownstreamQuota, lo, hi int32) error {
 	flags := cmd.Flags()
 	out := cmd.OutOrStdout()
 	if hi > 0 {
-		in, sweep, err := quotaplan.Sweep(quota.Spec, lo, hi)
+		in, sweep, err := quota.Sweep(q.Spec, lo, hi)
 		if err != nil {
 			return o.explain(flags, err)
 		}
@@ -242,23 +242,23 @@ func (o *planOptions) print(cmd *cobra.Command, format string, quota v1alpha1.Do
 			return writeJSON(out, sweepBootstrapJSON{sweepJSON: sweepJSONOf(sweep), Bootstrap: boot})
 		}
 		if o.compare {
-			err = writeCompareTable(out, quota.Name, in, sweep)
+			err = writeCompareTable(out, q.Name, in, sweep)
 		} else {
-			err = writeSweepTable(out, quota.Name, in, sweep)
+			err = writeSweepTable(out, q.Name, in, sweep)
 		}
 		if err != nil {
 			return err
 		}
 		return writeBootstrap(out, boot)
 	}
-	plan, err := quotaplan.Compute(quota.Spec, o.replicas)
+	plan, err := quota.Size(q.Spec, o.replicas)
 	if err != nil {
 		return o.explain(flags, err)
 	}
 	if format == outputJSON {
 		return writeJSON(out, planJSONOf(plan))
 	}
-	return writePlanTable(out, quota.Name, quota.Spec.Downstream, plan)
+	return writePlanTable(out, q.Name, q.Spec.Downstream, plan)
 }
 
 // parseClusterShare parses --cluster-share: a count of calls in flight, or
@@ -338,13 +338,13 @@ func (o *planOptions) override(flags *pflag.FlagSet, spec *v1alpha1.DownstreamQu
 // explain names the flag behind a field error when a flag gave the value,
 // and the file and field otherwise.
 func (o *planOptions) explain(flags *pflag.FlagSet, err error) error {
-	var fe *quotaplan.FieldError
+	var fe *quota.FieldError
 	if !errors.As(err, &fe) {
 		return err
 	}
 	field := fe.Field
-	if field == quotaplan.MaxReplicasField {
-		field = quotaplan.MinReplicasField
+	if field == quota.MaxReplicasField {
+		field = quota.MinReplicasField
 	}
 	for flag, path := range planFlagFields {
 		// The cluster share's errors name its sub-fields.

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // runCLI runs the command in-process and returns its output and exit code.
@@ -135,7 +135,7 @@ func TestPlanJSONContract(t *testing.T) {
 	}
 }
 
-// plan uses the controller's code path: its figures are quotaplan's.
+// plan uses the controller's code path: its figures are quota's.
 func TestPlanMatchesQuotaplan(t *testing.T) {
 	for _, tt := range []struct {
 		file     string
@@ -145,14 +145,14 @@ func TestPlanMatchesQuotaplan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := quotaplan.Compute(q.Spec, tt.replicas)
+		plan, err := quota.Size(q.Spec, tt.replicas)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got planJSON
 		runJSON(t, &got, "plan", "-f", tt.file, "--replicas", strconv.Itoa(int(tt.replicas)))
 		if diff := cmp.Diff(planJSONOf(plan), got); diff != "" {
-			t.Errorf("%s at %d replicas: CLI differs from quotaplan (-quotaplan +cli):\n%s", tt.file, tt.replicas, diff)
+			t.Errorf("%s at %d replicas: CLI differs from quota (-quota +cli):\n%s", tt.file, tt.replicas, diff)
 		}
 		if got.PerPod.Permits != int(plan.PerPod.Permits) || got.PerPod.QueueCapacity != int(plan.PerPod.QueueCapacity) {
 			t.Errorf("%s: CLI permits/queue %d/%d, status %d/%d", tt.file, got.PerPod.Permits, got.PerPod.QueueCapacity, plan.PerPod.Permits, plan.PerPod.QueueCapacity)

@@ -107,7 +107,7 @@ type sweepBootstrapJSON struct {
 func bootstrapOf(s sizing.SweepResult, maxReplicas int32) bootstrapJSON {
 	b := bootstrapJSON{MaxReplicas: maxReplicas}
 	if len(s.Rows) > 0 && maxReplicas > 0 {
-		b.Usable = s.Rows[0].Plan.Usable
+		b.Usable = s.Rows[0].Result.Usable
 		b.Permits = b.Usable / int64(maxReplicas)
 	}
 	return b

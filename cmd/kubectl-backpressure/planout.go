@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
@@ -89,7 +89,7 @@ func perPodJSONOf(p sizing.PerPod) perPodJSON {
 	}
 }
 
-func perPodExtraJSONOf(r sizing.PlanResult) *perPodJSON {
+func perPodExtraJSONOf(r sizing.Result) *perPodJSON {
 	if r.PerPodExtra == nil {
 		return nil
 	}
@@ -100,9 +100,9 @@ func perPodExtraJSONOf(r sizing.PlanResult) *perPodJSON {
 // previousTotal is what the division before the exact one held: Base for
 // every pod (floor(C·s/N) is floor(floor(C·s)/N)), raised to 1 by
 // AtLeastOne as it is now.
-func previousTotal(r sizing.PlanResult, replicas int) int64 { return r.Base * int64(replicas) }
+func previousTotal(r sizing.Result, replicas int) int64 { return r.Base * int64(replicas) }
 
-func planJSONOf(p quotaplan.Plan) planJSON {
+func planJSONOf(p quota.Sizing) planJSON {
 	r := p.Result
 	out := planJSON{
 		Replicas:             p.Input.Divisor,
@@ -136,7 +136,7 @@ func planJSONOf(p quotaplan.Plan) planJSON {
 func sweepJSONOf(s sizing.SweepResult) sweepJSON {
 	out := sweepJSON{Sweep: make([]sweepRowJSON, 0, len(s.Rows)), LastWithPermit: s.LastWithPermit}
 	if len(s.Rows) > 0 {
-		out.Usable = s.Rows[0].Plan.Usable
+		out.Usable = s.Rows[0].Result.Usable
 	}
 	if s.FirstBelowOne > 0 {
 		first := s.FirstBelowOne
@@ -145,13 +145,13 @@ func sweepJSONOf(s sizing.SweepResult) sweepJSON {
 	for _, row := range s.Rows {
 		out.Sweep = append(out.Sweep, sweepRowJSON{
 			Replicas:             row.Replicas,
-			Base:                 row.Plan.Base,
-			Extra:                row.Plan.Extra,
-			TotalPermits:         row.Plan.TotalPermits,
-			PreviousTotalPermits: previousTotal(row.Plan, row.Replicas),
-			PerPod:               perPodJSONOf(row.Plan.PerPod),
-			PerPodExtra:          perPodExtraJSONOf(row.Plan),
-			Reasons:              reasons(row.Plan.Diagnostics),
+			Base:                 row.Result.Base,
+			Extra:                row.Result.Extra,
+			TotalPermits:         row.Result.TotalPermits,
+			PreviousTotalPermits: previousTotal(row.Result, row.Replicas),
+			PerPod:               perPodJSONOf(row.Result.PerPod),
+			PerPodExtra:          perPodExtraJSONOf(row.Result),
+			Reasons:              reasons(row.Result.Diagnostics),
 		})
 	}
 	return out
@@ -167,7 +167,7 @@ func reasons(diags []sizing.Diagnostic) []string {
 
 // writePlanTable prints the division and each pod's share with the formula
 // behind each number.
-func writePlanTable(out io.Writer, name, downstream string, p quotaplan.Plan) error {
+func writePlanTable(out io.Writer, name, downstream string, p quota.Sizing) error {
 	in, res := p.Input, p.Result
 	n := in.Divisor
 
@@ -245,7 +245,7 @@ func clusterShared(in sizing.Input) bool {
 }
 
 // writeDivision prints how the usable permits are divided over the pods.
-func writeDivision(out io.Writer, in sizing.Input, res sizing.PlanResult) error {
+func writeDivision(out io.Writer, in sizing.Input, res sizing.Result) error {
 	n := int64(in.Divisor)
 	t := newTable(out, "DIVISION", "VALUE", "FORMULA")
 	t.row("usable", fmt.Sprint(res.Usable), usableFormula(in))
@@ -290,7 +290,7 @@ func scaledFormula(what, value string, in sizing.Input) (string, string) {
 	return what + " × safety", fmt.Sprintf("%s × %d%%", value, in.SafetyPercent)
 }
 
-func baseFormula(in sizing.Input, res sizing.PlanResult) string {
+func baseFormula(in sizing.Input, res sizing.Result) string {
 	f := fmt.Sprintf("floor(usable / replicas) = floor(%d / %d)", res.Usable, in.Divisor)
 	if res.Usable < int64(in.Divisor) && in.BelowOne == sizing.AtLeastOne {
 		return f + " = 0, raised to 1 by AtLeastOne"
@@ -301,7 +301,7 @@ func baseFormula(in sizing.Input, res sizing.PlanResult) string {
 // inUseFormula states what the pods hold together, as sizing states it in
 // the status and the controller in its events: "2 permits × 19 replicas +
 // 1 permit × 2 replicas = 40".
-func inUseFormula(in sizing.Input, res sizing.PlanResult) string {
+func inUseFormula(in sizing.Input, res sizing.Result) string {
 	d := res.Division(in.Divisor)
 	f := fmt.Sprintf("%s = %d", d.Holds(), d.InUse())
 	switch {
@@ -337,7 +337,7 @@ func ofUsable(n, usable int64) string {
 
 // writeShares prints the share of a pod at base and, when some pods hold
 // one more, at base+1, side by side.
-func writeShares(out io.Writer, in sizing.Input, res sizing.PlanResult) error {
+func writeShares(out io.Writer, in sizing.Input, res sizing.Result) error {
 	shares := []sizing.PerPod{res.PerPod}
 	header := []string{"PER POD", "VALUE"}
 	if res.PerPodExtra != nil {
@@ -421,7 +421,7 @@ func writeShares(out io.Writer, in sizing.Input, res sizing.PlanResult) error {
 	return t.flush()
 }
 
-func queueWaitFormula(in sizing.Input, res sizing.PlanResult) string {
+func queueWaitFormula(in sizing.Input, res sizing.Result) string {
 	switch res.QueueWaitRule {
 	case sizing.QueueWaitGiven:
 		return fmt.Sprintf("given, and within deadline − latency = %s − %s", in.Deadline, in.Latency)
@@ -470,7 +470,7 @@ func writeSweepTable(out io.Writer, name string, in sizing.Input, s sizing.Sweep
 	writeSweepHeader(out, name, in, s)
 	t := newTable(out, "REPLICAS", "BASE", "+1 PODS", "IN USE", "PREVIOUS", "QUEUE", "MAX WAIT", "WORKERS", "RATE", "BURST", "RETRY BUDGET", "DIAGNOSTICS")
 	for _, row := range s.Rows {
-		r := row.Plan
+		r := row.Result
 		// both formats a figure at base and, when some pods hold one more
 		// and it differs there, at base+1 after a bar.
 		both := func(f func(sizing.PerPod) string) string {
@@ -513,7 +513,7 @@ func writeCompareTable(out io.Writer, name string, in sizing.Input, s sizing.Swe
 	t := newTable(out, "REPLICAS", "BASE", "+1 PODS", "IN USE", "PREVIOUS", "GAINED")
 	var now, before, usable int64
 	for _, row := range s.Rows {
-		r := row.Plan
+		r := row.Result
 		prev := previousTotal(r, row.Replicas)
 		now, before, usable = now+r.TotalPermits, before+prev, usable+r.Usable
 		t.row(fmt.Sprint(row.Replicas), fmt.Sprint(r.Base), fmt.Sprint(r.Extra),

@@ -13,7 +13,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // statusViewVersion is the apiVersion of the status view. It is the
@@ -246,12 +246,12 @@ func podIsReady(pod *corev1.Pod) bool {
 }
 
 func contractOf(q *v1alpha1.DownstreamQuota, dc *v1alpha1.DownstreamContract) contractView {
-	spec := quotaplan.Default(q.Spec)
+	spec := quota.Default(q.Spec)
 	switch {
 	case spec.Contract != nil:
 		c := *spec.Contract
 		v := contractView{Concurrency: c.Concurrency, RatePerSecond: c.RatePerSecond, Burst: c.Burst, SafetyPercent: spec.SafetyPercent}
-		cc := quotaplan.ClusterConcurrency(c)
+		cc := quota.ClusterConcurrency(c)
 		if cc != c.Concurrency {
 			v.ClusterConcurrency = cc
 		}
@@ -259,13 +259,13 @@ func contractOf(q *v1alpha1.DownstreamQuota, dc *v1alpha1.DownstreamContract) co
 		return v
 	case spec.ContractRef != nil && dc != nil:
 		c := dc.Spec.Contract
-		v := contractView{Shared: dc.Name, Concurrency: c.Concurrency, RatePerSecond: c.RatePerSecond, Burst: c.Burst, Usable: quotaplan.ContractUsable(dc.Spec)}
-		if cc := quotaplan.ClusterConcurrency(c); cc != c.Concurrency {
+		v := contractView{Shared: dc.Name, Concurrency: c.Concurrency, RatePerSecond: c.RatePerSecond, Burst: c.Burst, Usable: quota.ContractUsable(dc.Spec)}
+		if cc := quota.ClusterConcurrency(c); cc != c.Concurrency {
 			v.ClusterConcurrency = cc
 		}
 		v.SafetyPercent = dc.Spec.SafetyPercent
 		if v.SafetyPercent == 0 {
-			v.SafetyPercent = quotaplan.DefaultSafetyPercent
+			v.SafetyPercent = quota.DefaultSafetyPercent
 		}
 		return v
 	case spec.ContractRef != nil:

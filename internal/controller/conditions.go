@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
 // blockingDiagnostics are the plan's findings that make Ready False, most
@@ -51,7 +51,7 @@ type readiness struct {
 	// diagnostics are the plan's findings.
 	diagnostics []v1alpha1.Diagnostic
 	// handover is the division's step; nil when no plan was computed.
-	handover *handover
+	handover *handoverStep
 	// recorded is set when the status, with the step's record, was
 	// written ahead of publishing.
 	recorded *recorded
@@ -141,8 +141,8 @@ func readyCondition(in readiness) metav1.Condition {
 // permits over pods, base permits each and extra pods with one more.
 // AtLeastOne raised every pod to one permit exactly when the shares add up
 // to more than the usable permits.
-func sizingDivision(usable, pods, base, extra int32) sizing.Division {
-	return sizing.Division{
+func sizingDivision(usable, pods, base, extra int32) division.Even {
+	return division.Even{
 		Usable: int64(usable), Pods: int64(pods), Base: int64(base), Extra: int64(extra),
 		RaisedToOne: int64(base)*int64(pods)+int64(extra) > int64(usable),
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // +kubebuilder:rbac:groups=backpressure.dev,resources=downstreamcontracts,verbs=get;list;watch
@@ -51,7 +51,7 @@ type sharer struct {
 	serving int64
 	status  *v1alpha1.DownstreamQuotaStatus
 	in      readiness
-	plan    *quotaplan.Plan
+	plan    *quota.Sizing
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -73,15 +73,15 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		return reconcile.Result{}, err
 	}
 	epoch := string(dc.UID)
-	usable := quotaplan.ContractUsable(dc.Spec)
-	in := make([]quotaplan.Caller, len(sharers))
+	usable := quota.ContractUsable(dc.Spec)
+	in := make([]quota.Caller, len(sharers))
 	for i, s := range sharers {
-		in[i] = quotaplan.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving}
+		in[i] = quota.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving}
 	}
-	parts := quotaplan.Split(dc.Spec, in)
+	parts := quota.Split(dc.Spec, in)
 	var callers []caller
 	for i, s := range sharers {
-		p, err := quotaplan.ComputePart(s.quota.Spec, dc.Spec, parts[i].Part, int32(max(s.serving, 1)))
+		p, err := quota.SizePart(s.quota.Spec, dc.Spec, parts[i].Part, int32(max(s.serving, 1)))
 		if err != nil {
 			s.in.invalid = err
 			continue
@@ -108,7 +108,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 			Namespace: s.quota.Namespace, Quota: s.quota.Name,
 			Workload: s.quota.Spec.WorkloadRef.Kind + "/" + s.quota.Spec.WorkloadRef.Name,
 			Weight:   part.Weight, ReadyPods: int32(s.serving),
-			Permits: int32(part.Part.Permits), RatePerSecond: quotaplan.Quantity(part.Part.RatePerSecond), Reason: part.Reason,
+			Permits: int32(part.Part.Permits), RatePerSecond: quota.Quantity(part.Part.RatePerSecond), Reason: part.Reason,
 		}
 		if part.Demand != division.Unbounded {
 			cs.Demand = ptr.To(int32(part.Demand))
@@ -219,7 +219,7 @@ func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamC
 
 // publishCaller publishes caller i's part of the division to its ConfigMap
 // and writes its quota's status, with the contract's finding over, if any.
-func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handover, i int, over *v1alpha1.Diagnostic) (reconcile.Result, error) {
+func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handoverStep, i int, over *v1alpha1.Diagnostic) (reconcile.Result, error) {
 	q, qt := r.quotas, s.quota
 	p := *s.plan
 	// A caller whose workload does not exist has no replica status to read;
@@ -248,7 +248,7 @@ func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1
 		s.in.invalid = err
 		return reconcile.Result{}, r.writeCaller(ctx, s)
 	}
-	name := indexer.ConfigMapName(qt)
+	name := quota.ConfigMapName(qt)
 	var result reconcile.Result
 	if s.facts.workload != nil {
 		target, conflict, err := q.target(ctx, qt, name)

@@ -22,7 +22,7 @@
 //
 // # Exact division
 //
-// The plan comes from internal/quotaplan, the same code path as the CLI.
+// The plan comes from internal/quota, the same code path as the CLI.
 // Its usable permits are A = floor(C' × safety), C' being the contract's
 // concurrency or, with contract.clusterShare, this cluster's part of it.
 // With D serving pods every pod is to hold floor(A/D) and A mod D of them
@@ -38,7 +38,7 @@
 //
 // # Handover and the write-ahead record
 //
-// Each reconcile runs one step of division.Step over the division's pods.
+// Each reconcile runs one step of handover.Step over the division's pods.
 // A smaller share is told at once; the pod is counted at its old share
 // (status.division.pods[].holds) until it acknowledges a revision at least
 // as new as the one that shrank it, or, when it has never acknowledged
@@ -81,7 +81,7 @@
 // quotas naming it (through the contract index), leaving out those being
 // deleted and those of namespaces its selector does not admit, reads each
 // one's facts, and splits the contract's usable permits over them with
-// quotaplan.Split: weighted max-min fairness (spec.weight) capped at each
+// quota.Split: weighted max-min fairness (spec.weight) capped at each
 // caller's demand (spec.demand.inFlight, or demand.ratePerSecond × typical
 // latency rounded up; none stated is unbounded), a caller without serving
 // pods getting nothing. The rate is split the same way; each caller's burst

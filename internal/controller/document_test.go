@@ -9,7 +9,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // designQuota is the quota of DESIGN.md: 50 in flight at 80%, 220ms typical
@@ -36,11 +36,11 @@ func designQuota() *v1alpha1.DownstreamQuota {
 
 func TestCurrentDocument(t *testing.T) {
 	q := designQuota()
-	p, err := quotaplan.Compute(q.Spec, 8)
+	p, err := quota.Size(q.Spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quotaplan.Division{Epoch: "uid-1", Revision: 3, Pods: map[string]int{"gw-a": 5, "gw-b": 5}})
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quota.Shares{Epoch: "uid-1", Revision: 3, Pods: map[string]int{"gw-a": 5, "gw-b": 5}})
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

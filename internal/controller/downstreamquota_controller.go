@@ -19,9 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // DefaultConflictRecheck is how often a quota whose ConfigMap name is taken
@@ -134,7 +133,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		change *planChange
 	)
 	f, err := r.observe(ctx, q)
-	var invalid *quotaplan.FieldError
+	var invalid *quota.FieldError
 	switch {
 	case errors.As(err, &invalid):
 		in.invalid = invalid
@@ -200,7 +199,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 	if f.hpaMissing {
 		in.missingHPA = q.Spec.HPAName
 	}
-	p, err := quotaplan.Compute(q.Spec, max(replicas.Divisor, 1))
+	p, err := quota.Size(q.Spec, max(replicas.Divisor, 1))
 	if err != nil {
 		in.invalid = err
 		return ctrl.Result{}, nil, nil
@@ -225,7 +224,7 @@ func (r *DownstreamQuotaReconciler) publishPlan(ctx context.Context, q *v1alpha1
 		in.invalid = err
 		return ctrl.Result{}, nil, nil
 	}
-	name := indexer.ConfigMapName(q)
+	name := quota.ConfigMapName(q)
 	target, conflict, err := r.target(ctx, q, name)
 	if err != nil {
 		return ctrl.Result{}, nil, err

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 func TestPlanChangeMessage(t *testing.T) {
@@ -109,7 +109,7 @@ func TestPlanChangeQuotesSizing(t *testing.T) {
 			Deadline:    metav1.Duration{Duration: time.Second},
 			BelowOne:    tt.belowOne,
 		}
-		p, err := quotaplan.Compute(spec, tt.ready)
+		p, err := quota.Size(spec, tt.ready)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // Workload kinds a quota may name.
@@ -58,7 +58,7 @@ type facts struct {
 
 // observe reads the facts of q's workload from the cache. A spec the
 // controller cannot follow (a workload kind it does not know) is returned as
-// a *quotaplan.FieldError.
+// a *quota.FieldError.
 func (r *DownstreamQuotaReconciler) observe(ctx context.Context, q *v1alpha1.DownstreamQuota) (facts, error) {
 	var f facts
 	w, err := r.readWorkload(ctx, q)
@@ -97,7 +97,7 @@ func (r *DownstreamQuotaReconciler) readWorkload(ctx context.Context, q *v1alpha
 		}
 		replicas, status, selector = s.Spec.Replicas, s.Status.Replicas, s.Spec.Selector
 	default:
-		return nil, &quotaplan.FieldError{Field: "spec.workloadRef.kind", Detail: fmt.Sprintf("must be %s or %s, got %q", kindDeployment, kindStatefulSet, ref.Kind)}
+		return nil, &quota.FieldError{Field: "spec.workloadRef.kind", Detail: fmt.Sprintf("must be %s or %s, got %q", kindDeployment, kindStatefulSet, ref.Kind)}
 	}
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
@@ -123,7 +123,7 @@ func (r *DownstreamQuotaReconciler) readHPA(ctx context.Context, q *v1alpha1.Dow
 		return hpaFactsOf(&hpa), false, nil
 	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
-	target := indexer.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)
+	target := quota.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)
 	if err := r.client.List(ctx, &list, client.InNamespace(q.Namespace), client.MatchingFields{indexer.HPATargetKey: target}); err != nil {
 		return nil, false, fmt.Errorf("controller: list hpas of %s: %w", target, err)
 	}

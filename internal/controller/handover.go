@@ -13,8 +13,9 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // Defaults of spec.handover.
@@ -82,8 +83,8 @@ type caller struct {
 	members []member
 }
 
-// handover is the outcome of one step of a division.
-type handover struct {
+// handoverStep is the outcome of one step of a division.
+type handoverStep struct {
 	// status is the new division status: the record every pod's share is
 	// published from.
 	status *v1alpha1.DivisionStatus
@@ -111,7 +112,7 @@ type handover struct {
 // record prev (nil or of another epoch: nothing is held), at now. Every
 // caller's part is divided exactly over its serving pods; the handover runs
 // over all of them against the sum of the parts.
-func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1alpha1.Handover, now time.Time) handover {
+func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1alpha1.Handover, now time.Time) handoverStep {
 	unacknowledged, stalledAfter := handoverSettings(h)
 	records := map[string]v1alpha1.PodShareStatus{}
 	var revision int64
@@ -141,17 +142,17 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 		}
 	}
 
-	in := division.Input{Total: total, Revision: revision, Now: now, UnacknowledgedDelay: unacknowledged, Pods: make([]division.Pod, len(members))}
+	in := handover.Input{Total: total, Revision: revision, Now: now, UnacknowledgedDelay: unacknowledged, Pods: make([]handover.Pod, len(members))}
 	for i, m := range members {
-		p := division.Pod{Key: keys[i], Target: targets[i], Leaving: m.leaving, Record: recordOf(records[keys[i]])}
+		p := handover.Pod{Key: keys[i], Target: targets[i], Leaving: m.leaving, Record: recordOf(records[keys[i]])}
 		if m.acked {
 			p.Acked, p.Released = m.ack.Revision, m.ack.Released
 		}
 		in.Pods[i] = p
 	}
-	res := division.Step(in)
+	res := handover.Step(in)
 
-	out := handover{told: map[string]int{}, recheck: res.RecheckAfter}
+	out := handoverStep{told: map[string]int{}, recheck: res.RecheckAfter}
 	entries := make([]*v1alpha1.PodShareStatus, len(members))
 	for i, m := range members {
 		r := res.Records[i]
@@ -175,12 +176,12 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 			ps.ShrunkAt = &t
 			out.pending = append(out.pending, keys[i])
 			// A pod that does not acknowledge is settled by time, and
-			// division.Step says when (res.RecheckAfter).
+			// handover.Step says when (res.RecheckAfter).
 			if m.acked && !m.ack.Released {
 				if wait := r.ShrunkTime.Add(stalledAfter).Sub(now); wait <= 0 {
 					out.stalled = append(out.stalled, keys[i])
 				} else {
-					out.recheck = division.Sooner(out.recheck, wait)
+					out.recheck = handover.Sooner(out.recheck, wait)
 				}
 			}
 		}
@@ -243,7 +244,7 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 // forCaller returns the step as one caller sees it: its part of the
 // division, and the waiting, pending and stalled pods that are its own, by
 // name without prefix.
-func (h handover) forCaller(i int, prefix string) handover {
+func (h handoverStep) forCaller(i int, prefix string) handoverStep {
 	own := func(keys []string) []string {
 		var out []string
 		for _, k := range keys {
@@ -261,7 +262,7 @@ func (h handover) forCaller(i int, prefix string) handover {
 
 // toldFor returns the shares of the pods whose keys start with prefix, by
 // name without it: one caller's document.
-func (h handover) toldFor(prefix string) map[string]int {
+func (h handoverStep) toldFor(prefix string) map[string]int {
 	if prefix == "" {
 		return h.told
 	}
@@ -275,8 +276,8 @@ func (h handover) toldFor(prefix string) map[string]int {
 }
 
 // recordOf converts a pod's status entry to its handover record.
-func recordOf(p v1alpha1.PodShareStatus) division.Record {
-	r := division.Record{Told: int64(p.Permits), Holds: int64(p.Permits)}
+func recordOf(p v1alpha1.PodShareStatus) handover.Record {
+	r := handover.Record{Told: int64(p.Permits), Holds: int64(p.Permits)}
 	if p.Holds != nil && int64(*p.Holds) > r.Told {
 		r.Holds, r.ShrunkAt = int64(*p.Holds), p.ShrunkAtRevision
 		if p.ShrunkAt != nil {
@@ -296,17 +297,17 @@ func sameRecords(a, b []v1alpha1.PodShareStatus) bool {
 
 // usableTotal is what a caller's division hands out: the plan's usable
 // permits, or one per serving pod when AtLeastOne raised them.
-func usableTotal(p quotaplan.Plan) int64 { return p.Result.TotalPermits }
+func usableTotal(p quota.Sizing) int64 { return p.Result.TotalPermits }
 
 // document returns one caller's part of the division as a published
 // document's division: pods not named hold nothing.
-func (h handover) document(prefix string) quotaplan.Division {
-	return quotaplan.Division{Epoch: h.status.Epoch, Revision: h.status.Revision, Pods: h.toldFor(prefix)}
+func (h handoverStep) document(prefix string) quota.Shares {
+	return quota.Shares{Epoch: h.status.Epoch, Revision: h.status.Revision, Pods: h.toldFor(prefix)}
 }
 
 // handedOverCondition says whether the handover is done, in progress or
 // stalled.
-func handedOverCondition(h handover) metav1.Condition {
+func handedOverCondition(h handoverStep) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionHandedOver, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHandedOver}
 	st := h.status
 	switch {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // claimant is a quota or contract that hands out permits of a downstream.
@@ -39,11 +39,11 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downst
 		if o.Spec.Contract == nil || !o.DeletionTimestamp.IsZero() {
 			continue // a shared quota counts through its contract
 		}
-		spec := quotaplan.Default(o.Spec)
+		spec := quota.Default(o.Spec)
 		all = append(all, claimant{
 			name:        "DownstreamQuota " + o.Namespace + "/" + o.Name,
 			concurrency: spec.Contract.Concurrency,
-			usable:      int64(quotaplan.ClusterConcurrency(*spec.Contract)) * int64(spec.SafetyPercent) / 100,
+			usable:      int64(quota.ClusterConcurrency(*spec.Contract)) * int64(spec.SafetyPercent) / 100,
 		})
 	}
 	for i := range contracts.Items {
@@ -54,7 +54,7 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downst
 		all = append(all, claimant{
 			name:        "DownstreamContract " + c.Name,
 			concurrency: c.Spec.Contract.Concurrency,
-			usable:      quotaplan.ContractUsable(c.Spec),
+			usable:      quota.ContractUsable(c.Spec),
 		})
 	}
 	if len(all) < 2 {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // stripPod keeps of a pod what the controller reads: its metadata (labels,
@@ -80,7 +80,7 @@ const (
 	ownerOther
 )
 
-// podWorkload returns indexer.WorkloadKey of the Deployment or StatefulSet
+// podWorkload returns quota.WorkloadKey of the Deployment or StatefulSet
 // that controls pod, read from its controller owner reference alone: a
 // StatefulSet controls its pods directly; a Deployment controls a
 // ReplicaSet named <deployment>-<pod-template-hash>, whose pods carry the
@@ -99,7 +99,7 @@ func podWorkload(pod client.Object) (string, podOwner) {
 	}
 	switch ref.Kind {
 	case kindStatefulSet:
-		return indexer.WorkloadKey(kindStatefulSet, ref.Name), ownerWorkload
+		return quota.WorkloadKey(kindStatefulSet, ref.Name), ownerWorkload
 	case "ReplicaSet":
 		hash := pod.GetLabels()[appsv1.DefaultDeploymentUniqueLabelKey]
 		name, ok := strings.CutSuffix(ref.Name, "-"+hash)
@@ -109,7 +109,7 @@ func podWorkload(pod client.Object) (string, podOwner) {
 		if hash == "" || !ok || name == "" || len(name) >= validation.DNS1123SubdomainMaxLength-1-len(hash) {
 			return "", ownerUnknown
 		}
-		return indexer.WorkloadKey(kindDeployment, name), ownerWorkload
+		return quota.WorkloadKey(kindDeployment, name), ownerWorkload
 	}
 	return "", ownerOther
 }

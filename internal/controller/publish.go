@@ -20,6 +20,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 const (
@@ -102,7 +103,7 @@ func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.Dow
 	}
 	name, key, workload := cm.Name, client.ObjectKeyFromObject(cm), q.Spec.WorkloadRef.Name
 	owner := metav1ac.OwnerReference().
-		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(indexer.QuotaKind).
+		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(quota.Kind).
 		WithName(q.Name).WithUID(q.UID)
 	gate := corev1ac.ConfigMap(name, q.Namespace).
 		WithLabels(configMapLabels(workload)).
@@ -141,21 +142,22 @@ func (a *appliedGates) note(quota types.NamespacedName, configMap string, data [
 
 func (a *appliedGates) forget(quota types.NamespacedName) { a.m.Delete(quota) }
 
-// ownGateWrite reports whether cm holds, as quota's gate, exactly what this
-// reconciler last applied there, with quota's owner reference: a change
+// ownGateWrite reports whether cm holds, as the gate of the quota named
+// gate, exactly what this reconciler last applied there, with that quota's
+// owner reference: a change
 // the reconciler made itself and need not look at again. Anything else
 // (a hand edit of the key, a removed owner reference, a write after a
 // restart) is not.
-func (a *appliedGates) ownGateWrite(cm *corev1.ConfigMap, quota string) bool {
-	v, ok := a.m.Load(types.NamespacedName{Namespace: cm.Namespace, Name: quota})
+func (a *appliedGates) ownGateWrite(cm *corev1.ConfigMap, gate string) bool {
+	v, ok := a.m.Load(types.NamespacedName{Namespace: cm.Namespace, Name: gate})
 	if !ok {
 		return false
 	}
 	last := v.(appliedGate)
-	data, ok := cm.Data[plan.KeyFor(quota)]
+	data, ok := cm.Data[plan.KeyFor(gate)]
 	return ok && last.configMap == cm.Name && sha256.Sum256([]byte(data)) == last.digest &&
 		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool {
-			return indexer.IsQuotaOwner(ref) && ref.Name == quota
+			return quota.IsOwner(ref) && ref.Name == gate
 		})
 }
 
@@ -226,16 +228,16 @@ func (r *DownstreamQuotaReconciler) removeGate(ctx context.Context, key client.O
 	})
 }
 
-// withoutGate returns a copy of cm without quota's key and DownstreamQuota
-// owner references, and whether that changed anything.
-func withoutGate(cm *corev1.ConfigMap, quota string) (*corev1.ConfigMap, bool) {
+// withoutGate returns a copy of cm without the key of the quota named gate
+// and its DownstreamQuota owner references, and whether that changed anything.
+func withoutGate(cm *corev1.ConfigMap, gate string) (*corev1.ConfigMap, bool) {
 	out := cm.DeepCopy()
-	key := plan.KeyFor(quota)
+	key := plan.KeyFor(gate)
 	_, had := out.Data[key]
 	delete(out.Data, key)
 	refs := len(out.OwnerReferences)
 	out.OwnerReferences = slices.DeleteFunc(out.OwnerReferences, func(ref metav1.OwnerReference) bool {
-		return indexer.IsQuotaOwner(ref) && ref.Name == quota
+		return quota.IsOwner(ref) && ref.Name == gate
 	})
 	return out, had || len(out.OwnerReferences) != refs
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 func TestGateFieldOwner(t *testing.T) {
@@ -58,11 +58,11 @@ func TestNotOurs(t *testing.T) {
 func TestGatePublished(t *testing.T) {
 	q := designQuota()
 	q.UID = "uid-1"
-	p, err := quotaplan.Compute(q.Spec, 8)
+	p, err := quota.Size(q.Spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quotaplan.Division{Epoch: string(q.UID), Revision: 1, Pods: map[string]int{"api-0": 5}})
+	doc := p.Document(q.Name, q.Spec.Downstream, q.Generation, quota.Shares{Epoch: string(q.UID), Revision: 1, Pods: map[string]int{"api-0": 5}})
 	data, err := plan.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)

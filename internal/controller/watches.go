@@ -28,6 +28,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // ControllerName names the controller in logs and metrics.
@@ -207,7 +208,7 @@ func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespac
 // it.
 func (r *DownstreamQuotaReconciler) quotasForWorkload(kind string) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: indexer.WorkloadKey(kind, obj.GetName())})
+		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: quota.WorkloadKey(kind, obj.GetName())})
 	}
 }
 
@@ -216,7 +217,7 @@ func (r *DownstreamQuotaReconciler) quotasForWorkload(kind string) handler.MapFu
 func (r *DownstreamQuotaReconciler) quotasForHPA(ctx context.Context, obj client.Object) []reconcile.Request {
 	reqs := r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaHPAKey: obj.GetName()})
 	if hpa, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
-		if target, ok := indexer.HPATarget(hpa); ok {
+		if target, ok := quota.HPATarget(hpa); ok {
 			reqs = append(reqs, r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: target})...)
 		}
 	}
@@ -324,7 +325,7 @@ func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
 		if !ok {
 			return
 		}
-		for _, gate := range indexer.Gates(cm) {
+		for _, gate := range quota.Gates(cm) {
 			q.Add(request(cm.Namespace, gate))
 		}
 		for _, req := range r.quotasMatching(ctx, cm.Namespace, client.MatchingFields{indexer.QuotaConfigMapKey: cm.Name}) {
@@ -374,7 +375,7 @@ func changedGates(oldCM, newCM *corev1.ConfigMap) []string {
 			}
 		}
 		for _, ref := range a.OwnerReferences {
-			if indexer.IsQuotaOwner(ref) && !slices.Contains(b.OwnerReferences, ref) {
+			if quota.IsOwner(ref) && !slices.Contains(b.OwnerReferences, ref) {
 				changed[ref.Name] = struct{}{}
 			}
 		}

@@ -230,11 +230,11 @@ func TestSweep(t *testing.T) {
 	type split struct{ base, extra int64 }
 	splits := map[int]split{4: {10, 0}, 7: {5, 5}, 8: {5, 0}, 14: {2, 12}, 16: {2, 8}, 20: {2, 0}, 21: {1, 19}, 40: {1, 0}, 41: {0, 40}, 50: {0, 40}}
 	for _, row := range got.Rows {
-		if want, ok := splits[row.Replicas]; ok && (row.Plan.Base != want.base || row.Plan.Extra != want.extra || row.Plan.PerPod.Permits != int(want.base)) {
-			t.Errorf("%d replicas: base %d, extra %d, per pod %d; want %d, %d", row.Replicas, row.Plan.Base, row.Plan.Extra, row.Plan.PerPod.Permits, want.base, want.extra)
+		if want, ok := splits[row.Replicas]; ok && (row.Result.Base != want.base || row.Result.Extra != want.extra || row.Result.PerPod.Permits != int(want.base)) {
+			t.Errorf("%d replicas: base %d, extra %d, per pod %d; want %d, %d", row.Replicas, row.Result.Base, row.Result.Extra, row.Result.PerPod.Permits, want.base, want.extra)
 		}
-		if row.Plan.TotalPermits != 40 {
-			t.Errorf("%d replicas: %d permits in use, want all 40", row.Replicas, row.Plan.TotalPermits)
+		if row.Result.TotalPermits != 40 {
+			t.Errorf("%d replicas: %d permits in use, want all 40", row.Replicas, row.Result.TotalPermits)
 		}
 	}
 	// This cluster's 20 of the 50: 16 usable, a whole permit up to 16 pods.

@@ -8,7 +8,7 @@ import (
 )
 
 // Reasons of diagnostics. The first four are spelled exactly as the
-// DownstreamQuota API's condition reasons (a test in internal/quotaplan
+// DownstreamQuota API's condition reasons (a test in internal/quota
 // holds them equal); the rest are findings the API has no condition reason
 // for. All are CamelCase and stable: alerts and scripts match them.
 const (
@@ -48,7 +48,7 @@ const (
 	ReasonRetriesWithoutBudget = "RetriesWithoutBudget"
 )
 
-// Diagnostic is one finding of a plan, with the numbers behind it.
+// Diagnostic is one finding of a sizing, with the numbers behind it.
 type Diagnostic struct {
 	// Reason is one of the Reason constants.
 	Reason string
@@ -56,7 +56,7 @@ type Diagnostic struct {
 	Message string
 }
 
-// Num formats a figure as every message and table of a plan does: at most
+// Num formats a figure as every message and table of a sizing does: at most
 // two decimals, no trailing zeros. Rate and Percent are its forms for calls
 // per second and fractions; kubectl-backpressure formats with them too.
 func Num(f float64) string { return num(f) }
@@ -73,14 +73,6 @@ func num(f float64) string {
 	s := strconv.FormatFloat(math.Round(f*100)/100, 'f', 2, 64)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
-}
-
-// replicas formats a replica count with its noun.
-func replicas(n int64) string {
-	if n == 1 {
-		return "1 replica"
-	}
-	return strconv.FormatInt(n, 10) + " replicas"
 }
 
 // sum formats a + b for non-negative durations, in seconds when the sum

@@ -1,11 +1,15 @@
-// Package sizing divides a downstream's global contract into per-pod shares
-// and checks the result against latency, deadline, demand and retries.
+// Package sizing is the per-pod arithmetic: from a downstream's contract and
+// the number of pods, the permits, rate, burst, waiting room, workers and
+// retry budget of one pod's share (Little's law, the deadline budget,
+// retries, backlog), checked against latency, deadline, demand and retries.
+// How the usable permits are split over callers and named pods is
+// internal/division's; how capacity moves between pods, internal/handover's.
 //
 // It is pure: plain Go values in, plain values out, no Kubernetes types, no
 // clock, no logging. The controller and the kubectl-backpressure calculator
-// reach it through internal/quotaplan, so both compute the same numbers.
+// reach it through internal/quota, so both compute the same numbers.
 //
-// # The per-pod plan
+// # The per-pod arithmetic
 //
 // For a contract of C calls in flight of which this cluster uses C' (all of
 // it unless Input.ClusterConcurrency says otherwise), safety percentage s
@@ -20,7 +24,7 @@
 //	usable rate    = R·C'·s / C, usable burst = floor(B·C'·s / C), usable
 //	                 retry budget = the global retry budget (or the Part's)
 //
-// A pod's share is sized for its own permits p (PlanResult.ShareFor):
+// A pod's share is sized for its own permits p (Result.ShareFor):
 //
 //	rate           = usable rate · p / A          (0 when there is no rate)
 //	burst          = max(1, floor(usable burst · p / A)) for p ≥ 1
@@ -33,7 +37,7 @@
 //	workers        = min(p, ceil(λ/N · W)) when demand λ is known, else p
 //
 // A pod holding no permits gets no rate, burst, retry budget, queue or
-// workers: it sheds every call. PlanResult.PerPod is the share at base,
+// workers: it sheds every call. Result.PerPod is the share at base,
 // PerPodExtra the share at base+1.
 //
 // When A < N (fewer permits than pods), the BelowOne policy decides:
@@ -45,13 +49,13 @@
 // # Guarantees
 //
 // These hold for every input and are checked by table tests, by invariant
-// checks over random inputs from a fixed seed (20,000 plans, with cluster
-// shares and callers' parts), and by the fuzz targets FuzzPlan and
+// checks over random inputs from a fixed seed (20,000 sizings, with cluster
+// shares and callers' parts), and by the fuzz targets FuzzSize and
 // FuzzAmplification:
 //
 //   - base·N + extra = A ≤ C'·s ≤ C, and the pods hold exactly A
 //     (TotalPermits). The single exception is AtLeastOne with A < N: the
-//     pods hold N, and the plan always carries a [ReasonOvercommitted]
+//     pods hold N, and the result always carries a [ReasonOvercommitted]
 //     diagnostic whose message states N.
 //   - Permits are computed in integer arithmetic: floating-point rounding
 //     never hands out a permit too many.
@@ -73,8 +77,8 @@
 //
 // Which pods hold base+1, and when a pod may start using a larger share,
 // is not this package's concern: internal/division assigns the shares to
-// named pods and hands capacity over only once the pods giving it up have
-// let go of it.
+// named pods, and internal/handover hands capacity over only once the pods
+// giving it up have let go of it.
 //
 // # Diagnostics
 //

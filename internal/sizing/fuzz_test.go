@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// FuzzPlan checks the package's guarantees on arbitrary inputs: no panic,
+// FuzzSize checks the package's guarantees on arbitrary inputs: no panic,
 // an *InputError for invalid input, and for valid input every invariant of
-// checkPlan (Base·N + Extra = A ≤ C'·s ≤ C unless AtLeastOne said so, the
+// checkSize (Base·N + Extra = A ≤ C'·s ≤ C unless AtLeastOne said so, the
 // shares summing to the usable totals, workers and waiting room following
 // each pod's permits, no negative, NaN or infinite figure, queue and
 // timeouts within the deadline).
-func FuzzPlan(f *testing.F) {
+func FuzzSize(f *testing.F) {
 	type seed struct {
 		c, burst, pct, n           int64
 		rate, demand, budget       float64
@@ -87,8 +87,8 @@ func FuzzPlan(f *testing.F) {
 		if atLeastOne {
 			in.BelowOne = AtLeastOne
 		}
-		got, err := Plan(in)
-		checkPlanOrError(t, in, got, err)
+		got, err := Size(in)
+		checkSizeOrError(t, in, got, err)
 	})
 }
 

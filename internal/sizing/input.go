@@ -43,7 +43,7 @@ func (p BelowOnePolicy) String() string {
 	}
 }
 
-// Input is everything a per-pod plan is computed from. Optional values are
+// Input is everything the pods' shares are sized from. Optional values are
 // zero (or nil) when unknown.
 type Input struct {
 	// Concurrency is the contract's global in-flight limit C (1..MaxCount).
@@ -84,7 +84,7 @@ type Input struct {
 	// most Concurrency). The rate and burst scale by C'/C.
 	ClusterConcurrency int
 	// Part, when set, is this caller's part of a shared contract, already
-	// after safety and cluster share (so at most floor(C'·s) permits): Plan
+	// after safety and cluster share (so at most floor(C'·s) permits): Size
 	// divides it over Divisor instead of the contract (which then serves
 	// only the diagnostics).
 	Part *Part
@@ -110,7 +110,7 @@ func (in Input) clusterConcurrency() int {
 	return in.Concurrency
 }
 
-// InputError reports an input that no plan can be computed from. Input is
+// InputError reports an input that no shares can be sized from. Input is
 // the name of the offending field of Input, Pool, RetryLoad, BacklogInput or
 // of a Sweep bound.
 type InputError struct {
@@ -129,7 +129,7 @@ func inputErr(input, format string, args ...any) error {
 	return &InputError{Input: input, Problem: fmt.Sprintf(format, args...)}
 }
 
-// Validate reports the first input that Plan would reject.
+// Validate reports the first input that Size would reject.
 func (in Input) Validate() error {
 	if err := countIn("Concurrency", in.Concurrency, 1); err != nil {
 		return err

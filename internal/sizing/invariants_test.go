@@ -66,27 +66,27 @@ func checkCount(t *testing.T, name string, n int) {
 	}
 }
 
-// checkPlanOrError checks the outcome of Plan(in), valid or not.
-func checkPlanOrError(t *testing.T, in Input, got PlanResult, err error) {
+// checkSizeOrError checks the outcome of Size(in), valid or not.
+func checkSizeOrError(t *testing.T, in Input, got Result, err error) {
 	t.Helper()
 	if err != nil {
 		var ie *InputError
 		if !errors.As(err, &ie) || !inputNames[ie.Input] {
-			t.Fatalf("Plan(%+v) error = %v, want an *InputError naming an input", in, err)
+			t.Fatalf("Size(%+v) error = %v, want an *InputError naming an input", in, err)
 		}
-		if diff := cmp.Diff(PlanResult{}, got); diff != "" {
-			t.Fatalf("Plan(%+v) returned a plan with its error (-want +got):\n%s", in, diff)
+		if diff := cmp.Diff(Result{}, got); diff != "" {
+			t.Fatalf("Size(%+v) returned a result with its error (-want +got):\n%s", in, diff)
 		}
 		if in.Validate() == nil {
-			t.Fatalf("Plan(%+v) failed with %v but Validate accepts the input", in, err)
+			t.Fatalf("Size(%+v) failed with %v but Validate accepts the input", in, err)
 		}
 		return
 	}
-	checkPlan(t, in, got)
+	checkSize(t, in, got)
 }
 
 // usableWant returns A and the usable rate, burst and retry budget that in
-// asks for, computed independently of Plan with exact rationals.
+// asks for, computed independently of Size with exact rationals.
 func usableWant(in Input) (a int64, rate *big.Rat, burst int64, budget *big.Rat) {
 	if pt := in.Part; pt != nil {
 		return int64(pt.Permits), ratOf(pt.RatePerSecond), int64(pt.Burst), ratOf(pt.RetryBudgetPerSecond)
@@ -112,7 +112,7 @@ type group struct{ pods, permits int64 }
 
 // groups returns the pods of the division: N − Extra at Base, Extra at
 // Base+1 (empty groups left out).
-func groups(got PlanResult, n int64) []group {
+func groups(got Result, n int64) []group {
 	var gs []group
 	if n-got.Extra > 0 {
 		gs = append(gs, group{n - got.Extra, got.Base})
@@ -136,8 +136,8 @@ func closeTo(sum, total *big.Rat, pods int64) bool {
 	return diff.Cmp(slack) <= 0
 }
 
-// checkPlan asserts the guarantees of the package doc on one valid plan.
-func checkPlan(t *testing.T, in Input, got PlanResult) {
+// checkSize asserts the guarantees of the package doc on one valid plan.
+func checkSize(t *testing.T, in Input, got Result) {
 	t.Helper()
 	pp := got.PerPod
 	c, n, pct := int64(in.Concurrency), int64(in.Divisor), int64(in.SafetyPercent)
@@ -318,19 +318,19 @@ func checkPlan(t *testing.T, in Input, got PlanResult) {
 	}
 
 	// Deterministic.
-	again, err := Plan(in)
+	again, err := Size(in)
 	if err != nil {
-		t.Fatalf("second Plan() error = %v", err)
+		t.Fatalf("second Size() error = %v", err)
 	}
 	if diff := cmp.Diff(got, again); diff != "" {
-		t.Errorf("Plan() is not deterministic (-first +second):\n%s", diff)
+		t.Errorf("Size() is not deterministic (-first +second):\n%s", diff)
 	}
 }
 
 // checkShare asserts the guarantees of one pod's share s (ShareFor):
 // figures in range, the waiting room and workers sized for its own permits,
-// a rate and burst exactly when the plan has a rate and s has permits.
-func checkShare(t *testing.T, in Input, got PlanResult, s PerPod) {
+// a rate and burst exactly when the result has a rate and s has permits.
+func checkShare(t *testing.T, in Input, got Result, s PerPod) {
 	t.Helper()
 	for name, f := range map[string]float64{
 		"RatePerSecond": s.RatePerSecond, "CapacityPerSecond": s.CapacityPerSecond, "RetryBudgetPerSecond": s.RetryBudgetPerSecond,
@@ -502,14 +502,14 @@ func corrupt(r *rand.Rand, in *Input) {
 	}
 }
 
-func TestPlanInvariantsRandom(t *testing.T) {
+func TestSizeInvariantsRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(20260511, 3))
 	const cases = 20000
 	var valid, extra, strictBelowOne, overcommitted, burstRaised, cluster, part int
 	for i := range cases {
 		in := randomInput(r)
-		got, err := Plan(in)
-		checkPlanOrError(t, in, got, err)
+		got, err := Size(in)
+		checkSizeOrError(t, in, got, err)
 		if t.Failed() {
 			t.Fatalf("case %d failed: %+v", i, in)
 		}
@@ -567,19 +567,19 @@ func TestSweepInvariantsRandom(t *testing.T) {
 				t.Fatalf("row %d has replicas %d, want %d", i, row.Replicas, lo+i)
 			}
 			in.Divisor = row.Replicas
-			checkPlan(t, in, row.Plan)
+			checkSize(t, in, row.Result)
 			if t.Failed() {
 				t.Fatalf("Sweep(%+v, %d, %d) row %d", in, lo, hi, row.Replicas)
 			}
-			if first == 0 && row.Plan.Share < 1 {
+			if first == 0 && row.Result.Share < 1 {
 				first = row.Replicas
 			}
 			// Under Strict every replica count uses all of A.
-			if in.BelowOne == Strict && row.Plan.TotalPermits != row.Plan.Usable {
-				t.Fatalf("Strict at %d replicas: %d permits in use of A = %d", row.Replicas, row.Plan.TotalPermits, row.Plan.Usable)
+			if in.BelowOne == Strict && row.Result.TotalPermits != row.Result.Usable {
+				t.Fatalf("Strict at %d replicas: %d permits in use of A = %d", row.Replicas, row.Result.TotalPermits, row.Result.Usable)
 			}
-			if i > 0 && row.Plan.PerPod.Permits > got.Rows[i-1].Plan.PerPod.Permits {
-				t.Fatalf("permits rose from %d to %d as replicas grew to %d", got.Rows[i-1].Plan.PerPod.Permits, row.Plan.PerPod.Permits, row.Replicas)
+			if i > 0 && row.Result.PerPod.Permits > got.Rows[i-1].Result.PerPod.Permits {
+				t.Fatalf("permits rose from %d to %d as replicas grew to %d", got.Rows[i-1].Result.PerPod.Permits, row.Result.PerPod.Permits, row.Replicas)
 			}
 		}
 		if got.FirstBelowOne != first {

@@ -1,17 +1,17 @@
 package sizing
 
-// SweepRow is the plan for one divisor of a sweep.
+// SweepRow is the sizing at one divisor of a sweep.
 type SweepRow struct {
 	// Replicas is the divisor.
 	Replicas int
-	// Plan is the plan for it.
-	Plan PlanResult
+	// Result is the sizing at it.
+	Result Result
 }
 
-// SweepResult is the plan for every divisor from a minimum to a maximum
+// SweepResult is the sizing at every divisor from a minimum to a maximum
 // replica count, as an HPA may choose any of them.
 type SweepResult struct {
-	// Rows holds one plan per divisor, in increasing order.
+	// Rows holds one sizing per divisor, in increasing order.
 	Rows []SweepRow
 	// LastWithPermit is A, the usable permits (floor(C'·s), or a shared
 	// contract caller's part): the largest divisor at which each pod still
@@ -23,7 +23,7 @@ type SweepResult struct {
 	FirstBelowOne int
 }
 
-// Sweep computes the plan for in at every divisor from minReplicas to
+// Sweep sizes in at every divisor from minReplicas to
 // maxReplicas; in.Divisor is ignored. The range may cover at most MaxSweep
 // divisors.
 func Sweep(in Input, minReplicas, maxReplicas int) (SweepResult, error) {
@@ -45,14 +45,14 @@ func Sweep(in Input, minReplicas, maxReplicas int) (SweepResult, error) {
 	res := SweepResult{Rows: make([]SweepRow, 0, maxReplicas-minReplicas+1)}
 	for n := minReplicas; n <= maxReplicas; n++ {
 		in.Divisor = n
-		plan, err := Plan(in)
+		r, err := Size(in)
 		if err != nil {
 			return SweepResult{}, err
 		}
-		res.Rows = append(res.Rows, SweepRow{Replicas: n, Plan: plan})
+		res.Rows = append(res.Rows, SweepRow{Replicas: n, Result: r})
 	}
 	// A does not depend on the divisor.
-	res.LastWithPermit = int(res.Rows[0].Plan.Usable)
+	res.LastWithPermit = int(res.Rows[0].Result.Usable)
 	if first := max(minReplicas, res.LastWithPermit+1); first <= maxReplicas {
 		res.FirstBelowOne = first
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/quotaplan"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // StaticPlan returns the plan the operator computes for the scenario's quota
@@ -17,13 +17,13 @@ func StaticPlan(replicas int32) (plan.Document, error) {
 	if err != nil {
 		return plan.Document{}, err
 	}
-	p, err := quotaplan.Compute(q.Spec, replicas)
+	p, err := quota.Size(q.Spec, replicas)
 	if err != nil {
 		return plan.Document{}, fmt.Errorf("storm: static plan: %w", err)
 	}
 	// A file gives every pod the same share: the base share of the exact
 	// division at that replica count.
-	d := p.Document(q.Name, q.Spec.Downstream, 0, quotaplan.Division{Epoch: "static", Revision: 1, Base: int(p.Result.Base)})
+	d := p.Document(q.Name, q.Spec.Downstream, 0, quota.Shares{Epoch: "static", Revision: 1, Base: int(p.Result.Base)})
 	return d, plan.Validate(d)
 }
 

@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"encoding/json"
@@ -52,8 +52,8 @@ func TestReasonsMatchTheAPI(t *testing.T) {
 	}
 }
 
-func TestComputeDesignExample(t *testing.T) {
-	got, err := Compute(designSpec(), 8)
+func TestSizeDesignExample(t *testing.T) {
+	got, err := Size(designSpec(), 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +102,9 @@ func TestComputeDesignExample(t *testing.T) {
 	}
 }
 
-func TestComputeAppliesDefaults(t *testing.T) {
+func TestSizeAppliesDefaults(t *testing.T) {
 	spec := designSpec()
-	got, err := Compute(spec, 8)
+	got, err := Size(spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,12 @@ func TestComputeAppliesDefaults(t *testing.T) {
 	explicit := spec
 	explicit.SafetyPercent = 80
 	explicit.BelowOne = v1alpha1.BelowOneStrict
-	same, err := Compute(explicit, 8)
+	same, err := Size(explicit, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(same, got, quantityText); diff != "" {
-		t.Errorf("an empty field planned differently from its default (-explicit +empty):\n%s", diff)
+		t.Errorf("an empty field sized differently from its default (-explicit +empty):\n%s", diff)
 	}
 
 	d := Default(spec)
@@ -135,10 +135,10 @@ func TestComputeAppliesDefaults(t *testing.T) {
 	}
 }
 
-func TestComputeBelowOnePolicies(t *testing.T) {
+func TestSizeBelowOnePolicies(t *testing.T) {
 	spec := designSpec()
 	spec.Demand = nil
-	strict, err := Compute(spec, 100)
+	strict, err := Size(spec, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestComputeBelowOnePolicies(t *testing.T) {
 
 	spec.BelowOne = v1alpha1.BelowOneAtLeastOne
 	spec.Retry = v1alpha1.RetryPolicy{}
-	lenient, err := Compute(spec, 100)
+	lenient, err := Size(spec, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,16 +164,16 @@ func TestComputeBelowOnePolicies(t *testing.T) {
 	}
 
 	spec.Latency.Worst = nil
-	fine, err := Compute(spec, 8)
+	fine, err := Size(spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fine.Diagnostics != nil {
-		t.Errorf("a plan without findings has Diagnostics %#v, want nil", fine.Diagnostics)
+		t.Errorf("a sizing without findings has Diagnostics %#v, want nil", fine.Diagnostics)
 	}
 }
 
-func TestComputeRejectsInvalidSpecs(t *testing.T) {
+func TestSizeRejectsInvalidSpecs(t *testing.T) {
 	tests := []struct {
 		name    string
 		change  func(*v1alpha1.DownstreamQuotaSpec)
@@ -247,16 +247,16 @@ func TestComputeRejectsInvalidSpecs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := designSpec()
 			tt.change(&spec)
-			got, err := Compute(spec, tt.divisor)
+			got, err := Size(spec, tt.divisor)
 			var fe *FieldError
 			if !errors.As(err, &fe) {
-				t.Fatalf("Compute() error = %v, want a *FieldError", err)
+				t.Fatalf("Size() error = %v, want a *FieldError", err)
 			}
 			if err.Error() != tt.want {
-				t.Errorf("Compute() error = %q, want %q", err, tt.want)
+				t.Errorf("Size() error = %q, want %q", err, tt.want)
 			}
-			if diff := cmp.Diff(Plan{}, got, quantityText); diff != "" {
-				t.Errorf("Compute() returned a plan with its error (-want +got):\n%s", diff)
+			if diff := cmp.Diff(Sizing{}, got, quantityText); diff != "" {
+				t.Errorf("Size() returned a sizing with its error (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -270,14 +270,14 @@ func TestSweep(t *testing.T) {
 	if in.Divisor != 2 || len(got.Rows) != 59 || got.FirstBelowOne != 41 {
 		t.Errorf("Sweep(2..60): divisor %d, %d rows, first below one %d; want 2, 59, 41", in.Divisor, len(got.Rows), got.FirstBelowOne)
 	}
-	// Every row is what Compute gives for that divisor.
+	// Every row is what Size gives for that divisor.
 	for _, row := range got.Rows {
-		plan, err := Compute(designSpec(), int32(row.Replicas))
+		s, err := Size(designSpec(), int32(row.Replicas))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(plan.Result, row.Plan); diff != "" {
-			t.Fatalf("row %d differs from Compute (-compute +sweep):\n%s", row.Replicas, diff)
+		if diff := cmp.Diff(s.Result, row.Result); diff != "" {
+			t.Fatalf("row %d differs from Size (-size +sweep):\n%s", row.Replicas, diff)
 		}
 	}
 
@@ -321,12 +321,12 @@ func TestClusterConcurrency(t *testing.T) {
 	}
 }
 
-func TestComputeClusterShare(t *testing.T) {
+func TestSizeClusterShare(t *testing.T) {
 	spec := designSpec()
 	spec.Demand = nil
 	spec.Contract.ClusterShare = &v1alpha1.ClusterShare{Percent: ptr[int32](40)}
 	// 20 of 50 for this cluster × 80% = 16 = 5·3 + 1.
-	got, err := Compute(spec, 3)
+	got, err := Size(spec, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,21 +336,21 @@ func TestComputeClusterShare(t *testing.T) {
 	}
 }
 
-func TestComputeDemandInFlight(t *testing.T) {
+func TestSizeDemandInFlight(t *testing.T) {
 	// Little's law backwards: 418 in flight at 220ms is 1900/s, the same
-	// plan as the rate.
-	byRate, err := Compute(designSpec(), 8)
+	// sizing as the rate.
+	byRate, err := Size(designSpec(), 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := designSpec()
 	spec.Demand = &v1alpha1.Demand{InFlight: ptr[int32](418)}
-	byInFlight, err := Compute(spec, 8)
+	byInFlight, err := Size(spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(byRate, byInFlight, quantityText); diff != "" {
-		t.Errorf("demand inFlight 418 planned differently from 1900/s (-rate +inFlight):\n%s", diff)
+		t.Errorf("demand inFlight 418 sized differently from 1900/s (-rate +inFlight):\n%s", diff)
 	}
 	// The status shows the in-flight calls given, never one more from a
 	// rounding of L/W·W: every L and a spread of latencies.
@@ -361,7 +361,7 @@ func TestComputeDemandInFlight(t *testing.T) {
 			spec.Deadline = metav1.Duration{Duration: 10 * time.Second}
 			spec.MaxQueueWait = nil
 			spec.Demand = &v1alpha1.Demand{InFlight: ptr(l)}
-			got, err := Compute(spec, 8)
+			got, err := Size(spec, 8)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -389,10 +389,10 @@ func sharedContract() v1alpha1.DownstreamContractSpec {
 	}
 }
 
-func TestComputePart(t *testing.T) {
+func TestSizePart(t *testing.T) {
 	// A caller's part of 21 of the 40 usable permits over 4 pods: 5·4 + 1.
 	part := sizing.Part{Permits: 21, RatePerSecond: 42, Burst: 8, RetryBudgetPerSecond: 2.1}
-	got, err := ComputePart(sharedSpec(), sharedContract(), part, 4)
+	got, err := SizePart(sharedSpec(), sharedContract(), part, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestComputePart(t *testing.T) {
 	}
 }
 
-func TestComputePartRejectsInvalidInput(t *testing.T) {
+func TestSizePartRejectsInvalidInput(t *testing.T) {
 	tests := []struct {
 		name     string
 		spec     func(*v1alpha1.DownstreamQuotaSpec)
@@ -451,13 +451,13 @@ func TestComputePartRejectsInvalidInput(t *testing.T) {
 			if tt.contract != nil {
 				tt.contract(&contract)
 			}
-			got, err := ComputePart(spec, contract, tt.part, 4)
+			got, err := SizePart(spec, contract, tt.part, 4)
 			var fe *FieldError
 			if !errors.As(err, &fe) || err.Error() != tt.want {
-				t.Fatalf("ComputePart() error = %v, want the *FieldError %q", err, tt.want)
+				t.Fatalf("SizePart() error = %v, want the *FieldError %q", err, tt.want)
 			}
-			if diff := cmp.Diff(Plan{}, got, quantityText); diff != "" {
-				t.Errorf("ComputePart() returned a plan with its error (-want +got):\n%s", diff)
+			if diff := cmp.Diff(Sizing{}, got, quantityText); diff != "" {
+				t.Errorf("SizePart() returned a sizing with its error (-want +got):\n%s", diff)
 			}
 		})
 	}

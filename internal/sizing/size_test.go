@@ -53,11 +53,11 @@ func with(in Input, change func(*Input)) Input {
 	return in
 }
 
-func TestPlan(t *testing.T) {
+func TestSize(t *testing.T) {
 	tests := []struct {
 		name string
 		in   Input
-		want PlanResult
+		want Result
 	}{{
 		// permits = floor(50·0.8/8) = 5; μ = 5/0.22 s = 22.73/s;
 		// queue = floor(22.73 × 0.1) = 2; acquire = min(200ms, 100ms);
@@ -66,7 +66,7 @@ func TestPlan(t *testing.T) {
 		// shed = 1 − 40/418 = 90.4%. 100ms + 1.8s fits 2s.
 		name: "design example",
 		in:   designExample(),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:              5,
@@ -103,7 +103,7 @@ func TestPlan(t *testing.T) {
 		// Qw = (300ms − 220ms)/2 = 40ms; queue = floor(5 × 40/220) = 0.
 		name: "sample quota",
 		in:   sampleQuota(),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 5,
@@ -129,7 +129,7 @@ func TestPlan(t *testing.T) {
 		// has a waiting room of floor(6 × 40/220) = 1.
 		name: "exact division: 40 over 7 replicas",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 7; in.WorstLatency = 0 }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 5,
@@ -162,7 +162,7 @@ func TestPlan(t *testing.T) {
 		// permits in use cover the demand's 2.2 in flight.
 		name: "below one, Strict",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.DemandPerSecond = 10 }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare:       plan.PodShare{},
 				MaxQueueWait:   40 * time.Millisecond,
@@ -200,7 +200,7 @@ func TestPlan(t *testing.T) {
 			in.RatePerSecond = 100
 			in.Burst = 20
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare:       plan.PodShare{},
 				MaxQueueWait:   40 * time.Millisecond,
@@ -236,7 +236,7 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "below one, AtLeastOne beyond the contract",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 100; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 1,
@@ -260,7 +260,7 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "below one, AtLeastOne within the contract",
 		in:   with(sampleQuota(), func(in *Input) { in.Divisor = 45; in.WorstLatency = 0; in.BelowOne = AtLeastOne }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 1,
@@ -284,7 +284,7 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "safety percentage that rounds every replica count to zero",
 		in:   Input{Concurrency: 1, SafetyPercent: 50, Divisor: 1, Latency: time.Second, Deadline: 3 * time.Second},
-		want: PlanResult{
+		want: Result{
 			PerPod:        PerPod{MaxQueueWait: time.Second, AcquireTimeout: time.Second},
 			QueueWaitRule: QueueWaitDerived,
 			Latency:       time.Second,
@@ -299,7 +299,7 @@ func TestPlan(t *testing.T) {
 			in.Deadline = 200 * time.Millisecond
 			in.AcquireTimeout = dur(100 * time.Millisecond)
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 5,
@@ -325,7 +325,7 @@ func TestPlan(t *testing.T) {
 			in.WorstLatency = 250 * time.Millisecond
 			in.MaxQueueWait = dur(100 * time.Millisecond)
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       5,
@@ -360,7 +360,7 @@ func TestPlan(t *testing.T) {
 			in.Burst = 20
 			in.Deadline = 2 * time.Second
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       5,
@@ -396,7 +396,7 @@ func TestPlan(t *testing.T) {
 			in.Burst = 4
 			in.WorstLatency = 0
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       5,
@@ -433,7 +433,7 @@ func TestPlan(t *testing.T) {
 			Latency: 70 * time.Millisecond, Deadline: time.Second,
 			DemandPerSecond: 100,
 		},
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       50,
@@ -462,7 +462,7 @@ func TestPlan(t *testing.T) {
 		// shed 1 − 40/180 = 77.8%, ceiling 40/1.8s = 22.22/s.
 		name: "demand fits at typical latency only",
 		in:   with(designExample(), func(in *Input) { in.DemandPerSecond = 100 }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:              5,
@@ -497,7 +497,7 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "retries without a budget",
 		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxRetries = 2 }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits: 5,
@@ -522,7 +522,7 @@ func TestPlan(t *testing.T) {
 		// 5 × 44ms / 220ms is exactly 1; in floating point it is 0.9999999999999999.
 		name: "queue capacity, exact",
 		in:   with(sampleQuota(), func(in *Input) { in.WorstLatency = 0; in.MaxQueueWait = dur(44 * time.Millisecond) }),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       5,
@@ -553,7 +553,7 @@ func TestPlan(t *testing.T) {
 			in.RatePerSecond = 100
 			in.Burst = 20
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:       5,
@@ -596,7 +596,7 @@ func TestPlan(t *testing.T) {
 			in.Divisor = 4
 			in.WorstLatency = 0
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{MaxQueueWait: 40 * time.Millisecond, AcquireTimeout: 40 * time.Millisecond},
 			PerPodExtra: &PerPod{
 				PodShare: plan.PodShare{
@@ -631,7 +631,7 @@ func TestPlan(t *testing.T) {
 			in.Burst = 20
 			in.Part = &Part{Permits: 21, RatePerSecond: 30, Burst: 5, RetryBudgetPerSecond: 6}
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:              5,
@@ -679,7 +679,7 @@ func TestPlan(t *testing.T) {
 			in.WorstLatency = 0
 			in.Part = &Part{}
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod:        PerPod{MaxQueueWait: 40 * time.Millisecond, AcquireTimeout: 40 * time.Millisecond},
 			QueueWaitRule: QueueWaitDerived,
 			Latency:       220 * time.Millisecond,
@@ -697,7 +697,7 @@ func TestPlan(t *testing.T) {
 			in.MaxRetries = 2
 			in.Part = &Part{Permits: 8, RetryBudgetPerSecond: 4}
 		}),
-		want: PlanResult{
+		want: Result{
 			PerPod: PerPod{
 				PodShare: plan.PodShare{
 					Permits:              1,
@@ -719,19 +719,19 @@ func TestPlan(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Plan(tt.in)
+			got, err := Size(tt.in)
 			if err != nil {
-				t.Fatalf("Plan() error = %v", err)
+				t.Fatalf("Size() error = %v", err)
 			}
 			if diff := cmp.Diff(tt.want, got, approx); diff != "" {
-				t.Errorf("Plan() mismatch (-want +got):\n%s", diff)
+				t.Errorf("Size() mismatch (-want +got):\n%s", diff)
 			}
-			checkPlan(t, tt.in, got)
+			checkSize(t, tt.in, got)
 		})
 	}
 }
 
-func TestPlanRejectsInvalidInput(t *testing.T) {
+func TestSizeRejectsInvalidInput(t *testing.T) {
 	tests := []struct {
 		input  string
 		change func(*Input)
@@ -768,23 +768,23 @@ func TestPlanRejectsInvalidInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		in := with(designExample(), tt.change)
-		got, err := Plan(in)
+		got, err := Size(in)
 		var ie *InputError
 		if !errors.As(err, &ie) {
-			t.Errorf("%s: Plan() error = %v, want an *InputError", tt.input, err)
+			t.Errorf("%s: Size() error = %v, want an *InputError", tt.input, err)
 			continue
 		}
 		if ie.Input != tt.input {
-			t.Errorf("Plan() error names %q, want %q: %v", ie.Input, tt.input, err)
+			t.Errorf("Size() error names %q, want %q: %v", ie.Input, tt.input, err)
 		}
-		if diff := cmp.Diff(PlanResult{}, got); diff != "" {
-			t.Errorf("%s: Plan() returned a plan with its error (-want +got):\n%s", tt.input, diff)
+		if diff := cmp.Diff(Result{}, got); diff != "" {
+			t.Errorf("%s: Size() returned a result with its error (-want +got):\n%s", tt.input, diff)
 		}
 	}
 }
 
 func TestInputErrorMessage(t *testing.T) {
-	_, err := Plan(with(designExample(), func(in *Input) { in.Concurrency = 0 }))
+	_, err := Size(with(designExample(), func(in *Input) { in.Concurrency = 0 }))
 	if got, want := err.Error(), "sizing: Concurrency must be at least 1, got 0"; got != want {
 		t.Errorf("error = %q, want %q", got, want)
 	}

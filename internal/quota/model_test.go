@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"encoding/json"
@@ -81,15 +81,15 @@ func TestOneModelReachesStatusAndDocument(t *testing.T) {
 	} {
 		spec := designSpec()
 		tt.change(&spec)
-		p, err := Compute(spec, tt.divisor)
+		p, err := Size(spec, tt.divisor)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, permits := range []int{int(p.Result.Base), int(p.Result.Base) + 1, 0} {
 			share := p.Result.ShareFor(permits)
-			doc := numbers(t, p.Document("g", "d", 1, Division{Epoch: "e", Revision: 1, Base: permits}))
+			doc := numbers(t, p.Document("g", "d", 1, Shares{Epoch: "e", Revision: 1, Base: permits}))
 			st := numbers(t, PerPodStatus(share))
-			if err := plan.Validate(p.Document("g", "d", 1, Division{Epoch: "e", Revision: 1, Base: permits})); err != nil {
+			if err := plan.Validate(p.Document("g", "d", 1, Shares{Epoch: "e", Revision: 1, Base: permits})); err != nil {
 				t.Errorf("divisor %d, %d permits: the document is invalid: %v", tt.divisor, permits, err)
 			}
 			for _, f := range plan.Fields() {

@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"math"
@@ -71,9 +71,9 @@ func TestSplit(t *testing.T) {
 				rate += p.Part.RatePerSecond
 				budget += p.Part.RetryBudgetPerSecond
 				burst += p.Part.Burst
-				// Each part is a valid input for the caller's plan.
-				if _, err := ComputePart(tt.callers[i].Spec, contract, p.Part, int32(max(tt.callers[i].Serving, 1))); err != nil {
-					t.Errorf("caller %s: ComputePart: %v", tt.callers[i].Key, err)
+				// Each part is a valid input for the caller's sizing.
+				if _, err := SizePart(tt.callers[i].Spec, contract, p.Part, int32(max(tt.callers[i].Serving, 1))); err != nil {
+					t.Errorf("caller %s: SizePart: %v", tt.callers[i].Key, err)
 				}
 			}
 			// Every usable permit, and the usable rate (100 × 80%), retry

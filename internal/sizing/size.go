@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
@@ -22,7 +23,7 @@ type PerPod struct {
 	AcquireTimeout time.Duration
 }
 
-// QueueWaitRule says where a plan's MaxQueueWait came from.
+// QueueWaitRule says where a result's MaxQueueWait came from.
 type QueueWaitRule int
 
 const (
@@ -40,7 +41,7 @@ const (
 	QueueWaitNone
 )
 
-// Demand compares the expected demand with what the plan hands out.
+// Demand compares the expected demand with what the shares hand out.
 type Demand struct {
 	// InFlight is Little's L = λ·W, the calls in flight the demand needs.
 	InFlight float64
@@ -50,7 +51,7 @@ type Demand struct {
 	// that the downstream also accepts.
 	Available int
 	// GoodputCeilingPerSecond is Available / W, the most calls per second
-	// the plan completes at the typical latency.
+	// the shares complete at the typical latency.
 	GoodputCeilingPerSecond float64
 	// ShedFraction is max(0, 1 − Available / InFlight), the part of the
 	// demand shed locally at the typical latency.
@@ -59,8 +60,8 @@ type Demand struct {
 	WorstShedFraction float64
 }
 
-// PlanResult is a per-pod plan with the figures behind it.
-type PlanResult struct {
+// Result is the pods' shares with the figures behind them.
+type Result struct {
 	// PerPod is the share of a pod holding Base permits.
 	PerPod PerPod
 	// PerPodExtra is the share of a pod holding Base+1 permits; nil when
@@ -86,9 +87,9 @@ type PlanResult struct {
 	// DemandWorkers is ceil(λ/N · W), the workers Little's law asks for
 	// before the cap by permits; 0 when the demand is unknown.
 	DemandWorkers int
-	// Demand compares demand with the plan; nil when the demand is unknown.
+	// Demand compares demand with the shares; nil when the demand is unknown.
 	Demand *Demand
-	// Diagnostics are the plan's findings, in a fixed order.
+	// Diagnostics are the findings, in a fixed order.
 	Diagnostics []Diagnostic
 
 	// UsableRatePerSecond is the rate handed out over the pods, in
@@ -103,13 +104,13 @@ type PlanResult struct {
 	Latency time.Duration
 }
 
-// Plan computes the per-pod plan for in. It returns an *InputError, and no
-// plan, when in is invalid.
-func Plan(in Input) (PlanResult, error) {
+// Size sizes the pods' shares for in. It returns an *InputError, and no
+// result, when in is invalid.
+func Size(in Input) (Result, error) {
 	if err := in.Validate(); err != nil {
-		return PlanResult{}, err
+		return Result{}, err
 	}
-	p := planner{in: in}
+	p := sizer{in: in}
 	p.usable()
 	p.permits()
 	p.rate()
@@ -126,12 +127,21 @@ func Plan(in Input) (PlanResult, error) {
 	return p.out, nil
 }
 
+// Division returns the exact division of r's usable permits over pods
+// pods, whose methods state it in every message, table and event.
+func (r Result) Division(pods int) division.Even {
+	return division.Even{
+		Usable: r.Usable, Pods: int64(pods), Base: r.Base, Extra: r.Extra,
+		RaisedToOne: r.TotalPermits > r.Usable,
+	}
+}
+
 // ShareFor returns the share of a pod holding permits: the waiting room
 // (at most plan.MaxQueueCapacity) and the dispatcher sized for them, and the pod's part of the usable rate,
 // burst and retry budget in proportion to its permits, so that the pods
 // together never get more than the usable totals. A pod with permits but a
-// burst below one is raised to one, as Plan's BurstRaisedToOne says.
-func (r PlanResult) ShareFor(permits int) PerPod {
+// burst below one is raised to one, as Size's BurstRaisedToOne says.
+func (r Result) ShareFor(permits int) PerPod {
 	pp := r.PerPod
 	p := int64(max(permits, 0))
 	pp.Permits = int(p)
@@ -152,21 +162,21 @@ func (r PlanResult) ShareFor(permits int) PerPod {
 	return pp
 }
 
-// planner accumulates one plan; each step reads the input and what the
+// sizer accumulates one result; each step reads the input and what the
 // steps before it computed.
-type planner struct {
+type sizer struct {
 	in  Input
-	out PlanResult
+	out Result
 }
 
-func (p *planner) diagnose(reason, format string, args ...any) {
+func (p *sizer) diagnose(reason, format string, args ...any) {
 	p.out.Diagnostics = append(p.out.Diagnostics, Diagnostic{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
 // usable computes A and the usable rate, burst and retry budget: a shared
 // contract's part as given, else the cluster's part of the contract times
 // the safety percentage, in integers.
-func (p *planner) usable() {
+func (p *sizer) usable() {
 	in := p.in
 	p.out.Latency = in.Latency
 	if in.Part != nil {
@@ -187,7 +197,7 @@ func (p *planner) usable() {
 
 // permits divides A exactly: Base = floor(A/N) for every pod and one more
 // for A mod N of them, and applies the below-one policy.
-func (p *planner) permits() {
+func (p *sizer) permits() {
 	a, n := p.out.Usable, int64(p.in.Divisor)
 	p.out.Base, p.out.Extra = a/n, a%n
 	p.out.Share = float64(a) / float64(n)
@@ -196,8 +206,8 @@ func (p *planner) permits() {
 		return
 	}
 	// The share per pod is cut, not rounded, as the events and the CLI
-	// state it (Division): 0.999 is not one permit.
-	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), replicas(n), truncated(p.out.Division(p.in.Divisor).Share()))
+	// state it (division.Even.PerPod): 0.999 is not one permit.
+	split := fmt.Sprintf("%s over %s is %s per pod", p.usableText(), division.Replicas(n), p.out.Division(p.in.Divisor).PerPod())
 	switch p.in.BelowOne {
 	case Strict:
 		if a == 0 {
@@ -205,7 +215,7 @@ func (p *planner) permits() {
 			return
 		}
 		p.diagnose(ReasonQuotaTooSmall, "%s; Strict gives %d of the pods 1 permit each and leaves the other %d at 0, so they shed every call; each pod gets a whole permit only up to %s",
-			split, a, n-a, replicas(a))
+			split, a, n-a, division.Replicas(a))
 	case AtLeastOne:
 		p.out.Base, p.out.Extra, p.out.TotalPermits = 1, 0, n
 		c := int64(p.in.Concurrency)
@@ -216,7 +226,7 @@ func (p *planner) permits() {
 
 // usableText states how A was computed: "50 × 80% = 40 permits", with
 // floor() when the product is not whole.
-func (p *planner) usableText() string {
+func (p *sizer) usableText() string {
 	in := p.in
 	if in.Part != nil {
 		return fmt.Sprintf("this caller's part of %d permits", p.out.Usable)
@@ -228,7 +238,7 @@ func (p *planner) usableText() string {
 	if int64(in.clusterConcurrency())*int64(in.SafetyPercent)%100 != 0 {
 		product = "floor(" + product + ")"
 	}
-	return fmt.Sprintf("%s = %s", product, permitsText(p.out.Usable))
+	return fmt.Sprintf("%s = %s", product, division.Permits(p.out.Usable))
 }
 
 func overcommit(total, contract int64, handedOut float64, pct int64) string {
@@ -242,7 +252,7 @@ func overcommit(total, contract int64, handedOut float64, pct int64) string {
 // rate notes a burst too small for every pod holding permits to get one:
 // the pod holding the fewest permits (Base, or 1 when Strict gives A < N
 // pods one permit each) gets the smallest part of the usable burst.
-func (p *planner) rate() {
+func (p *sizer) rate() {
 	if p.out.UsableRatePerSecond == 0 || p.out.TotalPermits == 0 {
 		return
 	}
@@ -250,13 +260,13 @@ func (p *planner) rate() {
 	if burst := mulDivFloor(p.out.UsableBurst, least, p.out.TotalPermits); burst < 1 {
 		p.diagnose(ReasonBurstRaisedToOne, "usable burst %d × %d of %d permits is %s for a pod holding %s; raised to 1 so each pod's token bucket admits a call, so the pods together may burst %d against a usable burst of %d",
 			p.out.UsableBurst, least, p.out.TotalPermits, num(float64(p.out.UsableBurst)*float64(least)/float64(p.out.TotalPermits)),
-			permitsText(least), p.out.totalBurst(int64(p.in.Divisor)), p.out.UsableBurst)
+			division.Permits(least), p.out.totalBurst(int64(p.in.Divisor)), p.out.UsableBurst)
 	}
 }
 
 // totalBurst returns the sum of the bursts ShareFor gives the n pods of the
 // division: n − Extra pods at Base and Extra pods at Base+1.
-func (r PlanResult) totalBurst(n int64) int64 {
+func (r Result) totalBurst(n int64) int64 {
 	burst := func(permits int64) int64 {
 		if permits == 0 || r.UsableRatePerSecond == 0 || r.TotalPermits == 0 {
 			return 0
@@ -268,7 +278,7 @@ func (r PlanResult) totalBurst(n int64) int64 {
 
 // queue chooses the queue wait budget, the waiting room and the acquire
 // timeout, and checks the worst latency against the deadline.
-func (p *planner) queue() {
+func (p *sizer) queue() {
 	w, d := p.in.Latency, p.in.Deadline
 	room := d - w
 	var wait time.Duration
@@ -313,7 +323,7 @@ func (p *planner) queue() {
 
 // workers sizes the dispatcher by Little's law; ShareFor caps it by each
 // pod's permits.
-func (p *planner) workers() {
+func (p *sizer) workers() {
 	if p.in.DemandPerSecond > 0 {
 		need := ceilRatio(p.in.DemandPerSecond, int64(p.in.Latency), nanosPerSecond*int64(p.in.Divisor), MaxCount)
 		p.out.DemandWorkers = int(need)
@@ -321,7 +331,7 @@ func (p *planner) workers() {
 }
 
 // demand compares λ·W and λ·Wmax with the in-flight calls available.
-func (p *planner) demand() {
+func (p *sizer) demand() {
 	lambda := p.in.DemandPerSecond
 	if lambda == 0 {
 		return
@@ -367,7 +377,7 @@ func shed(available, need float64) float64 {
 }
 
 // rateAgainstConcurrency checks R·W and R·Wmax against C.
-func (p *planner) rateAgainstConcurrency() {
+func (p *sizer) rateAgainstConcurrency() {
 	r := p.in.RatePerSecond
 	if r == 0 {
 		return
@@ -386,15 +396,8 @@ func (p *planner) rateAgainstConcurrency() {
 	}
 }
 
-func permitsText(n int64) string {
-	if n == 1 {
-		return "1 permit"
-	}
-	return fmt.Sprintf("%d permits", n)
-}
-
 // retries notes retries that cannot happen; ShareFor divides the budget.
-func (p *planner) retries() {
+func (p *sizer) retries() {
 	if p.in.MaxRetries > 0 && p.out.UsableRetryBudgetPerSecond == 0 {
 		p.diagnose(ReasonRetriesWithoutBudget, "max retries %d with a retry budget of 0/s: retries are spent only from the budget, so no call will be retried",
 			p.in.MaxRetries)

@@ -1,9 +1,10 @@
-package quotaplan
+package quota
 
 import "github.com/backpressure-dev/backpressure-operator/internal/plan"
 
-// Division says who holds what in a published document.
-type Division struct {
+// Shares says who holds what in one published document: the shares of a
+// quota's pods at one revision of its division.
+type Shares struct {
 	// Epoch identifies the division in the pods' acknowledgements.
 	Epoch string
 	// Revision is the document's revision within the epoch (at least 1).
@@ -16,31 +17,31 @@ type Division struct {
 	Pods map[string]int
 }
 
-// Document returns the document that publishes p to the pods: the plan of
-// the quota named gate, calling downstream, for the quota generation it was
-// computed from, with every pod's share as div says and the content hash.
+// Document returns the document (the plan) that publishes p to the pods:
+// the plan of the quota named gate, calling downstream, for the quota generation it was
+// computed from, with every pod's share as shares says and the content hash.
 // Each share is p's share for that many permits (Result.ShareFor): the
 // waiting room and workers follow the pod's own permits, and the rate, burst
 // and retry budget are its part of the usable totals in proportion to its
 // permits. The hash leaves the generation out, so only a change of content
 // is published.
-func (p Plan) Document(gate, downstream string, generation int64, div Division) plan.Document {
-	base := p.Result.ShareFor(div.Base)
+func (p Sizing) Document(gate, downstream string, generation int64, shares Shares) plan.Document {
+	base := p.Result.ShareFor(shares.Base)
 	d := plan.Document{
 		Version:               plan.CurrentVersion,
 		Gate:                  gate,
 		Downstream:            downstream,
 		Generation:            generation,
-		Epoch:                 div.Epoch,
-		Revision:              div.Revision,
+		Epoch:                 shares.Epoch,
+		Revision:              shares.Revision,
 		MaxQueueWaitSeconds:   base.MaxQueueWait.Seconds(),
 		AcquireTimeoutSeconds: base.AcquireTimeout.Seconds(),
 		LatencySeconds:        p.Input.Latency.Seconds(),
 		DeadlineSeconds:       p.Input.Deadline.Seconds(),
 	}.WithShare(base.PodShare)
-	if len(div.Pods) > 0 {
-		d.Pods = make(map[string]plan.PodShare, len(div.Pods))
-		for pod, permits := range div.Pods {
+	if len(shares.Pods) > 0 {
+		d.Pods = make(map[string]plan.PodShare, len(shares.Pods))
+		for pod, permits := range shares.Pods {
 			d.Pods[pod] = p.Result.ShareFor(permits).PodShare
 		}
 	}

@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"testing"
@@ -33,15 +33,15 @@ func designQuota() *v1alpha1.DownstreamQuota {
 	}
 }
 
-func TestPlanDocument(t *testing.T) {
+func TestDocument(t *testing.T) {
 	q := designQuota()
-	p, err := Compute(q.Spec, 8)
+	p, err := Size(q.Spec, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A document that gives every pod the same share (a hand-written one):
-	// the base share is the plan's share at 5 permits.
-	div := Division{Epoch: "0f1e-uid", Revision: 7, Base: 5}
+	// the base share is the sizing's share at 5 permits.
+	div := Shares{Epoch: "0f1e-uid", Revision: 7, Base: 5}
 	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, div)
 	want := plan.Document{
 		Version: plan.CurrentVersion, Gate: "logistics-api", Downstream: "logistics.example.com", Generation: 3,
@@ -59,7 +59,7 @@ func TestPlanDocument(t *testing.T) {
 
 	q.Generation = 4
 	if again := p.Document(q.Name, q.Spec.Downstream, q.Generation, div); again.Hash != got.Hash || again.Generation != 4 {
-		t.Errorf("a new generation of the same plan: hash %s generation %d, want hash %s generation 4", again.Hash, again.Generation, got.Hash)
+		t.Errorf("a new generation of the same sizing: hash %s generation %d, want hash %s generation 4", again.Hash, again.Generation, got.Hash)
 	}
 	div.Revision = 8
 	if again := p.Document(q.Name, q.Spec.Downstream, q.Generation, div); again.Hash == got.Hash {
@@ -67,17 +67,17 @@ func TestPlanDocument(t *testing.T) {
 	}
 }
 
-func TestPlanDocumentNamesPods(t *testing.T) {
+func TestDocumentNamesPods(t *testing.T) {
 	q := designQuota()
 	q.Spec.Demand = nil
 	// 40 over 7 pods: five at 6 permits, two at 5; the operator names them
 	// and gives a pod it does not name nothing.
-	p, err := Compute(q.Spec, 7)
+	p, err := Size(q.Spec, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pods := map[string]int{"gw-a": 6, "gw-b": 6, "gw-c": 6, "gw-d": 6, "gw-e": 6, "gw-f": 5, "gw-g": 5}
-	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, Division{Epoch: "e", Revision: 1, Pods: pods})
+	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, Shares{Epoch: "e", Revision: 1, Pods: pods})
 	if got.Permits != 0 || got.Workers != 0 || got.QueueCapacity != 0 || got.RetryBudgetPerSecond != 0 {
 		t.Errorf("base share = %d permits, %d workers, queue %d, retries %v; want nothing for a pod not named",
 			got.Permits, got.Workers, got.QueueCapacity, got.RetryBudgetPerSecond)
@@ -85,7 +85,7 @@ func TestPlanDocumentNamesPods(t *testing.T) {
 	if len(got.Pods) != len(pods) {
 		t.Fatalf("document names %d pods, want %d", len(got.Pods), len(pods))
 	}
-	// Each pod's share is the plan's ShareFor its permits, and the retry
+	// Each pod's share is the sizing's ShareFor its permits, and the retry
 	// budget is handed out in full: 10/s × 6/40 and 10/s × 5/40.
 	var permits int
 	var retries float64

@@ -1,4 +1,4 @@
-package division
+package handover
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"math"

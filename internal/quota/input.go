@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"errors"
@@ -64,7 +64,7 @@ var fieldPaths = map[string]string{
 	"MaxReplicas":               MaxReplicasField,
 }
 
-// FieldError is a value no plan can be computed from.
+// FieldError is a value no sizing can be computed from.
 type FieldError struct {
 	// Field is the field path, such as "spec.contract.concurrency", or
 	// DivisorField, MinReplicasField or MaxReplicasField.
@@ -107,7 +107,7 @@ func Default(spec v1alpha1.DownstreamQuotaSpec) v1alpha1.DownstreamQuotaSpec {
 }
 
 // Input applies Default to spec, validates it and the divisor, and converts
-// them to sizing's input. It checks the schema's rules on the fields the plan
+// them to sizing's input. It checks the schema's rules on the fields sizing
 // uses, so that a spec that did not pass through an API server (a file given
 // to the CLI) gets the same answer; the first problem is returned as a
 // *FieldError.

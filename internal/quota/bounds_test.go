@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"os"
@@ -29,7 +29,7 @@ func schemaBounds(t *testing.T, file string) (maximums map[string]int64, unbound
 		Spec struct {
 			Versions []struct {
 				Schema struct {
-					OpenAPIV3Schema schema `json:"openAPIV3Schema"`
+					OpenAPIV3Schema crdSchema `json:"openAPIV3Schema"`
 				} `json:"schema"`
 			} `json:"versions"`
 		} `json:"spec"`
@@ -38,8 +38,8 @@ func schemaBounds(t *testing.T, file string) (maximums map[string]int64, unbound
 		t.Fatal(err)
 	}
 	maximums = map[string]int64{}
-	var walk func(path string, s schema)
-	walk = func(path string, s schema) {
+	var walk func(path string, s crdSchema)
+	walk = func(path string, s crdSchema) {
 		switch s.Type {
 		case "integer":
 			if s.Maximum == nil {
@@ -68,10 +68,10 @@ func schemaBounds(t *testing.T, file string) (maximums map[string]int64, unbound
 	return maximums, unbounded, durations
 }
 
-type schema struct {
-	Type        string            `json:"type"`
-	Maximum     *int64            `json:"maximum"`
-	Properties  map[string]schema `json:"properties"`
+type crdSchema struct {
+	Type        string               `json:"type"`
+	Maximum     *int64               `json:"maximum"`
+	Properties  map[string]crdSchema `json:"properties"`
 	Validations []struct {
 		Rule    string `json:"rule"`
 		Message string `json:"message"`
@@ -110,9 +110,9 @@ func TestTheAPIHasTheBounds(t *testing.T) {
 	}
 }
 
-// A spec from a file meets the API's bounds in Compute, the out-of-memory
+// A spec from a file meets the API's bounds in Size, the out-of-memory
 // quota (a huge concurrency and no demand) included.
-func TestComputeRejectsWhatTheAPIRefuses(t *testing.T) {
+func TestSizeRejectsWhatTheAPIRefuses(t *testing.T) {
 	hour := func(extra time.Duration) *metav1.Duration { return &metav1.Duration{Duration: time.Hour + extra} }
 	for _, tt := range []struct {
 		change func(*v1alpha1.DownstreamQuotaSpec)
@@ -135,14 +135,14 @@ func TestComputeRejectsWhatTheAPIRefuses(t *testing.T) {
 	} {
 		spec := designSpec()
 		tt.change(&spec)
-		if _, err := Compute(spec, 8); err == nil || err.Error() != tt.want {
-			t.Errorf("Compute() error = %v, want %q", err, tt.want)
+		if _, err := Size(spec, 8); err == nil || err.Error() != tt.want {
+			t.Errorf("Size() error = %v, want %q", err, tt.want)
 		}
 	}
 	// The bounds are inclusive.
 	spec := designSpec()
 	spec.Contract.Concurrency, spec.Deadline.Duration = 1<<20-1, time.Hour
-	if _, err := Compute(spec, 1); err != nil {
-		t.Errorf("Compute() at the bounds: %v", err)
+	if _, err := Size(spec, 1); err != nil {
+		t.Errorf("Size() at the bounds: %v", err)
 	}
 }

@@ -10,7 +10,7 @@
 // The measurements run only when BACKPRESSURE_PERF=1:
 //
 //	BACKPRESSURE_PERF=1 KUBEBUILDER_ASSETS="$(hack/setup-envtest.sh)" \
-//	  go test -run . -v -timeout 60m ./internal/controller/perf
+//	  go test -run . -v -timeout 60m ./test/perf
 //
 // BACKPRESSURE_PERF_CHANGES (default 200), BACKPRESSURE_PERF_WORKLOADS
 // (default 200) and BACKPRESSURE_PERF_QUOTAS_PER_WORKLOAD (default 10) size

@@ -1,10 +1,12 @@
-package division
+package handover
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 )
 
 // The simulation below plays pods, their processes and the controller
@@ -59,7 +61,7 @@ type sim struct {
 func newSim(seed uint64, total int64) *sim {
 	return &sim{
 		callers:   1,
-		demand:    [2]int64{Unbounded, Unbounded},
+		demand:    [2]int64{division.Unbounded, division.Unbounded},
 		weight:    [2]int64{1, 1},
 		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
@@ -98,32 +100,32 @@ func (s *sim) controller() {
 	slices.SortFunc(s.pods, func(a, b *simPod) int { return compareStrings(a.key, b.key) })
 	// The split over callers: a caller without serving pods takes no
 	// part, not even of a surplus.
-	var claims []Claim
+	var claims []division.Claim
 	var who []int
 	for c := range s.callers {
 		for _, p := range s.pods {
 			if p.caller == c && p.ready && !p.leaving {
-				claims = append(claims, Claim{Name: fmt.Sprint("caller-", c), Weight: s.weight[c], Demand: s.demand[c]})
+				claims = append(claims, division.Claim{Name: fmt.Sprint("caller-", c), Weight: s.weight[c], Demand: s.demand[c]})
 				who = append(who, c)
 				break
 			}
 		}
 	}
 	s.parts = make([]int64, s.callers)
-	for i, part := range FairShare(s.total, claims) {
+	for i, part := range division.FairShare(s.total, claims) {
 		s.parts[who[i]] = part
 	}
 	targets := make([]int64, len(s.pods))
 	for c := range s.callers {
-		var members []Member
+		var members []division.Member
 		var idx []int
 		for i, p := range s.pods {
 			if p.caller == c {
-				members = append(members, Member{Key: p.key, Serving: p.ready && !p.leaving, Told: s.records[p.key].Told})
+				members = append(members, division.Member{Key: p.key, Serving: p.ready && !p.leaving, Told: s.records[p.key].Told})
 				idx = append(idx, i)
 			}
 		}
-		for j, t := range Targets(s.parts[c], members) {
+		for j, t := range division.Targets(s.parts[c], members) {
 			targets[idx[j]] = t
 		}
 	}
@@ -221,7 +223,7 @@ func (s *sim) event(acksShare int) {
 		// A caller's demand changes.
 		c := s.rng.IntN(s.callers)
 		if s.rng.IntN(3) == 0 {
-			s.demand[c] = Unbounded
+			s.demand[c] = division.Unbounded
 		} else {
 			s.demand[c] = s.rng.Int64N(s.total + 2)
 		}

@@ -1,4 +1,4 @@
-package quotaplan
+package quota
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ type Caller struct {
 // CallerPart is one caller's part of a shared contract.
 type CallerPart struct {
 	// Part is the caller's part of the usable permits, rate, burst and
-	// retry budget, for ComputePart.
+	// retry budget, for SizePart.
 	Part sizing.Part
 	// Weight is the caller's weight (at least 1).
 	Weight int32

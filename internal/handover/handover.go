@@ -1,4 +1,4 @@
-package division
+package handover
 
 import (
 	"cmp"
@@ -69,7 +69,8 @@ type Input struct {
 	Pods []Pod
 }
 
-// Result is the division after one step.
+// Result is the handover after one step: what every pod is told and may
+// hold.
 type Result struct {
 	// Revision is Input.Revision, one more when any pod is told something
 	// new, and at least 1.
