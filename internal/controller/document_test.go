@@ -12,9 +12,10 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
-// designQuota is the quota of DESIGN.md: 50 in flight at 80%, 220ms typical
-// latency, a 2s deadline, 100ms queue wait, 200ms acquire timeout, 1900 rps
-// of demand, a retry budget of 10 per second.
+// designQuota is the logistics quota of docs/concepts.md's search gateway:
+// 50 in flight at 80%, 220ms typical latency, a 2s deadline, 100ms queue
+// wait, 200ms acquire timeout, 1900 rps of demand, a retry budget of 10 per
+// second.
 func designQuota() *v1alpha1.DownstreamQuota {
 	return &v1alpha1.DownstreamQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "logistics-api", Namespace: "shop", Generation: 3},

@@ -20,8 +20,8 @@ var quantityText = cmp.Comparer(func(a, b resource.Quantity) bool { return a.Str
 
 func duration(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 
-// designSpec is DESIGN.md's logistics quota, as a file would give it: the
-// defaulted fields left empty.
+// designSpec is the logistics quota of docs/concepts.md's search gateway,
+// as a file would give it: the defaulted fields left empty.
 func designSpec() v1alpha1.DownstreamQuotaSpec {
 	return v1alpha1.DownstreamQuotaSpec{
 		WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "search-gateway"},
@@ -91,7 +91,8 @@ func TestSizeDesignExample(t *testing.T) {
 		t.Errorf("status message %q differs from sizing's %q", got.Diagnostics[0].Message, got.Result.Diagnostics[0].Message)
 	}
 
-	// The status serialises as DESIGN.md shows it.
+	// The status serialises as kubectl get -o yaml shows it: rates in
+	// thousandths, durations as strings.
 	raw, err := json.Marshal(got.PerPod)
 	if err != nil {
 		t.Fatal(err)

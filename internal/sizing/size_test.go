@@ -17,8 +17,8 @@ var approx = cmpopts.EquateApprox(1e-9, 0)
 
 func dur(d time.Duration) *time.Duration { return &d }
 
-// designExample is the search gateway of DESIGN.md: a global contract of 50
-// in flight over 8 pods, demand 1900/s at 220 ms.
+// designExample is the search gateway of docs/concepts.md ("The problem"):
+// a global contract of 50 in flight over 8 pods, demand 1900/s at 220 ms.
 func designExample() Input {
 	return Input{
 		Concurrency:          50,
