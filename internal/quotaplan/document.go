@@ -1,6 +1,6 @@
 package quotaplan
 
-import "github.com/backpressure-dev/backpressure-operator/internal/plan"
+import "github.com/backpressure-dev/backpressure-operator/api/plan"
 
 // Division says who holds what in a published document.
 type Division struct {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // PerPod is one pod's share of the contract: the share the published plan
