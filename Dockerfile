@@ -36,19 +36,19 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
       -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
     -o manager ./cmd/manager
 
-# The proxy needs pkg/runtime, the library's internal packages and
+# The proxy needs pkg/backpressure, the library's internal packages and
 # internal/version only, so a change to the manager does not rebuild it.
 FROM modules AS proxy-builder
 ARG TARGETOS
 ARG TARGETARCH
 COPY cmd/backpressure-proxy/ cmd/backpressure-proxy/
 COPY internal/version/ internal/version/
-COPY internal/plan/ internal/plan/
-COPY internal/reload/ internal/reload/
-COPY internal/runtimemetrics/ internal/runtimemetrics/
-COPY internal/histogram/ internal/histogram/
+COPY api/plan/ api/plan/
+COPY pkg/backpressure/internal/reload/ pkg/backpressure/internal/reload/
+COPY pkg/backpressure/internal/metrics/ pkg/backpressure/internal/metrics/
+COPY pkg/backpressure/internal/histogram/ pkg/backpressure/internal/histogram/
 COPY internal/httpshutdown/ internal/httpshutdown/
-COPY internal/sourceflags/ internal/sourceflags/
+COPY pkg/backpressure/sourceflags/ pkg/backpressure/sourceflags/
 COPY pkg/ pkg/
 ARG VERSION
 ARG COMMIT

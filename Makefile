@@ -126,7 +126,7 @@ BENCH_COUNT ?= 10
 .PHONY: bench
 bench: ## Benchmark the gate and the dispatcher against their peers (_output/bench.txt); the dispatcher's run in hack/bench, beside ants.
 	@mkdir -p _output
-	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/runtime/gate/ | tee _output/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/backpressure/gate/ | tee _output/bench.txt
 	cd hack/bench && $(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./... | tee -a $(CURDIR)/_output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/backpressure-dev/backpressure-operator/api/plan"
+
 // ConditionReady is the condition type that says whether the quota's plan is
 // computed, published and safe to enforce.
 const ConditionReady = "Ready"
@@ -89,12 +91,13 @@ const (
 const (
 	// WorkloadLabel labels a published ConfigMap with its workload's name.
 	WorkloadLabel = "backpressure.dev/workload"
-	// AppliedAnnotationPrefix prefixes the pod annotation by which the runtime
-	// acknowledges a plan: applied.backpressure.dev/<quota-name>:
+	// AppliedAnnotationPrefix prefixes the pod annotation by which the
+	// library acknowledges a plan: applied.backpressure.dev/<quota-name>:
 	// <epoch>/<revision> once its calls in flight are within its share of
 	// that revision, or <epoch>/released once it has closed its gate and
-	// drained on shutdown.
-	AppliedAnnotationPrefix = "applied.backpressure.dev/"
+	// drained on shutdown. It is plan.AppliedAnnotationPrefix, the one
+	// definition both sides read.
+	AppliedAnnotationPrefix = plan.AppliedAnnotationPrefix
 	// ConfigMapSuffix makes the default ConfigMap name <workload>-backpressure.
 	ConfigMapSuffix = "-backpressure"
 )

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
 // config is the command line.

@@ -8,15 +8,12 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
 )
 
 // The headers the proxy adds to the answers it writes itself. The
@@ -70,12 +67,12 @@ func gated(g *gate.Gate, rp http.Handler, linger func() time.Duration) http.Hand
 const defaultLinger = 10 * time.Second
 
 // lingerFor returns the linger of gated for the gate name: the deadline of
-// the plan in force, or defaultLinger.
-func lingerFor(plans interface {
-	Plan(string) (runtime.Plan, error)
+// the share in force, or defaultLinger.
+func lingerFor(shares interface {
+	Share(string) (backpressure.Share, error)
 }, name string) func() time.Duration {
 	return func() time.Duration {
-		if p, err := plans.Plan(name); err == nil && p.Deadline > 0 {
+		if p, err := shares.Share(name); err == nil && p.Deadline > 0 {
 			return p.Deadline
 		}
 		return defaultLinger
@@ -98,20 +95,22 @@ func upstreamTransport() *http.Transport {
 }
 
 // countingTransport counts every response the downstream sends, by status
-// code, in backpressure_downstream_http_responses_total of one gate — the
-// series the library's httpmw.Transport feeds, so a dashboard reads the
-// downstream's 429s the same way whether a pod calls through the library or
-// through this proxy. Calls that fail before a response arrives are not
-// counted: the proxy answers them itself (502, 504).
+// code, in backpressure_downstream_http_responses_total of one gate
+// (httpmw.Metrics) — the series the library's httpmw.Transport feeds, so a
+// dashboard reads the downstream's 429s the same way whether a pod calls
+// through the library or through this proxy. Calls that fail before a
+// response arrives are not counted: the proxy answers them itself (502,
+// 504).
 type countingTransport struct {
-	next  http.RoundTripper
-	codes *prometheus.CounterVec // curried with the gate
+	next      http.RoundTripper
+	gate      string
+	responses *httpmw.Metrics
 }
 
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(r)
 	if err == nil {
-		t.codes.WithLabelValues(strconv.Itoa(resp.StatusCode)).Inc()
+		t.responses.ObserveResponse(t.gate, resp.StatusCode)
 	}
 	return resp, err
 }
@@ -160,7 +159,7 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *runtime.Runtime, transport func(gate string) http.RoundTripper, log *slog.Logger) (*forwarder, error) {
+func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport func(gate string) http.RoundTripper, log *slog.Logger) (*forwarder, error) {
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {

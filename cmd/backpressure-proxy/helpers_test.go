@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 const testGate = "logistics-api"
@@ -77,7 +77,7 @@ func (r *running) stop(t testing.TB) error {
 
 // startProxy parses args (plus a free metrics port unless args set one),
 // opens the proxy and serves it until the test ends.
-func startProxy(t testing.TB, ack *runtime.AckOptions, args ...string) *running {
+func startProxy(t testing.TB, ack *backpressure.AckOptions, args ...string) *running {
 	t.Helper()
 	if !strings.Contains(strings.Join(args, " "), "--metrics-listen") {
 		args = append(args, "--metrics-listen", "127.0.0.1:0")

@@ -2,7 +2,7 @@
 // egress proxy that an application written in any language calls instead of
 // its downstreams, and that enforces the pod's share of each downstream
 // with the same gate, plan sources, metrics and acknowledgement as the Go
-// library (pkg/runtime).
+// library (pkg/backpressure).
 //
 //	backpressure-proxy \
 //	    --route listen=127.0.0.1:9001,gate=logistics-api,upstream=https://logistics.example.com \
@@ -21,7 +21,7 @@
 // must not be retried. Every other answer is the downstream's own, its 429s
 // included, passed through as it came: status, headers, body, trailers,
 // streamed as it arrives. SIGTERM stops taking calls, lets those in flight
-// finish, then hands the pod's share back (see runtime.Runtime.Start).
+// finish, then hands the pod's share back (see backpressure.Runtime.Start).
 // Logs are JSON lines on stderr.
 package main
 

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
-	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
 )
 
 // proxy is the running sidecar: one server per route, one for forwarding,
@@ -24,7 +24,7 @@ import (
 type proxy struct {
 	cfg     config
 	log     *slog.Logger
-	rt      *runtime.Runtime
+	rt      *backpressure.Runtime
 	servers []*server
 	metrics *http.Server
 	// metricsAddr is the metrics listener's address, "" without one.
@@ -43,11 +43,11 @@ type server struct {
 // newProxy reads the plans (failing without a valid one for every gate
 // named), makes the gates, and opens every listener. Nothing is served
 // until serve.
-func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.AckOptions, log *slog.Logger) (p *proxy, err error) {
+func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *backpressure.AckOptions, log *slog.Logger) (p *proxy, err error) {
 	p = &proxy{cfg: cfg, log: log}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := runtime.Options{
+	opts := backpressure.Options{
 		Gates:      cfg.gates(),
 		Registerer: reg,
 		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan
@@ -56,7 +56,7 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.
 		DrainTimeout: cfg.shutdownTimeout,
 		Ack:          ack,
 	}
-	if p.rt, err = runtime.New(ctx, src, opts); err != nil {
+	if p.rt, err = backpressure.New(ctx, src, opts); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -66,13 +66,13 @@ func newProxy(ctx context.Context, cfg config, src runtime.Source, ack *runtime.
 		}
 	}()
 
-	responses, err := runtimemetrics.NewDownstreamResponses(reg)
+	responses, err := httpmw.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	t := upstreamTransport()
 	transport := func(gate string) http.RoundTripper {
-		return countingTransport{next: t, codes: responses.MustCurryWith(prometheus.Labels{"gate": gate})}
+		return countingTransport{next: t, gate: gate, responses: responses}
 	}
 	for _, r := range cfg.routes {
 		g, err := p.rt.Gate(r.gate)

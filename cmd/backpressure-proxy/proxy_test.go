@@ -15,9 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 func TestTrailersPassThrough(t *testing.T) {
@@ -70,13 +69,13 @@ func TestEachDownstreamHasItsOwnGate(t *testing.T) {
 
 // ackOptions acknowledge on a pod in a fake API server; the function
 // returns the pod's acknowledgement of the test gate.
-func ackOptions(t *testing.T) (*runtime.AckOptions, func() string) {
+func ackOptions(t *testing.T) (*backpressure.AckOptions, func() string) {
 	t.Helper()
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gateway-0", Namespace: "shop"}})
 	// The downward API's variables, as the proxy reads them in a pod.
-	t.Setenv(reload.EnvPodName, "gateway-0")
-	t.Setenv(reload.EnvPodNamespace, "shop")
-	ack := &runtime.AckOptions{
+	t.Setenv(backpressure.EnvPodName, "gateway-0")
+	t.Setenv(backpressure.EnvPodNamespace, "shop")
+	ack := &backpressure.AckOptions{
 		Client:  client,
 		Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 100 * time.Millisecond},
 	}
@@ -85,7 +84,7 @@ func ackOptions(t *testing.T) (*runtime.AckOptions, func() string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pod.Annotations[reload.AppliedAnnotationPrefix+testGate]
+		return pod.Annotations[plan.AppliedAnnotationPrefix+testGate]
 	}
 	return ack, annotation
 }

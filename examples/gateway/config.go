@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
 // config is the command line.
@@ -23,7 +23,6 @@ type config struct {
 	inboundPermits    int
 	metricsListen     string
 	shutdownTimeout   time.Duration
-	applyDelay        time.Duration
 }
 
 // parseConfig reads the command line; getenv supplies the namespace's
@@ -42,7 +41,6 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
-	fs.DurationVar(&c.applyDelay, "apply-delay", 0, "fault injection for tests: apply every new plan this long after it arrives (a laggard pod)")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -76,9 +74,6 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
-	}
-	if c.applyDelay < 0 {
-		errs = append(errs, fmt.Errorf("--apply-delay %v must not be negative", c.applyDelay))
 	}
 	return c, errors.Join(errs...)
 }

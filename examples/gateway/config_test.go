@@ -11,7 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/sourceflags"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -41,11 +41,10 @@ func TestParseConfig(t *testing.T) {
 		name: "every flag",
 		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
 			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
-			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--apply-delay", "5s"),
+			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s"),
 		want: with(func(c *config) {
 			c.listen, c.PlanDir, c.Namespace, c.Kubeconfig, c.Acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
 			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
-			c.applyDelay = 5 * time.Second
 		}),
 	}, {
 		name:    "nothing",
@@ -60,8 +59,8 @@ func TestParseConfig(t *testing.T) {
 		wantErr: `--downstream "logistics:8080" is not an http or https URL`,
 	}, {
 		name:    "out of range",
-		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s", "--apply-delay", "-1s"),
-		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive; --apply-delay -1s must not be negative",
+		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s"),
+		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive",
 	}, {
 		name:    "unknown flag",
 		args:    append(required, "--plan-dir", "/d", "--retries", "1"),

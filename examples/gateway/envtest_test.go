@@ -10,9 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 // The ConfigMap source against a real API server: the gateway follows the
@@ -63,11 +63,11 @@ func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 	}
 
 	ds := newDownstream(t)
-	p := startBinary(t, []string{reload.EnvPodName + "=" + podName, reload.EnvPodNamespace + "=" + ns},
+	p := startBinary(t, []string{backpressure.EnvPodName + "=" + podName, backpressure.EnvPodNamespace + "=" + ns},
 		"--listen", "127.0.0.1:0", "--downstream", ds.URL, "--gate", testGate,
 		"--configmap", cmName, "--kubeconfig", kubeconfig, "--acknowledge")
 	addr := p.address(t)
-	annotation := reload.AppliedAnnotationPrefix + testGate
+	annotation := plan.AppliedAnnotationPrefix + testGate
 	waitForAnnotation(t, client, ns, podName, annotation, plan.AckFor(first).String())
 
 	// A new plan in the ConfigMap giving this pod a share of its own:

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/retry"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/retry"
 )
 
 // The response headers that tell a client how its request was served.
@@ -29,14 +29,14 @@ const maxBody = 1 << 20
 
 // gateway answers GET / by calling the downstream through the gate.
 type gateway struct {
-	rt       *runtime.Runtime
+	rt       *backpressure.Runtime
 	gateName string
 	client   *http.Client // its transport is the gate
 	target   string
 	retries  retry.Policy
 }
 
-func newGateway(c config, rt *runtime.Runtime, client *http.Client) (*gateway, error) {
+func newGateway(c config, rt *backpressure.Runtime, client *http.Client) (*gateway, error) {
 	budget, err := rt.Budget(c.gate)
 	if err != nil {
 		return nil, err
@@ -68,7 +68,7 @@ func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The plan was sized for this per-hop deadline: queue wait, call and
 	// retries must fit in it.
 	ctx := r.Context()
-	if p, err := gw.rt.Plan(gw.gateName); err == nil && p.Deadline > 0 {
+	if p, err := gw.rt.Share(gw.gateName); err == nil && p.Deadline > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, p.Deadline)
 		defer cancel()

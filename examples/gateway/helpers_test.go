@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 const testGate = "logistics-api"

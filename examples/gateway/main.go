@@ -1,4 +1,4 @@
-// Command gateway is a runnable example of pkg/runtime: an HTTP gateway that,
+// Command gateway is a runnable example of pkg/backpressure: an HTTP gateway that,
 // for every GET /, calls one downstream through a gate sized by the
 // backpressure operator, and follows the operator's plan while it runs.
 //
@@ -10,7 +10,7 @@
 // downstream; a downstream error is a 502 with X-Downstream-Status. Retries
 // (--max-retries) draw on the plan's retry budget. An inbound gate
 // (--inbound-permits) protects the process itself. SIGTERM drains in-flight
-// requests, then hands the pod's share back (see runtime.Runtime.Start).
+// requests, then hands the pod's share back (see backpressure.Runtime.Start).
 // The gate enforces the pod's own share of each plan, picked by $POD_NAME.
 // Logs are JSON lines on stderr: "Serving", "Applied plan" for every plan
 // put in force, "Stopped".
@@ -33,9 +33,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
 )
 
 func main() {
@@ -61,12 +61,12 @@ func main() {
 // run serves until ctx ends, then shuts down gracefully.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// 1. The plan: read once, fail fast without a valid one for our gate.
-	src, ack, err := planSource(cfg)
+	src, ack, err := cfg.Open("backpressure-example-gateway")
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry() // this process's metrics; never the global registry
-	rt, err := runtime.New(ctx, src, runtime.Options{
+	rt, err := backpressure.New(ctx, src, backpressure.Options{
 		Gates:      []string{cfg.gate},
 		Registerer: reg,
 		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan

@@ -6,10 +6,13 @@ module github.com/backpressure-dev/backpressure-operator/hack/bench
 go 1.26.0
 
 require (
-	github.com/backpressure-dev/backpressure-operator v0.0.0
+	github.com/backpressure-dev/backpressure-operator/pkg/backpressure v0.0.0
 	github.com/panjf2000/ants/v2 v2.12.1
 )
 
 require golang.org/x/sync v0.23.0 // indirect
 
-replace github.com/backpressure-dev/backpressure-operator => ../..
+replace (
+	github.com/backpressure-dev/backpressure-operator/api/plan => ../../api/plan
+	github.com/backpressure-dev/backpressure-operator/pkg/backpressure => ../../pkg/backpressure
+)

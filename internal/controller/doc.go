@@ -32,7 +32,7 @@
 // AtLeastOne gives every serving pod one (Overcommitted). Each pod's queue,
 // workers, rate, burst and retry budget follow its own permits.
 //
-// The published document (internal/plan, version 2) names every pod that
+// The published document (api/plan, version 2) names every pod that
 // is told a share, and its base share, for a pod it does not name, is 0: a
 // pod the operator has not granted anything holds nothing.
 //
@@ -116,7 +116,7 @@
 //
 // One ConfigMap per workload (spec.configMapName, or <workload>-backpressure)
 // holds one key per quota, plan.KeyFor(quota), whose value is the plan
-// document of internal/plan. A ConfigMap is the operator's when it carries
+// document of api/plan. A ConfigMap is the operator's when it carries
 // the label app.kubernetes.io/managed-by=backpressure-operator, and it is
 // then labelled backpressure.dev/workload=<workload>. The operator never
 // writes a ConfigMap without that label, nor one labelled for another

@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // currentDocument reports whether data is a valid document whose content

@@ -18,8 +18,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 func reconcileQuota(t *testing.T, env *fakeEnv, name string) reconcile.Result {

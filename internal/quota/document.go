@@ -1,6 +1,6 @@
 package quota
 
-import "github.com/backpressure-dev/backpressure-operator/internal/plan"
+import "github.com/backpressure-dev/backpressure-operator/api/plan"
 
 // Shares says who holds what in one published document: the shares of a
 // quota's pods at one revision of its division.

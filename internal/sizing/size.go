@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
 )
 
 // PerPod is one pod's share of the contract: the share the published plan

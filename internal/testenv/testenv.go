@@ -27,23 +27,38 @@ import (
 // kube-apiserver, etcd and kubectl.
 const AssetsEnv = "KUBEBUILDER_ASSETS"
 
-// RepoRoot returns the directory of the module's go.mod, found by walking up
-// from the working directory, which for a test is its package directory.
+// rootModule is the module path of the repository's root go.mod.
+const rootModule = "github.com/backpressure-dev/backpressure-operator"
+
+// RepoRoot returns the directory of the repository's root go.mod, found by
+// walking up from the working directory, which for a test is its package
+// directory. The go.mod files of the nested modules (the library, the plan
+// document, the library's API server tests) are passed over.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == rootModule {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("testenv: no go.mod above the working directory")
+			return "", errors.New("testenv: no go.mod of " + rootModule + " above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// modulePath returns the path on the module line of a go.mod file.
+func modulePath(gomod []byte) string {
+	for line := range strings.Lines(string(gomod)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			return strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	return ""
 }
 
 // Assets returns the directory holding the control-plane binaries. It uses

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,16 +11,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
-	"github.com/backpressure-dev/backpressure-operator/internal/runtimemetrics"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
 )
 
 // recordingRegisterer registers with a real registry and remembers every
@@ -53,27 +52,15 @@ func (r *recordingRegisterer) Unregister(c prometheus.Collector) bool { return r
 // place client_golang exposes it.
 var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
-// registeredMetrics returns the names of every metric the runtime library
-// (gates, dispatchers, retry budgets, config reloads, the HTTP transport)
+// registeredMetrics returns the names of every metric the library (gates,
+// dispatchers, retry budgets, config reloads, the HTTP transport)
 // and the manager (quota metrics) register, from their collectors'
 // descriptors.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	rec := &recordingRegisterer{reg: prometheus.NewPedanticRegistry()}
-	if _, err := runtimemetrics.NewGateCollector(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtimemetrics.NewDispatcherCollector(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := runtimemetrics.NewRetryCollector(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := httpmw.NewMetrics(rec); err != nil {
-		t.Fatal(err)
-	}
-	// A config source registers the reload metrics once it has read a
-	// valid plan.
+	// A Runtime registers the metrics of its gates, retry budgets,
+	// dispatchers and config source once it has read a valid plan.
 	dir := t.TempDir()
 	doc := plan.Document{Version: plan.CurrentVersion, Gate: "logistics-api", Epoch: "e1", Revision: 1, Permits: 5, QueueCapacity: 9,
 		MaxQueueWaitSeconds: 0.1, AcquireTimeoutSeconds: 0.1, LatencySeconds: 0.22, DeadlineSeconds: 2, Workers: 5}
@@ -85,9 +72,14 @@ func registeredMetrics(t *testing.T) map[string]bool {
 	if err := os.WriteFile(filepath.Join(dir, plan.KeyFor(doc.Gate)), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reload.NewDirSource(dir, reload.DirOptions{Options: reload.Options{
-		Subscriber: func(reload.Update) {}, Logger: logr.Discard(), Registerer: rec,
-	}}); err != nil {
+	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
+		Dispatchers: []string{doc.Gate}, Registerer: rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Shutdown(context.Background()) })
+	if _, err := httpmw.NewMetrics(rec); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.Register(quotametrics.NewQuotaCollector(fake.NewClientBuilder().WithScheme(scheme(t)).Build())); err != nil {

@@ -22,12 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
-	"github.com/backpressure-dev/backpressure-operator/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 const (
@@ -158,9 +158,9 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	apply(t, kubectl, kustomize(t, "config/samples/app"))
 	app := impersonate(admin, appUser)
 	t.Run("application follows its ConfigMap as its ServiceAccount", func(t *testing.T) {
-		u := followConfigMap(ctx, t, app, nil)
-		if p := u.Plans[sampleQuota].For(samplePod); p.Permits != 40 {
-			t.Errorf("the application read %d permits for %s, want 40", p.Permits, sampleQuota)
+		s := followConfigMap(ctx, t, app, nil)
+		if s.Limits.Permits != 40 {
+			t.Errorf("the application enforces %d permits for %s, want 40", s.Limits.Permits, sampleQuota)
 		}
 	})
 	appDenials := []canI{
@@ -193,9 +193,8 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 		}, appDenials...) {
 			c.check(t, kubectl, appUser)
 		}
-		env := map[string]string{reload.EnvPodName: samplePod, reload.EnvPodNamespace: "shop"}
-		u := followConfigMap(ctx, t, app, &reload.AckOptions{Getenv: func(k string) string { return env[k] }})
-		want := plan.AckFor(u.Plans[sampleQuota]).String()
+		s := followConfigMap(ctx, t, app, &backpressure.AckOptions{})
+		want := plan.Ack{Epoch: s.Epoch, Revision: s.Revision}.String()
 		waitFor(ctx, t, "the pod's acknowledgement", func() (bool, error) {
 			var p corev1.Pod
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
@@ -271,38 +270,38 @@ func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s clie
 	return reconcile, reg
 }
 
-// followConfigMap opens the sample ConfigMap as cfg's identity, the way an
-// application does, and returns the first update it delivers.
-func followConfigMap(ctx context.Context, t *testing.T, cfg *rest.Config, ack *reload.AckOptions) reload.Update {
+// followConfigMap runs the library on the sample ConfigMap as cfg's
+// identity and as the sample pod, the way an application does, with ack
+// given, and returns the share it enforces on the sample quota's gate.
+func followConfigMap(ctx context.Context, t *testing.T, cfg *rest.Config, ack *backpressure.AckOptions) backpressure.Share {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	updates := make(chan reload.Update, 8)
-	src, err := reload.NewConfigMapSource(ctx, cs, "shop", sampleConfigMap, reload.Options{
-		Subscriber: func(u reload.Update) { updates <- u },
-		Ack:        ack,
+	rt, err := backpressure.New(ctx, backpressure.FromConfigMap(cs, "shop", sampleConfigMap), backpressure.Options{
+		Gates:        []string{sampleQuota},
+		PodName:      samplePod,
+		PodNamespace: "shop",
+		Ack:          ack,
 	})
 	if err != nil {
 		t.Fatalf("open the ConfigMap as %s: %v", cfg.Impersonate.UserName, err)
 	}
-	srcCtx, stop := context.WithCancel(ctx)
+	rtCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- src.Start(srcCtx) }()
+	go func() { done <- rt.Start(rtCtx) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {
-			t.Errorf("config source: %v", err)
+			t.Errorf("the library as %s: %v", cfg.Impersonate.UserName, err)
 		}
 	})
-	select {
-	case u := <-updates:
-		return u
-	case <-time.After(30 * time.Second):
-		t.Fatal("no plan delivered within 30s")
-		return reload.Update{}
+	s, err := rt.Share(sampleQuota)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return s
 }
 
 // canI is one `kubectl auth can-i` question and its expected answer.

@@ -80,15 +80,15 @@ func TestRootRequirements(t *testing.T) {
 	}
 }
 
-// TestRuntimeDependencies: no package of pkg/runtime, nor its tests, imports
+// TestRuntimeDependencies: no package of pkg/backpressure, nor its tests, imports
 // ants or gonum.
 func TestRuntimeDependencies(t *testing.T) {
-	out := strings.Fields(string(goCmd(t, "list", "-deps", "-test", "./pkg/runtime/...")))
-	if len(out) < 20 || !slices.Contains(out, "github.com/backpressure-dev/backpressure-operator/pkg/runtime/gate") {
-		t.Fatalf("go list -deps -test ./pkg/runtime/... listed %d packages, without the gate", len(out))
+	out := strings.Fields(string(goCmd(t, "list", "-deps", "-test", "./pkg/backpressure/...")))
+	if len(out) < 20 || !slices.Contains(out, "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate") {
+		t.Fatalf("go list -deps -test ./pkg/backpressure/... listed %d packages, without the gate", len(out))
 	}
 	if found := bannedIn(out); len(found) != 0 {
-		t.Errorf("pkg/runtime depends on %v", found)
+		t.Errorf("pkg/backpressure depends on %v", found)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/panjf2000/ants/v2"
 
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime/dispatch"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/dispatch"
 )
 
 const (

@@ -1,4 +1,4 @@
 // Package dispatch holds the benchmarks that compare the library's
-// dispatcher (pkg/runtime/dispatch) with worker pools from other modules,
+// dispatcher (pkg/backpressure/dispatch) with worker pools from other modules,
 // which the library's own module must not require.
 package dispatch

@@ -1,6 +1,6 @@
 // Command boundsdoc writes docs/reference/plan-bounds.md, the table of the
 // published plan's fields and their bounds, from the one field table of
-// internal/plan and the API's maximums in internal/quota, so that
+// api/plan and the API's maximums in internal/quota, so that
 // the reference cannot drift from what pods and the API server enforce.
 // make docs runs it; make verify-generated fails when its output changed.
 package main
@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
@@ -39,7 +39,7 @@ last good plan of that gate, counts the rejection in
 ` + "`Rejected plan document; the gate keeps its last good plan`" + ` with an error
 that names every field out of bounds (for example
 ` + "`plan: workers: must be in [0, " + strconv.Itoa(plan.MaxPermits) + "], got 2147483647`" + `). A pod that has
-no good plan yet for a gate it names does not start (` + "`runtime.New`" + ` fails).
+no good plan yet for a gate it names does not start (` + "`backpressure.New`" + ` fails).
 The operator never publishes such a document: it validates with the same
 table before it writes, and the API server refuses a quota or contract whose
 spec could lead to one (see [the API's maximums](#the-apis-maximums)).

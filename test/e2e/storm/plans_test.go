@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 func TestStaticPlan(t *testing.T) {

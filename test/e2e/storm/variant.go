@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // Variant is one way of configuring the pods' gates, run on the same

@@ -40,7 +40,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // Log messages renamed so that the harness does not read them as the pod's.

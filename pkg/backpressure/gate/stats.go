@@ -1,0 +1,57 @@
+package gate
+
+import "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/histogram"
+
+// Stats is a snapshot of a gate's counters, read at scrape time.
+type Stats struct {
+	// Limits are the limits in force.
+	Limits Limits
+	// InFlight is the number of admitted calls not yet released. A call
+	// racing another for the last permit may be in it for a moment.
+	InFlight int
+	// Queued is the number of calls in the waiting room.
+	Queued int
+	// Admitted counts every admission since the gate was made. It never
+	// decreases; a call racing another for the last permit may be counted a
+	// moment before the admission it stands for.
+	Admitted uint64
+	// Rejected counts rejections by reason; every Reason has an entry.
+	Rejected map[Reason]uint64
+	// QueueWait holds the time spent in the waiting room by every call that
+	// waited there, whatever the outcome. Calls admitted at once are not in it.
+	QueueWait histogram.Snapshot
+}
+
+// Stats returns the gate's counters. It takes the gate's mutex briefly, so it
+// is meant for scrapes, not for hot paths.
+func (g *Gate) Stats() Stats {
+	g.mu.Lock()
+	s := g.load()
+	st := Stats{
+		Limits:   g.limits,
+		InFlight: inflight(s),
+		Queued:   g.room.Len(),
+		Admitted: g.admittedLocked + count(s),
+	}
+	// A phantom (see state.go) may be in the word for a moment; never let
+	// the counter appear to go backwards when it leaves.
+	if st.Admitted < g.admittedShown {
+		st.Admitted = g.admittedShown
+	}
+	g.admittedShown = st.Admitted
+	g.mu.Unlock()
+	st.Rejected = make(map[Reason]uint64, len(Reasons))
+	for _, r := range Reasons {
+		st.Rejected[r] = g.rejected[r].Load()
+	}
+	st.QueueWait = g.waits.Snapshot()
+	return st
+}
+
+// InFlight returns the number of admitted calls not yet released, as
+// Stats.InFlight does, but reads only the admission word: no mutex, no
+// allocation, so that a caller may watch a shrinking gate drain (say, to
+// acknowledge a smaller share once the calls in flight fit it) without
+// slowing Acquire or Release. A call racing another for the last permit may
+// be counted for a moment, which only delays such a caller.
+func (g *Gate) InFlight() int { return inflight(g.load()) }

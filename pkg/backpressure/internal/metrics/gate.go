@@ -1,0 +1,70 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+)
+
+// GateSource is what GateCollector reads; *gate.Gate implements it.
+type GateSource interface {
+	Name() string
+	Stats() gate.Stats
+}
+
+// GateCollector exports the backpressure_gate_* metrics of any number of
+// gates. It is safe for concurrent use.
+type GateCollector struct {
+	sources sources[GateSource]
+
+	permits, inFlight, queueDepth, queueWait, admitted, rejected *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*GateCollector)(nil)
+
+// NewGateCollector returns a collector for gates, registered with reg unless
+// reg is nil.
+func NewGateCollector(reg prometheus.Registerer) (*GateCollector, error) {
+	gl := []string{"gate"}
+	c := &GateCollector{
+		sources:    sources[GateSource]{kind: "gate"},
+		permits:    prometheus.NewDesc("backpressure_gate_permits", "Permits (in-flight limit) of the gate in force.", gl, nil),
+		inFlight:   prometheus.NewDesc("backpressure_gate_in_flight", "Calls admitted by the gate and not yet released.", gl, nil),
+		queueDepth: prometheus.NewDesc("backpressure_gate_queue_depth", "Calls waiting in the gate's waiting room.", gl, nil),
+		queueWait:  prometheus.NewDesc("backpressure_gate_queue_wait_seconds", "Time calls that waited spent in the gate's waiting room, whether admitted or not.", gl, nil),
+		admitted:   prometheus.NewDesc("backpressure_gate_admitted_total", "Calls the gate admitted.", gl, nil),
+		rejected:   prometheus.NewDesc("backpressure_gate_rejected_total", "Calls the gate rejected, by reason.", []string{"gate", "reason"}, nil),
+	}
+	if err := register(reg, c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Add starts exporting g. Names must be unique within a collector.
+func (c *GateCollector) Add(g GateSource) error { return c.sources.add(g) }
+
+// Remove stops exporting the gate named name.
+func (c *GateCollector) Remove(name string) { c.sources.remove(name) }
+
+// Describe sends the descriptors of every metric the collector exports.
+func (c *GateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected} {
+		ch <- d
+	}
+}
+
+// Collect reads every gate's Stats and sends its metrics.
+func (c *GateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, g := range c.sources.list() {
+		name, st := g.Name(), g.Stats()
+		ch <- prometheus.MustNewConstMetric(c.permits, prometheus.GaugeValue, float64(st.Limits.Permits), name)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(st.InFlight), name)
+		ch <- prometheus.MustNewConstMetric(c.queueDepth, prometheus.GaugeValue, float64(st.Queued), name)
+		ch <- prometheus.MustNewConstHistogram(c.queueWait, st.QueueWait.Count, st.QueueWait.Sum.Seconds(), st.QueueWait.Buckets(), name)
+		ch <- prometheus.MustNewConstMetric(c.admitted, prometheus.CounterValue, float64(st.Admitted), name)
+		for _, r := range gate.Reasons {
+			ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejected[r]), name, r.String())
+		}
+	}
+}
