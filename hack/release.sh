@@ -168,7 +168,7 @@ spec:
   homepage: https://github.com/backpressure-dev/backpressure-operator
   shortDescription: Size per-pod shares of a downstream's global limit
   description: |
-    Computes what backpressure-operator computes: the per-pod plan of a
+    Computes what backpressure-operator computes: the per-pod share of a
     DownstreamQuota over a replica count or an HPA's range, and the checks
     behind it (an existing pool against a deadline, retry amplification,
     backlog growth), with the formula behind every number.
