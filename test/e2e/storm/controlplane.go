@@ -3,18 +3,12 @@
 package storm
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
@@ -66,9 +60,9 @@ func ControllerManagerArgs(kubeconfig string) []string {
 
 // StartControllerManager starts kube-controller-manager, built beside the
 // API server by hack/setup-envtest.sh, against the started env, as a user
-// in system:masters; its log goes to dir. It also creates the Node the
-// harness's kubelet runs pods on.
-func StartControllerManager(ctx context.Context, env *envtest.Environment, c client.Client, procs *Processes, dir string) (*Process, error) {
+// in system:masters; its log goes to dir. The kubelet registers the Node
+// it runs pods on (see NewWorkload).
+func StartControllerManager(env *envtest.Environment, procs *Processes, dir string) (*Process, error) {
 	assets, err := testenv.Assets()
 	if err != nil {
 		return nil, err
@@ -89,36 +83,10 @@ func StartControllerManager(ctx context.Context, env *envtest.Environment, c cli
 	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	if err := CreateNode(ctx, c, NodeName); err != nil {
-		return nil, err
-	}
 	return procs.Start(ProcessSpec{
 		Name:    "kube-controller-manager",
 		Path:    bin,
 		Args:    ControllerManagerArgs(kubeconfig),
 		LogPath: filepath.Join(dir, "kube-controller-manager.log"),
 	})
-}
-
-// CreateNode creates a Ready node for the harness's kubelet. No node
-// lifecycle controller runs, so its status stays as written.
-func CreateNode(ctx context.Context, c client.Client, name string) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
-	if err := c.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("storm: create node %s: %w", name, err)
-	}
-	now := metav1.NewTime(time.Now())
-	node.Status = corev1.NodeStatus{
-		Capacity:    corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi")},
-		Allocatable: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi")},
-		Conditions: []corev1.NodeCondition{{
-			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			Message: "the storm harness plays this node's kubelet", LastHeartbeatTime: now, LastTransitionTime: now,
-		}},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
-	}
-	if err := c.Status().Update(ctx, node); err != nil {
-		return fmt.Errorf("storm: node %s status: %w", name, err)
-	}
-	return nil
 }

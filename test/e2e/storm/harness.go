@@ -164,7 +164,7 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	}
 
 	h.logf("Starting kube-controller-manager (%s)", strings.Join(Controllers, ", "))
-	if h.kcm, err = StartControllerManager(ctx, h.env, h.Client, h.procs, h.OutDir); err != nil {
+	if h.kcm, err = StartControllerManager(h.env, h.procs, h.OutDir); err != nil {
 		return h, err
 	}
 

@@ -14,7 +14,6 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -28,6 +27,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/kubelet"
 )
 
 // PodRunner starts the container of a pod as an OS process. onLog must
@@ -150,8 +151,8 @@ type PodCounts struct {
 	Started int
 }
 
-// NewWorkload reads the workload and starts watching it and its Pods.
-// Close it.
+// NewWorkload registers the node, reads the workload and starts watching it
+// and its Pods. Close it.
 func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 	if opts.ServingTimeout <= 0 {
 		opts.ServingTimeout = 30 * time.Second
@@ -163,6 +164,10 @@ func NewWorkload(ctx context.Context, opts WorkloadOptions) (*Workload, error) {
 		opts.Kind = KindDeployment
 	}
 	c := opts.Client
+	// The kubelet registers its node before it runs a pod.
+	if err := kubelet.CreateNode(ctx, c, opts.Node); err != nil {
+		return nil, fmt.Errorf("storm: %w", err)
+	}
 	obj, err := workloadObject(opts.Kind, opts.Namespace, opts.Name)
 	if err != nil {
 		return nil, err
@@ -449,17 +454,11 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	case <-ctx.Done():
 		return
 	}
-	// The Binding names the Pod's UID: a Pod created again under the name
-	// is not this one.
-	binding := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: w.opts.Node},
-	}
-	if err := w.c.SubResource("binding").Create(ctx, pod, binding); err != nil {
+	if err := kubelet.Bind(ctx, w.c, pod, w.opts.Node); err != nil {
 		// A pod deleted before it was bound is gone at once, whether or not
 		// its deletion has reached the watch yet; its name may already be a
-		// new Pod's (a conflict on the UID).
-		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+		// new Pod's.
+		if !kubelet.Gone(err) && ctx.Err() == nil {
 			w.fail(fmt.Errorf("storm: bind pod %s: %w", p.name, err))
 		}
 		return
@@ -561,48 +560,9 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 }
 
 // setStatus plays the kubelet's status updates: Running once the container
-// runs, Ready once the process serves. A Pod that is no longer p (gone, or
-// its name a new Pod's) is left alone.
+// runs, Ready once the process serves.
 func (w *Workload) setStatus(ctx context.Context, p *simPod, started metav1.Time, ready bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var pod corev1.Pod
-		if err := w.c.Get(ctx, client.ObjectKey{Namespace: w.opts.Namespace, Name: p.name}, &pod); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
-		}
-		if pod.UID != p.uid {
-			return nil
-		}
-		readyStatus := corev1.ConditionFalse
-		if ready {
-			readyStatus = corev1.ConditionTrue
-		}
-		now := metav1.Now()
-		pod.Status.Phase = corev1.PodRunning
-		pod.Status.HostIP = "127.0.0.1"
-		pod.Status.PodIP = "127.0.0.1"
-		pod.Status.StartTime = &started
-		pod.Status.Conditions = []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: started},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: started},
-			{Type: corev1.ContainersReady, Status: readyStatus, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: readyStatus, LastTransitionTime: now},
-		}
-		var statuses []corev1.ContainerStatus
-		for _, ct := range pod.Spec.Containers {
-			statuses = append(statuses, corev1.ContainerStatus{
-				Name:    ct.Name,
-				Image:   ct.Image,
-				Ready:   ready,
-				Started: &ready,
-				State:   corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
-			})
-		}
-		pod.Status.ContainerStatuses = statuses
-		return w.c.Status().Update(ctx, &pod)
-	})
+	return kubelet.SetStatus(ctx, w.c, w.opts.Namespace, p.name, p.uid, started, ready)
 }
 
 // finalDelete plays the kubelet's last word on a pod whose containers have
@@ -610,12 +570,8 @@ func (w *Workload) setStatus(ctx context.Context, p *simPod, started metav1.Time
 func (w *Workload) finalDelete(p *simPod) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.opts.Namespace, Name: p.name}}
-	uid := p.uid
-	err := w.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
-	// A conflict on the UID: the Pod is gone and its name a new Pod's.
-	if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-		w.fail(fmt.Errorf("storm: delete pod %s: %w", p.name, err))
+	if err := kubelet.Delete(ctx, w.c, w.opts.Namespace, p.name, p.uid); err != nil {
+		w.fail(fmt.Errorf("storm: %w", err))
 	}
 }
 

@@ -80,7 +80,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	if err := RegisterMetricsAPI(ctx, c, metrics, pki); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartControllerManager(ctx, env, c, procs, t.TempDir()); err != nil {
+	if _, err := StartControllerManager(env, procs, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
