@@ -165,9 +165,22 @@ perf: ## Measure the controller: Ready-pods-to-ConfigMap latency, a 2,000-quota 
 build: ## Build the binaries into bin/.
 	$(GO) build -o bin/ ./cmd/...
 
+# Flags for the manager that make run starts, such as
+# RUN_ARGS="--metrics-bind-address=0 --health-probe-bind-address=0" when its
+# ports are taken.
+RUN_ARGS ?=
+
 .PHONY: run
-run: ## Run the manager against the current kubeconfig.
-	$(GO) run ./cmd/manager
+run: ## Run the manager against the current kubeconfig, such as the dev cluster's (hack/dev-cluster.sh env).
+	$(GO) run ./cmd/manager $(RUN_ARGS)
+
+.PHONY: dev-cluster
+dev-cluster: ## Start a local cluster in the background (kube-apiserver, etcd, kube-controller-manager; the CRDs and policies) and say how to use it.
+	hack/dev-cluster.sh start
+
+.PHONY: dev-cluster-stop
+dev-cluster-stop: ## Stop the local cluster of make dev-cluster.
+	hack/dev-cluster.sh stop
 
 ##@ Release
 
@@ -230,18 +243,34 @@ PROXY_IMG ?= backpressure-proxy:latest
 docker-build-proxy: ## Build the sidecar image PROXY_IMG, backpressure-proxy (the Dockerfile's proxy target).
 	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) --target proxy -t $(PROXY_IMG) .
 
-.PHONY: deploy
-deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.
-	@mkdir -p _output/deploy
-	@img='$(IMG)'; \
+.PHONY: docker-push-proxy
+docker-push-proxy: ## Push the sidecar image PROXY_IMG.
+	$(CONTAINER_TOOL) push $(PROXY_IMG)
+
+# overlay writes _output/$(1)/kustomization.yaml: the kustomization
+# config/$(2) with the image named $(3) replaced by $(4) (name:tag or
+# name@digest).
+define overlay
+	@mkdir -p _output/$(1)
+	@img='$(4)'; \
 	case "$${img##*/}" in \
 	  *@*) name="$${img%@*}"; ref="digest: $${img##*@}" ;; \
 	  *:*) name="$${img%:*}"; ref="newTag: $${img##*:}" ;; \
 	  *)   name="$$img"; ref="newTag: latest" ;; \
 	esac; \
-	printf '# Written by make deploy.\nresources:\n- ../../config/default\nimages:\n- name: backpressure-operator\n  newName: %s\n  %s\n' \
-		"$$name" "$$ref" > _output/deploy/kustomization.yaml
+	printf '# Written by make $(1).\nresources:\n- ../../config/$(2)\nimages:\n- name: $(3)\n  newName: %s\n  %s\n' \
+		"$$name" "$$ref" > _output/$(1)/kustomization.yaml
+endef
+
+.PHONY: deploy
+deploy: ## Install the operator (config/default) into the current kubeconfig's cluster, with IMG as the image.
+	$(call overlay,deploy,default,backpressure-operator,$(IMG))
 	$(KUBECTL) apply -k _output/deploy
+
+.PHONY: deploy-sample
+deploy-sample: ## Apply the sample (config/samples: the search gateway and its quota) with PROXY_IMG as its sidecar's image.
+	$(call overlay,deploy-sample,samples,backpressure-proxy,$(PROXY_IMG))
+	$(KUBECTL) apply -k _output/deploy-sample
 
 .PHONY: undeploy
 undeploy: ## Remove the operator from the cluster, with its CRD and so every DownstreamQuota.
