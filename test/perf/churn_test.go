@@ -47,7 +47,7 @@ const churnP99Goal = 100 * time.Millisecond
 // the machine with the operator's writes (20–40 ms of API server CPU per
 // event in all). The default is the rate at which the test passed there with the
 // machine quiet; 50 a second filled the machine and missed the goal even
-// then. See the README's Pod churn paragraph.
+// then. See the Pod churn paragraph of docs/performance.md.
 //
 // The operator runs in the test's process, and so does the client that
 // sends the events: its CPU per event is measured first, alone (before the

@@ -1,6 +1,6 @@
 // Package livefixture puts into a cluster the state that kubectl
 // backpressure's live commands are tested against, by the plugin's tests
-// and by the check of the README's live sessions: a workload with its HPA,
+// and by the check of the docs' live sessions: a workload with its HPA,
 // pods that acknowledged some revisions, and a DownstreamQuota whose status
 // is set through the status subresource as the operator would have written
 // it mid-handover. No operator runs; the status is the fixture's.

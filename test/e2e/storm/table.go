@@ -134,8 +134,8 @@ func goalResult(g Goal) string {
 	}
 }
 
-// WriteMarkdown writes the main table and the goals as markdown, for the
-// README.
+// WriteMarkdown writes the main table and the goals as markdown, for
+// docs/demo.md.
 func WriteMarkdown(w io.Writer, r *Report) error {
 	var b strings.Builder
 	row := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
