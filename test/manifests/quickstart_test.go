@@ -21,37 +21,50 @@ import (
 // ends it.
 const quickstartHeading = "## Quickstart"
 
-// quickstartBlock is one fenced block of the quickstart: commands ("sh") or
-// what the commands before it print ("text").
-type quickstartBlock struct {
-	lang, body string
+// docBlock is one fenced block of a section of the docs: commands ("sh")
+// or what the commands before it print ("text"); state is the STATE of a
+// <!-- docs-check: STATE --> line just before it.
+type docBlock struct {
+	lang, body, state string
 }
 
-// quickstartBlocks returns the sh and text blocks of the README's quickstart
-// section, in order.
-func quickstartBlocks(t *testing.T, readme string) []quickstartBlock {
+// quickstartBlocks returns the blocks of the README's quickstart.
+func quickstartBlocks(t *testing.T, readme string) []docBlock {
 	t.Helper()
-	_, section, ok := strings.Cut(readme, "\n"+quickstartHeading)
+	return sectionBlocks(t, "README.md", readme, quickstartHeading)
+}
+
+// sectionBlocks returns the fenced blocks of the section of text that
+// starts at heading and ends at the next heading of its level, in order.
+func sectionBlocks(t *testing.T, doc, text, heading string) []docBlock {
+	t.Helper()
+	_, section, ok := strings.Cut(text, "\n"+heading)
 	if !ok {
-		t.Fatalf("README.md has no %q section", quickstartHeading)
+		t.Fatalf("%s has no %q section", doc, heading)
 	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
+	level := heading[:strings.Index(heading, " ")+1]
+	if i := strings.Index(section, "\n"+level); i >= 0 {
 		section = section[:i]
 	}
-	var blocks []quickstartBlock
-	var cur *quickstartBlock
+	var blocks []docBlock
+	var cur *docBlock
 	var body []string
+	state := ""
 	for line := range strings.SplitSeq(section, "\n") {
 		switch {
+		case cur == nil && strings.HasPrefix(line, "<!-- docs-check: "):
+			state = strings.TrimSuffix(strings.TrimPrefix(line, "<!-- docs-check: "), " -->")
 		case cur == nil && strings.HasPrefix(line, "```"):
-			cur = &quickstartBlock{lang: strings.TrimPrefix(line, "```")}
-			body = nil
+			cur = &docBlock{lang: strings.TrimPrefix(line, "```"), state: state}
+			body, state = nil, ""
 		case cur != nil && line == "```":
 			cur.body = strings.Join(body, "\n")
 			blocks = append(blocks, *cur)
 			cur = nil
 		case cur != nil:
 			body = append(body, line)
+		case strings.TrimSpace(line) != "":
+			state = ""
 		}
 	}
 	return blocks
@@ -78,23 +91,75 @@ func normalizeOutput(line string) string {
 // in order in one bash session, with job control as in a terminal, against
 // a local cluster of the cached control plane (hack/dev-cluster.sh), and
 // every line of each output it shows appears, in order, in the output of
-// the commands just before it, but for pod names' random suffixes, ages
-// and column widths. Only the environment differs from a user's: the local
+// the commands just before it, but for what changes from run to run (see
+// normalizeOutput). Only the environment differs from a user's: the local
 // cluster's directory is the test's own, and the manager serves no metrics
 // or probes, whose fixed ports another process may hold.
 func TestQuickstart(t *testing.T) {
+	runDocSection(t, "README.md", quickstartHeading, "", nil)
+}
+
+// The outputs of docs/installing.md's first quota are what the operator
+// prints at each stage: the section's commands run on the quickstart's
+// local cluster, after the quickstart's first commands have started it and
+// the operator, and each block marked <!-- docs-check: STATE --> runs once
+// the state it describes is set up, as below.
+func TestInstallingFirstQuota(t *testing.T) {
+	readme := quickstartBlocks(t, string(readRepoFile(t, "README.md")))
+	if len(readme) == 0 || readme[0].lang != "sh" {
+		t.Fatal("the README's quickstart does not start with a command block")
+	}
+	// The quickstart's lines that start the cluster and the operator,
+	// without those that start the pods or apply the sample.
+	var prelude []string
+	for line := range strings.SplitSeq(readme[0].body, "\n") {
+		if strings.Contains(line, "test/e2e/cmd/pods") || strings.HasPrefix(line, "kubectl ") {
+			continue
+		}
+		prelude = append(prelude, line)
+	}
+	runDocSection(t, "docs/installing.md", "## 4. A first quota", strings.Join(prelude, "\n"), map[string]string{
+		// No kubelet plays the pods yet: none turns Ready.
+		"no pods": "",
+		// Pods that turn Ready and acknowledge, as the sample's do (job 2).
+		"pods": `go run ./test/e2e/cmd/pods -n shop &> "$DEV_CLUSTER_DIR/pods.log" &`,
+		// The gateway at its HPA's floor of 4 pods, replaced by 4 that do
+		// not acknowledge, which have been handed 10 permits each (with the
+		// delay shortened, then restored to its default).
+		"four pods that do not acknowledge": `kubectl scale deployment/search-gateway -n shop --replicas=4
+until [ "$(kubectl get pods -n shop -o name | wc -l)" -eq 4 ]; do sleep 0.2; done
+kubectl wait dq/logistics-api -n shop --for=jsonpath='{.status.podsApplied}'=4/4 --timeout=2m
+kill %2; wait %2 || true
+kubectl delete pods -n shop --all --grace-period=0 --force
+kubectl patch dq logistics-api -n shop --type=merge -p '{"spec":{"handover":{"unacknowledgedDelay":"1s"}}}'
+go run ./test/e2e/cmd/pods -n shop --acknowledge=false &> "$DEV_CLUSTER_DIR/pods-unacknowledged.log" &
+kubectl wait dq/logistics-api -n shop --for=jsonpath='{.status.replicas.divisor}'=4 --timeout=2m
+kubectl wait dq/logistics-api -n shop --for=condition=HandedOver --timeout=1m
+kubectl patch dq logistics-api -n shop --type=json -p '[{"op":"remove","path":"/spec/handover"}]'`,
+	})
+}
+
+// runDocSection runs the commands of the section of doc that starts at
+// heading (up to the next heading of its level) in one bash session, with
+// job control as in a terminal, on a local cluster in a directory of the
+// test's own: prelude first, then each sh block in order, each preceded by
+// states[STATE] when a <!-- docs-check: STATE --> line comes before it. The
+// output of each sh block must show every line of the text block after it,
+// in order, but for what normalizeOutput takes away. Whatever happens, the
+// jobs and the cluster are stopped.
+func runDocSection(t *testing.T, doc, heading, prelude string, states map[string]string) {
 	assets, err := testenv.Assets()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(assets, "kube-controller-manager")); err != nil {
-		t.Fatalf("the quickstart's cluster needs kube-controller-manager, not built in %s (run hack/setup-envtest.sh): %v", assets, err)
+		t.Fatalf("the local cluster needs kube-controller-manager, not built in %s (run hack/setup-envtest.sh): %v", assets, err)
 	}
-	blocks := quickstartBlocks(t, string(readRepoFile(t, "README.md")))
+	text := string(readRepoFile(t, doc))
+	blocks := sectionBlocks(t, doc, text, heading)
 	var script strings.Builder
 	// Job control, as in a terminal: `cmd &` gets a process group of its
-	// own, which `kill %1` signals as a whole. Whatever fails, the jobs and
-	// the cluster are stopped.
+	// own, which `kill %1` signals as a whole.
 	script.WriteString(`set -euo pipefail -m
 cleanup() {
   for pgid in $(jobs -p); do kill -TERM -- "-${pgid}" 2>/dev/null || true; done
@@ -103,15 +168,24 @@ cleanup() {
 }
 trap cleanup EXIT
 `)
+	script.WriteString("echo '@@setup@@'\n" + prelude + "\n")
 	commands := 0
 	for i, b := range blocks {
-		if b.lang == "sh" {
-			fmt.Fprintf(&script, "echo '@@block %d@@'\n%s\n", i, b.body)
-			commands++
+		if b.lang != "sh" {
+			continue
 		}
+		if b.state != "" {
+			setup, ok := states[b.state]
+			if !ok {
+				t.Fatalf("%s: no set-up for <!-- docs-check: %s -->", doc, b.state)
+			}
+			fmt.Fprintf(&script, "echo '@@setup@@'\n%s\n", setup)
+		}
+		fmt.Fprintf(&script, "echo '@@block %d@@'\n%s\n", i, b.body)
+		commands++
 	}
-	if commands < 3 {
-		t.Fatalf("found %d sh blocks in the quickstart, want at least 3: the test would run next to nothing", commands)
+	if commands < 2 {
+		t.Fatalf("%s: found %d sh blocks under %q, want at least 2: the test would run next to nothing", doc, commands, heading)
 	}
 
 	dir := t.TempDir()
@@ -137,13 +211,11 @@ trap cleanup EXIT
 	})
 	start := time.Now()
 	err = cmd.Run()
-	t.Logf("the quickstart took %s", time.Since(start).Round(time.Second))
+	t.Logf("%s's commands took %s", doc, time.Since(start).Round(time.Second))
 	if err != nil {
-		t.Fatalf("the quickstart's commands failed: %v\nstdout:\n%s\nstderr:\n%s\nmanager's and pods' logs:\n%s", err, stdout.String(), stderr.String(), logs(dir))
+		t.Fatalf("%s: the commands failed: %v\nstdout:\n%s\nstderr:\n%s\nlogs:\n%s", doc, err, stdout.String(), stderr.String(), logs(dir))
 	}
 
-	// Split stdout by block, and check each text block against the output
-	// of the sh block before it.
 	out := map[int][]string{}
 	cur := -1
 	for line := range strings.SplitSeq(stdout.String(), "\n") {
@@ -152,7 +224,11 @@ trap cleanup EXIT
 			cur = n
 			continue
 		}
-		out[cur] = append(out[cur], normalizeOutput(line))
+		if line == "@@setup@@" {
+			cur = -1
+			continue
+		}
+		out[cur] = append(out[cur], line)
 	}
 	checked := 0
 	for i, b := range blocks {
@@ -160,35 +236,56 @@ trap cleanup EXIT
 			continue
 		}
 		if i == 0 || blocks[i-1].lang != "sh" {
-			t.Errorf("quickstart output block %d follows no command block", i)
+			t.Errorf("%s: output block %d follows no command block", doc, i)
 			continue
 		}
 		checked++
-		got, next := out[i-1], 0
-		for want := range strings.SplitSeq(b.body, "\n") {
-			w := normalizeOutput(want)
+		got, next := normalizeLines(out[i-1]), 0
+		for _, w := range normalizeLines(strings.Split(b.body, "\n")) {
 			if w == "" || w == "..." {
 				continue
 			}
 			j := slices.Index(got[next:], w)
 			if j < 0 {
-				t.Errorf("README quickstart: the commands\n%s\nno longer print, after what came before in the README:\n%s\nthey printed:\n%s",
-					blocks[i-1].body, want, strings.Join(got, "\n"))
+				t.Errorf("%s: the commands\n%s\nno longer print, after what came before in the document:\n%s\nthey printed:\n%s",
+					doc, blocks[i-1].body, w, strings.Join(out[i-1], "\n"))
 				break
 			}
 			next += j + 1
 		}
 	}
 	if checked < 2 {
-		t.Errorf("found %d outputs in the quickstart, want at least 2: the test would check next to nothing", checked)
+		t.Errorf("%s: found %d outputs under %q, want at least 2: the test would check next to nothing", doc, checked, heading)
 	}
 }
 
-// logs returns the manager's and the pods' logs the quickstart wrote into
-// the local cluster's directory, for a failure's message.
+// normalizeLines normalizes each line (normalizeOutput) and sorts each run
+// of pod rows, whose order follows their random names.
+func normalizeLines(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = normalizeOutput(l)
+	}
+	for i := 0; i < len(out); {
+		j := i
+		for j < len(out) && strings.HasPrefix(out[j], "search-gateway-<pod> ") {
+			j++
+		}
+		if j > i {
+			slices.Sort(out[i:j])
+			i = j
+		} else {
+			i++
+		}
+	}
+	return out
+}
+
+// logs returns the last lines of the logs the commands wrote into the local
+// cluster's directory, for a failure's message.
 func logs(dir string) string {
 	var b strings.Builder
-	for _, name := range []string{"manager.log", "pods.log", "devcluster.log"} {
+	for _, name := range []string{"manager.log", "pods.log", "pods-unacknowledged.log", "devcluster.log"} {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			continue
