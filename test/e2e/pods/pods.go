@@ -11,7 +11,7 @@
 // container start) it is bound to the node and Running; its container then
 // opens the library on the ConfigMap of every DownstreamQuota that names
 // its workload, and the pod turns Ready once the library holds a plan for
-// each of them (runtime.New), as a pod whose readiness waits for its plans
+// each of them (backpressure.New), as a pod whose readiness waits for its plans
 // does. A pod whose workload no quota names turns Ready without the
 // library. When the pod is deleted, it leaves Ready, the library stops and
 // hands the pod's share back ("<epoch>/released"), and the pod is deleted
@@ -43,7 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/pkg/runtime"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/kubelet"
 )
 
@@ -327,16 +327,16 @@ func (p *player) open(ctx context.Context, run *pod, src source, log *slog.Logge
 	waiting := false
 	for {
 		libCtx, cancel := context.WithCancel(context.Background())
-		opts := runtime.Options{
+		opts := backpressure.Options{
 			Gates:        src.gates,
 			Logger:       logger,
 			PodName:      run.name,
 			PodNamespace: run.namespace,
 		}
 		if p.opts.Acknowledge {
-			opts.Ack = &runtime.AckOptions{Client: p.cs}
+			opts.Ack = &backpressure.AckOptions{Client: p.cs}
 		}
-		rt, err := runtime.New(libCtx, runtime.FromConfigMap(p.cs, run.namespace, src.configMap), opts)
+		rt, err := backpressure.New(libCtx, backpressure.FromConfigMap(p.cs, run.namespace, src.configMap), opts)
 		if err == nil {
 			l := &library{configMap: src.configMap, cancel: cancel, done: make(chan struct{})}
 			go func() {
