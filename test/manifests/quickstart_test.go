@@ -189,7 +189,13 @@ trap cleanup EXIT
 	}
 
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	// The commands end, and their trap stops the cluster, before the test
+	// binary's own deadline, which would kill it with no clean-up.
+	timeout := 10 * time.Minute
+	if d, ok := t.Deadline(); ok && time.Until(d)-time.Minute < timeout {
+		timeout = time.Until(d) - time.Minute
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
 	cmd.Dir = repoRoot

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -68,12 +69,18 @@ func Gone(err error) bool {
 	return apierrors.IsNotFound(err) || apierrors.IsConflict(err)
 }
 
+// statusRetry paces SetStatus's attempts after a conflict. Others write
+// the pod at the same moment (the library's acknowledgements, the
+// controllers' updates), more often than client-go's default five tries in
+// 50 ms can outlast: here up to 12 tries over about 4 s.
+var statusRetry = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Factor: 1.7, Jitter: 0.1, Cap: time.Second}
+
 // SetStatus writes the status a kubelet writes for a pod whose containers
 // run: phase Running, started at started, and Ready (with ContainersReady)
 // or not. A pod that no longer exists, or whose name is now another pod's
 // (its UID is not uid), is left alone.
 func SetStatus(ctx context.Context, c client.Client, namespace, name string, uid types.UID, started metav1.Time, ready bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(statusRetry, func() error {
 		var pod corev1.Pod
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &pod); err != nil {
 			if apierrors.IsNotFound(err) {

@@ -210,8 +210,8 @@ func (p *player) run(ctx context.Context, o *corev1.Pod, run *pod) {
 		}
 	}
 	started := metav1.Now()
-	if err := kubelet.SetStatus(ctx, p.c, run.namespace, run.name, run.uid, started, false); err != nil {
-		log.Error("Writing the status failed", "err", err)
+	if err := p.setStatus(ctx, run, started, false, log); err != nil {
+		return
 	}
 
 	// The container: the library on each of the workload's ConfigMaps.
@@ -221,8 +221,9 @@ func (p *player) run(ctx context.Context, o *corev1.Pod, run *pod) {
 		p.stop(run, started, nil, log)
 		return
 	}
-	if err := kubelet.SetStatus(ctx, p.c, run.namespace, run.name, run.uid, started, true); err != nil {
-		log.Error("Writing the status failed", "err", err)
+	if err := p.setStatus(ctx, run, started, true, log); err != nil {
+		p.stop(run, started, libs, log)
+		return
 	}
 	log.Info("Ready")
 	select {
@@ -230,6 +231,22 @@ func (p *player) run(ctx context.Context, o *corev1.Pod, run *pod) {
 	case <-ctx.Done():
 	}
 	p.stop(run, started, libs, log)
+}
+
+// setStatus writes the pod's status, trying again every RetryInterval
+// until it is written, and fails only when the pod is deleted or ctx ends
+// first: a pod whose Ready status was not written would wait forever.
+func (p *player) setStatus(ctx context.Context, run *pod, started metav1.Time, ready bool, log *slog.Logger) error {
+	for {
+		err := kubelet.SetStatus(ctx, p.c, run.namespace, run.name, run.uid, started, ready)
+		if err == nil {
+			return nil
+		}
+		log.Error("Writing the status failed; trying again", "ready", ready, "err", err)
+		if err := p.wait(ctx, run); err != nil {
+			return err
+		}
+	}
 }
 
 // stop ends a pod: it leaves Ready, its library hands its share back, and
