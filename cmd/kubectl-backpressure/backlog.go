@@ -51,7 +51,7 @@ absorbs a burst of that length, and it gives the workers a target rate needs
 				})
 			}
 			out := cmd.OutOrStdout()
-			if format() == outputJSON {
+			if structured(format()) {
 				js := backlogJSON{
 					GrowthPerSecond:  res.GrowthPerSecond,
 					ConsumerRate:     res.ConsumerPerSecond,
@@ -62,7 +62,7 @@ absorbs a burst of that length, and it gives the workers a target rate needs
 					s := seconds(*res.TimeToFill)
 					js.SecondsToFill = &s
 				}
-				return writeJSON(out, js)
+				return writeOutput(out, format(), js)
 			}
 
 			t := newTable(out, "BACKLOG", "VALUE", "FORMULA")

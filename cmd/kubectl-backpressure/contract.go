@@ -78,8 +78,8 @@ func (o *planOptions) runContract(cmd *cobra.Command, format string) error {
 		c.plan = p
 	}
 	out := cmd.OutOrStdout()
-	if format == outputJSON {
-		return writeJSON(out, contractJSONOf(dc, callers))
+	if structured(format) {
+		return writeOutput(out, format, contractJSONOf(dc, callers))
 	}
 	return writeContractTables(out, dc, callers)
 }

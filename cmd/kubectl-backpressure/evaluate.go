@@ -34,8 +34,8 @@ A pool that was fine at 50ms can break its deadline at 150ms.`,
 				return flagError(err, map[string]string{"Workers": "workers", "Queue": "queue", "Latency": "latency", "Deadline": "deadline"})
 			}
 			out := cmd.OutOrStdout()
-			if format() == outputJSON {
-				return writeJSON(out, evaluateJSON{
+			if structured(format()) {
+				return writeOutput(out, format(), evaluateJSON{
 					Throughput:           res.ThroughputPerSecond,
 					MaxQueueWaitSeconds:  seconds(res.MaxQueueWait),
 					TotalSeconds:         seconds(res.Total),

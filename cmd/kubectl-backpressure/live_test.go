@@ -219,6 +219,17 @@ func TestLive(t *testing.T) {
 		if len(got.Sweep) != 19 || got.Sweep[0].Replicas != 2 || got.Bootstrap != (bootstrapJSON{Permits: 2, Usable: 40, MaxReplicas: 20}) {
 			t.Errorf("plan -o json: %d rows from %d, bootstrap %+v; want 19 from 2, 2 of 40 over 20", len(got.Sweep), got.Sweep[0].Replicas, got.Bootstrap)
 		}
+		// -o yaml and -o jsonpath=... take the same figures, as status's do.
+		var fromYAML sweepBootstrapJSON
+		if err := yaml.UnmarshalStrict([]byte(live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "-o", "yaml")), &fromYAML); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(got, fromYAML); diff != "" {
+			t.Errorf("plan dq/NAME -o yaml differs from -o json (-json +yaml):\n%s", diff)
+		}
+		if out := live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "-o", "jsonpath={.bootstrap.permits}/{.bootstrap.maxReplicas}"); out != "2/20" {
+			t.Errorf("plan dq/NAME -o jsonpath printed %q, want 2/20", out)
+		}
 		// The flags override the live range and spec.
 		out = live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "--replicas", "3", "--concurrency", "60")
 		if !containsSpaced(out, "logistics-api → logistics.storefront.example.com: 60 in flight × 80% safety over 3 replicas") {

@@ -238,8 +238,8 @@ func (o *planOptions) print(cmd *cobra.Command, format string, q v1alpha1.Downst
 			return o.explain(flags, err)
 		}
 		boot := bootstrapOf(sweep, hi)
-		if format == outputJSON {
-			return writeJSON(out, sweepBootstrapJSON{sweepJSON: sweepJSONOf(sweep), Bootstrap: boot})
+		if structured(format) {
+			return writeOutput(out, format, sweepBootstrapJSON{sweepJSON: sweepJSONOf(sweep), Bootstrap: boot})
 		}
 		if o.compare {
 			err = writeCompareTable(out, q.Name, in, sweep)
@@ -255,8 +255,8 @@ func (o *planOptions) print(cmd *cobra.Command, format string, q v1alpha1.Downst
 	if err != nil {
 		return o.explain(flags, err)
 	}
-	if format == outputJSON {
-		return writeJSON(out, planJSONOf(plan))
+	if structured(format) {
+		return writeOutput(out, format, planJSONOf(plan))
 	}
 	return writePlanTable(out, q.Name, q.Spec.Downstream, plan)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
@@ -495,7 +496,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--burst", "5"}, "error: --burst: requires a rate greater than 0, got 5 with no rate"},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--retries", "11"}, "error: --retries: must be at most 10, got 11"},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--below-one", "Lenient"}, `error: --below-one: must be Strict or AtLeastOne, got "Lenient"`},
-		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "-o", "yaml"}, `error: --output: must be table or json, got "yaml"`},
+		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "-o", "wide"}, `error: --output: must be table, json, yaml, jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... or go-template-file=..., got "wide"`},
 		{[]string{"plan", "-f", "testdata/missing.yaml", "--replicas", "8"}, "error: open testdata/missing.yaml: no such file or directory"},
 		{[]string{"plan", "-f", "testdata/deployment.yaml", "--replicas", "8"}, `error: testdata/deployment.yaml: kind: must be DownstreamQuota, got "Deployment"`},
 		{[]string{"plan", "-f", "testdata/wrong-version.yaml", "--replicas", "8"}, `error: testdata/wrong-version.yaml: apiVersion: must be backpressure.dev/v1alpha1, got "backpressure.dev/v1beta1"`},
@@ -572,5 +573,43 @@ func TestShedFractionIsAFraction(t *testing.T) {
 	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "100", "--safety-percent", "1")
 	if got.Demand == nil || got.Demand.ShedFraction != 1 || math.IsNaN(got.Demand.GoodputCeiling) {
 		t.Errorf("no usable permit at 100 replicas: demand %+v, want everything shed", got.Demand)
+	}
+}
+
+// Every command takes the formats status takes but name: -o yaml prints
+// the fields of -o json, and a jsonpath or go-template reads them; an
+// unknown format is refused with the list of those it takes.
+func TestPlanOutputFormats(t *testing.T) {
+	file := "../../config/samples/backpressure_v1alpha1_downstreamquota.yaml"
+	var fromJSON, fromYAML planJSON
+	runJSON(t, &fromJSON, "plan", "-f", file, "--replicas", "8")
+	stdout, stderr, code := runCLI(t, "plan", "-f", file, "--replicas", "8", "-o", "yaml")
+	if code != 0 {
+		t.Fatalf("-o yaml: exit %d, stderr %q", code, stderr)
+	}
+	if err := yaml.UnmarshalStrict([]byte(stdout), &fromYAML); err != nil {
+		t.Fatalf("-o yaml: %v\n%s", err, stdout)
+	}
+	if diff := cmp.Diff(fromJSON, fromYAML); diff != "" {
+		t.Errorf("-o yaml differs from -o json (-json +yaml):\n%s", diff)
+	}
+	for _, tt := range []struct{ output, want string }{
+		{"jsonpath={.usable}", "40"},
+		{"jsonpath-as-json={.perPod.permits}", "[\n    5\n]\n"},
+		{"go-template={{.usable}} = {{.base}} x 8", "40 = 5 x 8"},
+	} {
+		stdout, stderr, code := runCLI(t, "plan", "-f", file, "--replicas", "8", "-o", tt.output)
+		if code != 0 || stdout != tt.want {
+			t.Errorf("-o %s: exit %d, stdout %q, stderr %q; want %q", tt.output, code, stdout, stderr, tt.want)
+		}
+	}
+	if stdout, _, code := runCLI(t, "retry", "--capacity", "181", "--arrival", "1900", "--retries", "1", "-o", "jsonpath={.rounds[0].attemptRate}"); code != 0 || stdout != "3619" {
+		t.Errorf("retry -o jsonpath: exit %d, stdout %q, want 3619", code, stdout)
+	}
+	for _, bad := range []string{"name", "wide", "jsonpath={.usable"} {
+		_, stderr, code := runCLI(t, "plan", "-f", file, "--replicas", "8", "-o", bad)
+		if code != 1 || !strings.Contains(stderr, "--output: must be table, json, yaml, jsonpath=...") || !strings.Contains(stderr, strconv.Quote(bad)) {
+			t.Errorf("-o %s: exit %d, stderr %q; want the formats it takes and the value", bad, code, stderr)
+		}
 	}
 }

@@ -67,7 +67,7 @@ func (o *planOptions) runLive(cmd *cobra.Command, format, arg string) error {
 				arg, q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name, q.Namespace)
 		}
 		lo, hi = hpaRange(hpa)
-		if format != outputJSON {
+		if !structured(format) {
 			fmt.Fprintf(out, "%s/%s: HorizontalPodAutoscaler %s scales %s/%s over %d..%d replicas (desired now %d)\n",
 				q.Namespace, q.Name, hpa.Name, q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name, lo, hi, hpa.Status.DesiredReplicas)
 		}

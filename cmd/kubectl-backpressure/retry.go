@@ -46,7 +46,7 @@ arrival above capacity grows without bound.`,
 				return flagError(err, map[string]string{"CapacityPerSecond": "capacity", "ArrivalPerSecond": "arrival", "MaxRetries": "retries"})
 			}
 			out := cmd.OutOrStdout()
-			if format() == outputJSON {
+			if structured(format()) {
 				js := retryJSON{
 					SingleRound:           roundJSONOf(res.SingleRound),
 					FixedPoint:            roundJSONOf(res.FixedPoint),
@@ -56,7 +56,7 @@ arrival above capacity grows without bound.`,
 				for _, r := range res.Rounds {
 					js.Rounds = append(js.Rounds, roundJSONOf(r))
 				}
-				return writeJSON(out, js)
+				return writeOutput(out, format(), js)
 			}
 			return writeRetryTable(out, l, res)
 		},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -20,7 +19,8 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 per-pod share of a DownstreamQuota over a replica count (or over an HPA's range),
 and the checks behind it: an existing pool against a deadline, retry
 amplification under overload, and backlog growth. Every table shows the formula
-behind each number; -o json gives the same figures to scripts.
+behind each number; -o json, yaml or jsonpath=... give the same figures to
+scripts.
 
 Against a cluster (the kubeconfig flags of kubectl, -n, -A), status shows each
 pod's share of a live quota and whether the pod applied it, and plan dq/NAME
@@ -37,15 +37,12 @@ plans a live quota over its HPA's range.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
-			if output != outputTable && output != outputJSON {
-				return fmt.Errorf("--output: must be %s or %s, got %q", outputTable, outputJSON, output)
-			}
-			return nil
+			return checkOutput(output)
 		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.PersistentFlags().StringVarP(&output, "output", "o", outputTable, "output format: table or json")
+	root.PersistentFlags().StringVarP(&output, "output", "o", outputTable, "output format: "+outputFormats)
 
 	format := func() string { return output }
 	root.AddCommand(
