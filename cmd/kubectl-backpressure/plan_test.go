@@ -497,6 +497,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--retries", "11"}, "error: --retries: must be at most 10, got 11"},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "--below-one", "Lenient"}, `error: --below-one: must be Strict or AtLeastOne, got "Lenient"`},
 		{[]string{"plan", "-f", "testdata/quota.yaml", "--replicas", "8", "-o", "wide"}, `error: --output: must be table, json, yaml, jsonpath=..., jsonpath-as-json=..., jsonpath-file=..., go-template=... or go-template-file=..., got "wide"`},
+		{[]string{"plan", "-f", "testdata/replicaset-quota.yaml", "--replicas", "8"}, `error: testdata/replicaset-quota.yaml: spec.workloadRef.kind: must be Deployment or StatefulSet, got "ReplicaSet"`},
 		{[]string{"plan", "-f", "testdata/missing.yaml", "--replicas", "8"}, "error: open testdata/missing.yaml: no such file or directory"},
 		{[]string{"plan", "-f", "testdata/deployment.yaml", "--replicas", "8"}, `error: testdata/deployment.yaml: kind: must be DownstreamQuota, got "Deployment"`},
 		{[]string{"plan", "-f", "testdata/wrong-version.yaml", "--replicas", "8"}, `error: testdata/wrong-version.yaml: apiVersion: must be backpressure.dev/v1alpha1, got "backpressure.dev/v1beta1"`},

@@ -60,7 +60,26 @@ func loadQuota(path string, stdin io.Reader) (*v1alpha1.DownstreamQuota, error) 
 	if err := decodeStrict(doc, q, durationFields); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	if err := checkWorkloadRef(q.Spec.WorkloadRef); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return q, nil
+}
+
+// checkWorkloadRef checks spec.workloadRef as the API's schema does, so
+// that a quota the API server would refuse is not planned: the calculator
+// does not read the workload, so nothing else would notice a kind the
+// operator cannot follow.
+func checkWorkloadRef(ref v1alpha1.WorkloadReference) error {
+	switch {
+	case ref.APIVersion != "" && ref.APIVersion != "apps/v1":
+		return fmt.Errorf("spec.workloadRef.apiVersion: must be apps/v1, got %q", ref.APIVersion)
+	case ref.Kind != "Deployment" && ref.Kind != "StatefulSet":
+		return fmt.Errorf("spec.workloadRef.kind: must be Deployment or StatefulSet, got %q", ref.Kind)
+	case ref.Name == "":
+		return errors.New("spec.workloadRef.name: required")
+	}
+	return nil
 }
 
 // loadQuotas reads every DownstreamQuota of backpressure.dev/v1alpha1 in a
@@ -78,6 +97,9 @@ func loadQuotas(path string, stdin io.Reader) ([]v1alpha1.DownstreamQuota, error
 		var q v1alpha1.DownstreamQuota
 		if err := decodeStrict(doc, &q, durationFields); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := checkWorkloadRef(q.Spec.WorkloadRef); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, q.Name, err)
 		}
 		out = append(out, q)
 	}
