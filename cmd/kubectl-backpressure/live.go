@@ -245,8 +245,13 @@ func (c *cluster) podsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]co
 		}
 		pods = list.Items
 	}
-	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	sortPods(pods)
 	return pods, nil
+}
+
+// sortPods puts pods in the natural order of their names (naturalCompare).
+func sortPods(pods []corev1.Pod) {
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return naturalCompare(a.Name, b.Name) })
 }
 
 // workloadSelector returns the pod selector of q's workload, from what
