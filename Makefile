@@ -214,6 +214,19 @@ docs: ## Generate the API reference, docs/reference/api.md, from the API types, 
 		--renderer=markdown --output-path=docs/reference/api.md --log-level=WARN
 	$(GO) run ./internal/quota/boundsdoc > docs/reference/plan-bounds.md
 
+# The Kubernetes version an offline helm template renders the chart for:
+# helm's own default (1.20) is below the chart's kubeVersion (>=1.30), so
+# without one it renders nothing. By default the version of the control
+# plane the tests run against (hack/setup-envtest.sh).
+HELM_KUBE_VERSION ?= $(shell sed -n 's/^KUBERNETES_VERSION="$${KUBERNETES_VERSION:-v\([0-9.]*\)}"$$/\1/p' hack/setup-envtest.sh)
+# More helm template flags, such as HELM_ARGS="--set image.tag=v0.1.0".
+HELM_ARGS ?=
+
+.PHONY: helm-template
+helm-template: ## Render the Helm chart without a cluster (CRDs included) for Kubernetes HELM_KUBE_VERSION, with HELM_ARGS.
+	@$(HELM) template backpressure-operator $(CHART) --namespace backpressure-system --include-crds \
+		--kube-version $(HELM_KUBE_VERSION) $(HELM_ARGS)
+
 .PHONY: chart-sync
 chart-sync: ## Copy the CRDs, the manager's role, the alerts and the dashboard into the Helm chart.
 	rm -f $(CHART)/crds/*.yaml
