@@ -189,10 +189,15 @@ func (t *tracker) commitLocked(d plan.Document) {
 	t.metrics.planInfo.WithLabelValues(d.Gate, d.Hash).Set(1)
 	t.metrics.orphaned.WithLabelValues(d.Gate).Set(0)
 	t.metrics.reloads.WithLabelValues(ResultSuccess).Inc()
+	// The document divides the gate over the pods it names; its own
+	// figures are the base share, what a pod it does not name enforces
+	// (none, once the operator names every Ready pod). So they are logged
+	// as such: the pod's own share is what the Runtime logs as "Applied
+	// plan", and a "permits" here beside it would read as a contradiction.
 	t.log.Info("Loaded plan", "gate", d.Gate, "hash", d.Hash, "generation", d.Generation,
-		"epoch", d.Epoch, "revision", d.Revision, "pods", len(d.Pods), "permits", d.Permits, "ratePerSecond", d.RatePerSecond, "burst", d.Burst,
-		"queueCapacity", d.QueueCapacity, "maxQueueWaitSeconds", d.MaxQueueWaitSeconds,
-		"workers", d.Workers)
+		"epoch", d.Epoch, "revision", d.Revision, "podsNamed", len(d.Pods), "basePermits", d.Permits,
+		"baseRatePerSecond", d.RatePerSecond, "baseBurst", d.Burst, "baseQueueCapacity", d.QueueCapacity,
+		"maxQueueWaitSeconds", d.MaxQueueWaitSeconds, "baseWorkers", d.Workers)
 }
 
 // setRejectedLocked records whether the present document of gate is

@@ -180,3 +180,27 @@ func TestInitialError(t *testing.T) {
 		t.Errorf("got %v, want ErrNoPlan wrapping the field error", err)
 	}
 }
+
+// "Loaded plan" says what the document holds, the pods it names and the
+// base share of the pods it does not, and never a "permits" that a pod's
+// own "Applied plan" line would contradict: a document naming two pods of
+// 4 permits has a base share of 0.
+func TestLoadedPlanLogsTheBaseShare(t *testing.T) {
+	tr, _, logs := newTestTracker(t)
+	d := doc("a", 0)
+	d.RetryBudgetPerSecond = 0
+	d.Pods = map[string]plan.PodShare{"gateway-1": {Permits: 4, Workers: 4}, "gateway-2": {Permits: 4, Workers: 4}}
+	d.Hash = plan.Hash(d)
+	if _, ok, rejected := tr.apply(snap("a.json", encode(t, d))); !ok || len(rejected) > 0 {
+		t.Fatalf("the document was not loaded: %v", rejected)
+	}
+	line := logs.String()
+	for _, want := range []string{`"msg"="Loaded plan"`, `"podsNamed"=2`, `"basePermits"=0`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the log lacks %s:\n%s", want, line)
+		}
+	}
+	if strings.Contains(line, `"permits"=`) {
+		t.Errorf("the log says permits of a document that gives each of its pods 4:\n%s", line)
+	}
+}
