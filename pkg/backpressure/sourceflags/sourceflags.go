@@ -35,7 +35,7 @@ func (f *Flags) Register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.Namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
 	fs.StringVar(&f.PlanDir, "plan-dir", "", "read the plans from a mounted directory (one <gate>.json per gate) instead of --configmap")
-	fs.BoolVar(&f.Acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<gate>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
+	fs.BoolVar(&f.Acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<quota>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
 }
 
 // Check returns the mistakes in the flags: none or one source, or a
