@@ -123,7 +123,8 @@ type Latency struct {
 	// budget are computed from it.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
@@ -133,7 +134,8 @@ type Latency struct {
 	// deploys, its GC pauses); the plan checks it against the deadline.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	Worst *metav1.Duration `json:"worst,omitempty"`
@@ -179,7 +181,8 @@ type Handover struct {
 	// default) and a call's deadline.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	UnacknowledgedDelay *metav1.Duration `json:"unacknowledgedDelay,omitempty"`
@@ -190,7 +193,8 @@ type Handover struct {
 	// 30s.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	StalledAfter *metav1.Duration `json:"stalledAfter,omitempty"`
@@ -262,7 +266,8 @@ type DownstreamQuotaSpec struct {
 	// Deadline is the time one call may take, queue wait included.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) > duration('0s')",message="must be greater than zero"
 	// +required
@@ -273,7 +278,8 @@ type DownstreamQuotaSpec struct {
 	// latency.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	MaxQueueWait *metav1.Duration `json:"maxQueueWait,omitempty"`
@@ -283,7 +289,8 @@ type DownstreamQuotaSpec struct {
 	// queue wait budget is used.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('-')",message="must not be negative"
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('-') || self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$')",message="must be a duration such as 220ms or 1.5s"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="must be at most 1h"
 	// +optional
 	AcquireTimeout *metav1.Duration `json:"acquireTimeout,omitempty"`
