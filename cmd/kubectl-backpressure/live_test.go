@@ -224,7 +224,7 @@ func TestLive(t *testing.T) {
 		if err := yaml.UnmarshalStrict([]byte(live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "-o", "yaml")), &fromYAML); err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(got, fromYAML); diff != "" {
+		if diff := cmp.Diff(got, fromYAML, cmp.AllowUnexported(sweepBootstrapJSON{})); diff != "" {
 			t.Errorf("plan dq/NAME -o yaml differs from -o json (-json +yaml):\n%s", diff)
 		}
 		if out := live(t, "plan", "dq/"+livefixture.Quota, "-n", ns, "-o", "jsonpath={.bootstrap.permits}/{.bootstrap.maxReplicas}"); out != "2/20" {
