@@ -274,7 +274,14 @@ func divisorLine(r *v1alpha1.ReplicaStatus) string {
 		} else {
 			hpa += fmt.Sprintf("..%d", *r.HPAMax)
 		}
-		if r.HPADesired != nil {
+		switch {
+		case r.HPADesired == nil:
+		case *r.HPADesired == 0 && (r.HPAMin == nil || *r.HPAMin > 0):
+			// An HPA that has never computed a count (no metrics yet)
+			// reports 0, which is below its own floor: it desires
+			// nothing yet, not zero pods.
+			hpa += ", no desired count yet"
+		default:
 			hpa += fmt.Sprintf(" desired %d", *r.HPADesired)
 		}
 		facts = append(facts, hpa)

@@ -87,3 +87,25 @@ func TestContractLine(t *testing.T) {
 		}
 	}
 }
+
+// The divisor line gives the HPA's desired count, but not the 0 an HPA
+// that has never computed one reports (no metrics yet), below its own
+// floor: that read as an HPA asking for no pod at all.
+func TestDivisorLineHPADesired(t *testing.T) {
+	r := func(desired *int32) *v1alpha1.ReplicaStatus {
+		return &v1alpha1.ReplicaStatus{Spec: 8, HPAMin: new(int32(4)), HPAMax: new(int32(20)), HPADesired: desired,
+			ExistingPods: 8, ReadyPods: 8, Divisor: 8, DivisorSource: v1alpha1.DivisorReadyPods}
+	}
+	for _, tt := range []struct {
+		desired *int32
+		want    string
+	}{
+		{new(int32(10)), "8, from ReadyPods (spec 8, HPA 4..20 desired 10, 8 pods exist, 8 Ready)"},
+		{new(int32(0)), "8, from ReadyPods (spec 8, HPA 4..20, no desired count yet, 8 pods exist, 8 Ready)"},
+		{nil, "8, from ReadyPods (spec 8, HPA 4..20, 8 pods exist, 8 Ready)"},
+	} {
+		if got := divisorLine(r(tt.desired)); got != tt.want {
+			t.Errorf("divisorLine:\n got %s\nwant %s", got, tt.want)
+		}
+	}
+}
