@@ -89,7 +89,7 @@ func TestLive(t *testing.T) {
 			"storefront/logistics-api → logistics.storefront.example.com, for the pods of Deployment/search-gateway",
 			"contract 50 in flight × 80% safety = 40 permits",
 			"divisor 3, from ReadyPods (spec 3, HPA 2..20 desired 3, 3 pods exist, 3 Ready)",
-			"division revision 3: 40 usable = 13 × 3 + 1: 2 pods hold 13, 1 pod 14; 33 handed out, 40 held",
+			"division revision 3: 40 usable = 13 × 3 + 1, to give 2 pods 13 and 1 pod 14; 33 handed out, 40 held",
 			"handover False HandoverInProgress: 33 of 40 permits handed out, 40 held; pods search-gateway-c wait for pods search-gateway-b to let go of capacity",
 			"applied 1 of 3 pods applied revision 3; not yet: search-gateway-b, search-gateway-c",
 			"ready True, reason DemandExceedsQuota",

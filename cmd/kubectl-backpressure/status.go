@@ -291,7 +291,9 @@ func divisorLine(r *v1alpha1.ReplicaStatus) string {
 }
 
 // divisionLine states the division's arithmetic: "revision 3: 42 usable =
-// 5 × 8 + 2, so 2 pods hold 6 and 6 hold 5; 42 handed out, 42 held".
+// 5 × 8 + 2, to give 6 pods 5 and 2 pods 6; 42 handed out, 42 held". What
+// the division gives a pod is its target; what a pod may still hold is the
+// HOLDS column's, so the line does not say "hold" for the targets.
 func divisionLine(d *divisionView, r *v1alpha1.ReplicaStatus) string {
 	if d == nil {
 		return "none yet: the operator has not divided the permits"
@@ -299,9 +301,9 @@ func divisionLine(d *divisionView, r *v1alpha1.ReplicaStatus) string {
 	split := fmt.Sprintf("base %d, %d pods at base+1", d.Base, d.Extra)
 	if r != nil && r.Divisor > 0 {
 		n := int64(r.Divisor)
-		split = fmt.Sprintf("%d × %d + %d: %s hold %d", d.Base, n, d.Extra, podsWord(n-int64(d.Extra)), d.Base)
+		split = fmt.Sprintf("%d × %d + %d, to give %s %d", d.Base, n, d.Extra, podsWord(n-int64(d.Extra)), d.Base)
 		if d.Extra > 0 {
-			split += fmt.Sprintf(", %s %d", podsWord(int64(d.Extra)), d.Base+1)
+			split += fmt.Sprintf(" and %s %d", podsWord(int64(d.Extra)), d.Base+1)
 		}
 	}
 	return fmt.Sprintf("revision %d: %d usable = %s; %d handed out, %d held", d.Revision, d.Usable, split, d.HandedOut, d.Held)
