@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // AmplificationTolerance is how far, in attempts per request, the measured
@@ -106,9 +107,9 @@ func retryAmplification(d *RunData) []PhaseAmplification {
 				continue
 			}
 			switch rec.Outcome {
-			case OutcomeOK, OutcomeDownstreamError:
+			case traffic.OutcomeOK, traffic.OutcomeDownstreamError:
 				pa.Requests++
-			case OutcomeShed:
+			case traffic.OutcomeShed:
 				pa.Shed++
 			}
 		}
@@ -136,4 +137,4 @@ func retryAmplification(d *RunData) []PhaseAmplification {
 
 // arrivals returns the calls the downstream has received: answered,
 // rejected, abandoned or in flight.
-func arrivals(c DownstreamCounts) int64 { return c.OK + c.Rejected + c.Abandoned + c.InFlight }
+func arrivals(c traffic.DownstreamCounts) int64 { return c.OK + c.Rejected + c.Abandoned + c.InFlight }

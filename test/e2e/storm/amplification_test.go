@@ -10,6 +10,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestRetryAmplification(t *testing.T) {
@@ -21,19 +22,19 @@ func TestRetryAmplification(t *testing.T) {
 	// The window is [2s, 12s): 300 calls arrive, 250 of them rejected, 10
 	// still in flight at its end.
 	samples := []Sample{
-		{At: 2 * time.Second, Downstream: DownstreamCounts{OK: 5, Rejected: 20, InFlight: 3}},
-		{At: 12 * time.Second, Downstream: DownstreamCounts{OK: 46, Rejected: 270, Abandoned: 2, InFlight: 10}},
+		{At: 2 * time.Second, Downstream: traffic.DownstreamCounts{OK: 5, Rejected: 20, InFlight: 3}},
+		{At: 12 * time.Second, Downstream: traffic.DownstreamCounts{OK: 46, Rejected: 270, Abandoned: 2, InFlight: 10}},
 	}
-	var records []Record
-	for i, o := range map[Outcome]int{OutcomeOK: 100, OutcomeDownstreamError: 50, OutcomeShed: 10} {
+	var records []traffic.Record
+	for i, o := range map[traffic.Outcome]int{traffic.OutcomeOK: 100, traffic.OutcomeDownstreamError: 50, traffic.OutcomeShed: 10} {
 		for range o {
-			records = append(records, Record{At: 5 * time.Second, Outcome: i})
+			records = append(records, traffic.Record{At: 5 * time.Second, Outcome: i})
 		}
 	}
 	// Before the window: neither a request nor an attempt of it.
-	records = append(records, Record{At: time.Second, Outcome: OutcomeOK})
+	records = append(records, traffic.Record{At: time.Second, Outcome: traffic.OutcomeOK})
 	unbudgeted := &plan.Document{RetryBudgetPerSecond: 100}
-	d := &RunData{Variant: Variant{Name: "naive", Plan: unbudgeted}, Schedule: s, Samples: samples, Load: &LoadResult{Records: records}}
+	d := &RunData{Variant: Variant{Name: "naive", Plan: unbudgeted}, Schedule: s, Samples: samples, Load: &traffic.LoadResult{Records: records}}
 
 	got := retryAmplification(d)
 	if len(got) != 1 {

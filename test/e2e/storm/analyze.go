@@ -1,6 +1,7 @@
 package storm
 
 import (
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	"time"
 )
 
@@ -14,7 +15,7 @@ type Sample struct {
 	At time.Duration
 	// Downstream are its counters; WindowPeak covers the interval since the
 	// previous sample.
-	Downstream DownstreamCounts
+	Downstream traffic.DownstreamCounts
 	// Pods are the workload's pod counts.
 	Pods PodCounts
 	// HPA is the HPA's status.
@@ -50,9 +51,9 @@ type RunData struct {
 	// Samples are taken every SampleInterval, in order, from offset 0.
 	Samples []Sample
 	// Final is the downstream's counters after the last request ended.
-	Final DownstreamCounts
+	Final traffic.DownstreamCounts
 	// Load is the load generator's result.
-	Load *LoadResult
+	Load *traffic.LoadResult
 	// Published, Applied and Rollout are the observations of the plans
 	// (Published and Rollout are empty without the operator).
 	Published []Published
@@ -101,7 +102,7 @@ func Analyze(d *RunData) *VariantReport {
 	}
 
 	l := d.Load
-	r.LocalSheds = l.Outcomes[OutcomeShed]
+	r.LocalSheds = l.Outcomes[traffic.OutcomeShed]
 	r.LocalShedReasons = l.ShedReasons
 	var answered int64
 	r.Load = LoadReport{
@@ -114,7 +115,7 @@ func Analyze(d *RunData) *VariantReport {
 		DownstreamErrors:  l.DownstreamStatuses,
 		Errors:            l.Errors,
 	}
-	for o := range numOutcomes {
+	for o := range traffic.NumOutcomes {
 		r.Load.Answered[o.String()] = l.Outcomes[o]
 		answered += l.Outcomes[o]
 	}
@@ -125,7 +126,7 @@ func Analyze(d *RunData) *VariantReport {
 	var ok []time.Duration
 	for _, rec := range l.Records {
 		all = append(all, rec.Latency)
-		if rec.Outcome == OutcomeOK {
+		if rec.Outcome == traffic.OutcomeOK {
 			ok = append(ok, rec.Latency)
 		}
 	}
@@ -186,7 +187,7 @@ func phases(d *RunData) []PhaseReport {
 		for _, rec := range d.Load.Records {
 			if rec.At >= p.From && rec.At < p.To {
 				lat = append(lat, rec.Latency)
-				if rec.Outcome == OutcomeShed {
+				if rec.Outcome == traffic.OutcomeShed {
 					pr.LocalSheds++
 				}
 			}
@@ -199,7 +200,7 @@ func phases(d *RunData) []PhaseReport {
 
 func timeline(samples []Sample) []TimelinePoint {
 	out := make([]TimelinePoint, 0, len(samples))
-	var prev DownstreamCounts
+	var prev traffic.DownstreamCounts
 	for _, s := range samples {
 		out = append(out, TimelinePoint{
 			At:             s.At.Seconds(),

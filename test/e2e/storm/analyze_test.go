@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestReloadLatencies(t *testing.T) {
@@ -122,8 +123,8 @@ func TestPercentile(t *testing.T) {
 func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 	s := storySchedule()
 	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	d := &RunData{Variant: v, Schedule: s, Start: start, Load: &LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
-	var c DownstreamCounts
+	d := &RunData{Variant: v, Schedule: s, Start: start, Load: &traffic.LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
+	var c traffic.DownstreamCounts
 	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
 		if off > 0 {
 			c.OK += okPerSample
@@ -138,16 +139,16 @@ func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 	d.Final = c
 	d.Final.WindowPeak = 0
 	d.Load.Due = int64(1900 * s.Duration.Seconds())
-	d.Load.Outcomes[OutcomeOK] = c.OK
-	d.Load.Outcomes[OutcomeShed] = d.Load.Due - c.OK
+	d.Load.Outcomes[traffic.OutcomeOK] = c.OK
+	d.Load.Outcomes[traffic.OutcomeShed] = d.Load.Due - c.OK
 	d.Load.ShedReasons["queue-full"] = d.Load.Due - c.OK
 	for i := range 1000 {
-		o := OutcomeShed
+		o := traffic.OutcomeShed
 		lat := time.Millisecond
 		if i%10 == 0 {
-			o, lat = OutcomeOK, 220*time.Millisecond
+			o, lat = traffic.OutcomeOK, 220*time.Millisecond
 		}
-		d.Load.Records = append(d.Load.Records, Record{At: time.Duration(i) * 70 * time.Millisecond, Latency: lat, Outcome: o})
+		d.Load.Records = append(d.Load.Records, traffic.Record{At: time.Duration(i) * 70 * time.Millisecond, Latency: lat, Outcome: o})
 	}
 	return d
 }

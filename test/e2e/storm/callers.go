@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // ContractName is the DownstreamContract of the two-callers scenario.
@@ -213,9 +214,9 @@ func ptrTo[T any](v T) *T { return &v }
 type callerRun struct {
 	spec      CallerSpec
 	obs       *Observations
-	endpoints *Endpoints
+	endpoints *traffic.Endpoints
 	w         *Workload
-	load      *LoadResult
+	load      *traffic.LoadResult
 }
 
 // RunCallers runs the scenario: the contract, each caller's objects and
@@ -272,7 +273,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		err = errors.Join(err, h.kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
 	}()
 
-	ds, err := StartDownstream(Contract, TypicalLatency)
+	ds, err := traffic.StartDownstream(Contract, TypicalLatency)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +286,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 
 	runs := make([]*callerRun, len(cs.Callers))
 	for i, c := range cs.Callers {
-		cr := &callerRun{spec: c, obs: &Observations{}, endpoints: &Endpoints{Timeout: RequestTimeout}}
+		cr := &callerRun{spec: c, obs: &Observations{}, endpoints: &traffic.Endpoints{Timeout: RequestTimeout}}
 		defer cr.endpoints.Close()
 		runs[i] = cr
 		cm := c.Name + v1alpha1.ConfigMapSuffix
@@ -373,7 +374,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	remaining := len(runs)
 	doneOne := make(chan struct{}, len(runs))
 	for _, cr := range runs {
-		l := &Load{Rate: cr.spec.RequestsPerSecond, Endpoints: cr.endpoints, MaxOutstanding: MaxOutstanding}
+		l := &traffic.Load{Rate: cr.spec.RequestsPerSecond, Endpoints: cr.endpoints, MaxOutstanding: MaxOutstanding}
 		go func() {
 			cr.load = l.Run(loadCtx, start, cs.Duration)
 			doneOne <- struct{}{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // CallerSample is one caller's side of a CallersSample.
@@ -27,7 +28,7 @@ type CallerSample struct {
 // CallersSample is the two-callers scenario at one moment.
 type CallersSample struct {
 	At         time.Duration
-	Downstream DownstreamCounts
+	Downstream traffic.DownstreamCounts
 	// Callers are in the scenario's order.
 	Callers []CallerSample
 	// Parts are the contract's status.callers[].permits by namespace/quota.
@@ -38,9 +39,9 @@ type CallersSample struct {
 type CallersData struct {
 	Scenario CallersScenario
 	Samples  []CallersSample
-	Final    DownstreamCounts
+	Final    traffic.DownstreamCounts
 	// Loads and Rollouts are per caller, in the scenario's order.
-	Loads         []*LoadResult
+	Loads         []*traffic.LoadResult
 	Rollouts      []*RolloutReport
 	PermitsChecks []*PermitsCheck
 	// Status is the contract's last status.
@@ -187,7 +188,7 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 		}
 		r.Callers = append(r.Callers, cr)
 	}
-	var prev DownstreamCounts
+	var prev traffic.DownstreamCounts
 	for _, sm := range d.Samples {
 		p := CallersPoint{At: sm.At.Seconds(), InFlight: sm.Downstream.WindowPeak, Rejected429: sm.Downstream.Rejected - prev.Rejected}
 		for _, c := range sm.Callers {

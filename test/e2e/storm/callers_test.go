@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestTwoCallers(t *testing.T) {
@@ -45,7 +46,7 @@ func TestTwoCallers(t *testing.T) {
 
 func TestAnalyzeCallers(t *testing.T) {
 	cs := TwoCallers()
-	d := &CallersData{Scenario: cs, Final: DownstreamCounts{OK: 5000, Peak: 40},
+	d := &CallersData{Scenario: cs, Final: traffic.DownstreamCounts{OK: 5000, Peak: 40},
 		Status: &v1alpha1.DownstreamContractStatus{Callers: []v1alpha1.CallerStatus{
 			{Namespace: cs.Callers[0].Namespace, Quota: QuotaName, Permits: 16},
 			{Namespace: cs.Callers[1].Namespace, Quota: QuotaName, Permits: 24},
@@ -58,7 +59,7 @@ func TestAnalyzeCallers(t *testing.T) {
 	samples := func() []CallersSample {
 		var out []CallersSample
 		for off := time.Duration(0); off <= cs.Duration; off += SampleInterval {
-			sm := CallersSample{At: off, Parts: parts, Downstream: DownstreamCounts{WindowPeak: 40}}
+			sm := CallersSample{At: off, Parts: parts, Downstream: traffic.DownstreamCounts{WindowPeak: 40}}
 			for i, c := range cs.Callers {
 				ready := int(c.replicasAt(off - 2*time.Second))
 				permits := []int{16, 24}[i]

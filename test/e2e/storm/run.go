@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -74,7 +75,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		return nil, err
 	}
 
-	ds, err := StartDownstream(Contract, s.LatencyAt(0))
+	ds, err := traffic.StartDownstream(Contract, s.LatencyAt(0))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		}
 	}
 
-	endpoints := &Endpoints{Timeout: RequestTimeout}
+	endpoints := &traffic.Endpoints{Timeout: RequestTimeout}
 	defer endpoints.Close()
 	// The laggard is the first pod started, when the variant has one; pods
 	// start from their own goroutines.
@@ -262,16 +263,16 @@ func rolledOut(obs *Observations, running []string) bool {
 // conduct runs the schedule: the load, the latency steps, the scale steps a
 // scenario asks the HPA for, if any, and the sampling of the downstream, the
 // workload and its HPA. The HPA's decisions are recorded as they happen.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downstream, w *Workload, endpoints *Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *Workload, endpoints *traffic.Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
-	load := &Load{
+	load := &traffic.Load{
 		Rate:           s.RequestsPerSecond,
 		Endpoints:      endpoints,
 		MaxOutstanding: MaxOutstanding,
 	}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	loadDone := make(chan *LoadResult, 1)
+	loadDone := make(chan *traffic.LoadResult, 1)
 	go func() { loadDone <- load.Run(loadCtx, start, s.Duration) }()
 
 	samples := make(chan []Sample, 1)
@@ -363,7 +364,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *Downst
 }
 
 // sample takes one sample of the run at offset off.
-func sample(off time.Duration, ds *Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
+func sample(off time.Duration, ds *traffic.Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
 	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)

@@ -2,6 +2,7 @@ package storm
 
 import (
 	"fmt"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -111,8 +112,8 @@ func WriteTable(w io.Writer, r *Report) error {
 			kinds = append(kinds, fmt.Sprintf("%s: %d", k, l.Errors[k]))
 		}
 		fmt.Fprintf(tw, "%s\t%.0f (%.0f)\t%d\t%d / %d / %d / %d / %d\t%s\n", name, l.AchievedPerSecond, l.TargetPerSecond, l.Dropped,
-			l.Answered[OutcomeOK.String()], l.Answered[OutcomeShed.String()], l.Answered[OutcomeDownstreamError.String()],
-			l.Answered[OutcomePodRejected.String()], l.Answered[OutcomeError.String()], strings.Join(kinds, ", "))
+			l.Answered[traffic.OutcomeOK.String()], l.Answered[traffic.OutcomeShed.String()], l.Answered[traffic.OutcomeDownstreamError.String()],
+			l.Answered[traffic.OutcomePodRejected.String()], l.Answered[traffic.OutcomeError.String()], strings.Join(kinds, ", "))
 	}
 	fmt.Fprintln(tw)
 

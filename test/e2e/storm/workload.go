@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -52,7 +53,7 @@ type WorkloadOptions struct {
 	Run PodRunner
 	// Endpoints receive a pod's address once it is Ready, and lose it when
 	// it starts terminating.
-	Endpoints *Endpoints
+	Endpoints *traffic.Endpoints
 	// StartDelay is the time from a Pod's creation to its process starting:
 	// scheduling and container start.
 	StartDelay time.Duration

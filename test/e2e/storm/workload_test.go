@@ -26,6 +26,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // A pod's process in this test: it serves at once, and on SIGTERM takes
@@ -128,7 +129,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 			onLog(l)
 		}})
 	}
-	endpoints := &Endpoints{}
+	endpoints := &traffic.Endpoints{}
 	w, err := NewWorkload(ctx, WorkloadOptions{
 		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Name: WorkloadName, HPA: WorkloadName,
 		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
@@ -307,7 +308,7 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	}
 	w, err := NewWorkload(ctx, WorkloadOptions{
 		Client: st.c, Config: st.cfg, Metrics: st.metrics, Namespace: st.ns, Kind: KindStatefulSet, Name: WorkloadName, HPA: WorkloadName,
-		Run: st.run, Endpoints: &Endpoints{}, StartDelay: 300 * time.Millisecond,
+		Run: st.run, Endpoints: &traffic.Endpoints{}, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package storm
+package traffic
 
 import (
 	"context"
@@ -39,7 +39,9 @@ const (
 	OutcomePodRejected
 	// OutcomeError is a transport error or any other answer.
 	OutcomeError
-	numOutcomes
+	// NumOutcomes counts the outcomes above: the length of an array
+	// indexed by Outcome.
+	NumOutcomes
 )
 
 // String names the outcome as the report does.
@@ -187,7 +189,7 @@ type LoadResult struct {
 	// NoEndpoint counts requests not sent because no pod was Ready.
 	NoEndpoint int64
 	// Outcomes counts the answered requests by outcome.
-	Outcomes [numOutcomes]int64
+	Outcomes [NumOutcomes]int64
 	// ShedReasons counts fallbacks by the gate's reason.
 	ShedReasons map[string]int64
 	// DownstreamStatuses counts 502s by the downstream's status.

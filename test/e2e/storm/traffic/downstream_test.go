@@ -1,4 +1,4 @@
-package storm
+package traffic
 
 import (
 	"context"
