@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // Colours of the plot.
@@ -360,7 +361,7 @@ func replicaPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 // the HPA controller wrote it in its status, against its target.
 func hpaMetricPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 	title, ylabel := "the HPA's metric: calls each pod would have in flight", "calls per pod"
-	if v.HPAMetric == storm.ReplicasMetric {
+	if v.HPAMetric == cluster.ReplicasMetric {
 		title, ylabel = "the HPA's metric: replicas the scenario asks for", "replicas"
 	}
 	p := newPlot(title+" ("+v.Name+" run)", ylabel)

@@ -1,8 +1,10 @@
 package storm
 
 import (
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // SampleInterval is how often the harness samples the downstream and the
@@ -17,9 +19,9 @@ type Sample struct {
 	// previous sample.
 	Downstream traffic.DownstreamCounts
 	// Pods are the workload's pod counts.
-	Pods PodCounts
+	Pods cluster.PodCounts
 	// HPA is the HPA's status.
-	HPA HPAStatus
+	HPA cluster.HPAStatus
 	// Latency is the downstream's latency.
 	Latency time.Duration
 	// Permits is the sum of the running pods' permits.
@@ -32,13 +34,6 @@ type Sample struct {
 	LaggardRunning, LaggardReady bool
 	// LaggardPermits is the permits the laggard's gate enforces.
 	LaggardPermits int
-}
-
-// ScaleEvent is the autoscaler changing the replica count.
-type ScaleEvent struct {
-	// At is when the harness saw the Deployment's spec.replicas change.
-	At       time.Time
-	From, To int32
 }
 
 // RunData is everything a variant's run recorded, before analysis.
@@ -70,7 +65,7 @@ type RunData struct {
 	// end with their gates' metrics (operator only).
 	PermitsCheck *PermitsCheck
 	// Scales are the autoscaler's steps as they happened.
-	Scales []ScaleEvent
+	Scales []cluster.ScaleEvent
 }
 
 // Analyze turns a run's data into its report.
@@ -78,11 +73,11 @@ func Analyze(d *RunData) *VariantReport {
 	r := &VariantReport{
 		Name:        d.Variant.Name,
 		Description: d.Variant.Description,
-		HPAMetric:   DemandMetric,
-		HPATarget:   DemandTarget,
+		HPAMetric:   cluster.DemandMetric,
+		HPATarget:   cluster.DemandTarget,
 	}
 	if len(d.Schedule.Scale) > 0 {
-		r.HPAMetric, r.HPATarget = ReplicasMetric, 1
+		r.HPAMetric, r.HPATarget = cluster.ReplicasMetric, 1
 	}
 	if d.Variant.Plan != nil {
 		r.StaticPermits = d.Variant.Plan.Permits

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -45,7 +46,7 @@ func TestScaleSteps(t *testing.T) {
 	d := &RunData{
 		Schedule: DefaultSchedule(),
 		Start:    start,
-		Scales:   []ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
+		Scales:   []cluster.ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
 		Published: []Published{
 			{Seen: at(-1000), Hash: "n8", Permits: 5},
 			{Seen: at(25030), Hash: "n16", Pods: map[string]int{"old": 3, "new": 2}},
@@ -76,17 +77,17 @@ func TestScaleSteps(t *testing.T) {
 func TestObservationsTotalPermits(t *testing.T) {
 	var o Observations
 	five, two := 5, 2
-	o.Applied("a", LogLine{Msg: MsgAppliedPlan, Permits: &five})
-	o.Applied("b", LogLine{Msg: MsgAppliedPlan, Permits: &five})
+	o.Applied("a", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
+	o.Applied("b", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
 	if got := o.TotalPermits(); got != 10 {
 		t.Errorf("TotalPermits() = %d, want 10", got)
 	}
-	o.Applied("a", LogLine{Msg: MsgAppliedPlan, Permits: &two})
+	o.Applied("a", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &two})
 	o.Exited("b")
 	if got := o.TotalPermits(); got != 2 {
 		t.Errorf("after a shrink and an exit: TotalPermits() = %d, want 2", got)
 	}
-	o.Applied("c", LogLine{Msg: MsgAppliedPlan, Permits: &five})
+	o.Applied("c", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
 	released := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{v1alpha1.AppliedAnnotationPrefix + "g": "e/released"}}}
 	o.ack(time.Now(), released, "g")
 	if got, _ := o.PermitsOf([]string{"a", "c"}, ""); got != 2 || o.TotalPermits() != 2 {
@@ -133,7 +134,7 @@ func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 		c.WindowPeak = peak
 		c.Peak = peak
 		n := s.ReplicasAt(off)
-		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
+		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: cluster.PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
 			Latency: s.LatencyAt(off), ReadyPermits: Usable()})
 	}
 	d.Final = c

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -112,7 +113,7 @@ func TwoCallers() CallersScenario {
 		},
 		Checkpoints: []CallersCheckpoint{
 			{At: 7500 * time.Millisecond}, {At: 15 * time.Second}, {At: 21500 * time.Millisecond},
-			{At: 22*time.Second + HPASyncPeriod, Within: 8 * time.Second},
+			{At: 22*time.Second + cluster.HPASyncPeriod, Within: 8 * time.Second},
 		},
 	}
 }
@@ -189,7 +190,7 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 	hpa.TypeMeta = metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"}
 	hpa.Name, hpa.Namespace = c.Name, c.Namespace
 	hpa.Spec.ScaleTargetRef.Name = c.Name
-	DictateHPA(&hpa)
+	cluster.DictateHPA(&hpa)
 
 	q, err := Quota()
 	if err != nil {
@@ -215,7 +216,7 @@ type callerRun struct {
 	spec      CallerSpec
 	obs       *Observations
 	endpoints *traffic.Endpoints
-	w         *Workload
+	w         *cluster.Workload
 	load      *traffic.LoadResult
 }
 
@@ -236,7 +237,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return nil, err
 		}
 	}
-	if err := h.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamcontracts.backpressure.dev"); err != nil {
+	if err := h.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamcontracts.backpressure.dev"); err != nil {
 		return nil, err
 	}
 	dc, err := ContractObject()
@@ -245,7 +246,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	}
 	objs := []client.Object{dc}
 	for _, c := range cs.Callers {
-		if err := h.kubectl("create", "namespace", c.Namespace); err != nil {
+		if err := h.Kubectl("create", "namespace", c.Namespace); err != nil {
 			return nil, err
 		}
 		more, err := CallerObjects(c)
@@ -264,13 +265,13 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return nil, err
 		}
-		if err := h.kubectl("apply", "-f", path); err != nil {
+		if err := h.Kubectl("apply", "-f", path); err != nil {
 			return nil, err
 		}
 	}
 	defer func() {
 		// The contract outlives the namespaces otherwise.
-		err = errors.Join(err, h.kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
+		err = errors.Join(err, h.Kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
 	}()
 
 	ds, err := traffic.StartDownstream(Contract, TypicalLatency)
@@ -293,27 +294,27 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		go cr.obs.WatchConfigMap(watchCtx, h.Client, c.Namespace, cm, QuotaName)
 		go cr.obs.WatchQuota(watchCtx, h.Client, c.Namespace, QuotaName)
 		go cr.obs.WatchPods(watchCtx, h.Client, c.Namespace, QuotaName)
-		if err := waitFor(ctx, setupTimeout, "the operator publishing "+c.Name+"'s plan", func() (bool, error) {
+		if err := cluster.WaitFor(ctx, setupTimeout, "the operator publishing "+c.Name+"'s plan", func() (bool, error) {
 			return len(cr.obs.Published()) > 0, h.ManagerErr()
 		}); err != nil {
 			return nil, err
 		}
-		run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+		run := func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 			args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName,
-				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge",
+				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubeconfig, "--acknowledge",
 				"--metrics-listen", "127.0.0.1:0"}
 			args = append(args, GatewayRetryArgs...)
-			proc, err := h.procs.Start(ProcessSpec{
+			proc, err := h.StartProcess(cluster.ProcessSpec{
 				Name:    c.Namespace + "/" + pod.Name,
 				Path:    h.gateway,
 				Args:    args,
 				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 				LogPath: podLogPath(logDir, pod),
-				OnLog: func(l LogLine) {
+				OnLog: func(l cluster.LogLine) {
 					switch l.Msg {
-					case MsgAppliedPlan:
+					case cluster.MsgAppliedPlan:
 						cr.obs.Applied(pod.Name, l)
-					case MsgServingMetrics:
+					case cluster.MsgServingMetrics:
 						cr.obs.ServingMetrics(pod.Name, l.Address)
 					}
 					onLog(l)
@@ -328,7 +329,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			}()
 			return proc, nil
 		}
-		w, err := NewWorkload(ctx, WorkloadOptions{
+		w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
 			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Name: c.Name, HPA: c.Name,
 			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
 		})
@@ -354,7 +355,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	// Start from a settled handover: every caller's pods acknowledged its
 	// last plan and hold its part.
 	fair := FairParts(cs)
-	if err := waitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
+	if err := cluster.WaitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
 		for i, cr := range runs {
 			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
 			if !rolledOut(cr.obs, cr.w.Running()) || int64(held) != fair[i] {
@@ -453,7 +454,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		return nil, err
 	}
 	// Let the last handover finish before reading the acknowledgements.
-	_ = waitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
+	_ = cluster.WaitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
 		for _, cr := range runs {
 			if !rolledOut(cr.obs, cr.w.Running()) {
 				return false, nil

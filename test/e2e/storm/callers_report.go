@@ -14,12 +14,13 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // CallerSample is one caller's side of a CallersSample.
 type CallerSample struct {
-	Pods PodCounts
+	Pods cluster.PodCounts
 	// ReadyPermits is the sum of the permits the caller's Ready pods'
 	// gates enforce; Permits the same over all its running pods.
 	ReadyPermits, Permits int

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -66,7 +67,7 @@ func TestAnalyzeCallers(t *testing.T) {
 				if i == 0 && off >= 24*time.Second && off < searchSettled {
 					permits = 14
 				}
-				sm.Callers = append(sm.Callers, CallerSample{Pods: PodCounts{Ready: ready}, ReadyPermits: permits})
+				sm.Callers = append(sm.Callers, CallerSample{Pods: cluster.PodCounts{Ready: ready}, ReadyPermits: permits})
 			}
 			out = append(out, sm)
 		}

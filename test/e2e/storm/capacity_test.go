@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 func TestPreviousShare(t *testing.T) {
@@ -20,11 +22,11 @@ func TestPreviousShare(t *testing.T) {
 func TestCapacityLaggard(t *testing.T) {
 	s := Schedule{Duration: 10 * time.Second, InitialReplicas: 2, Scale: []ScaleStep{{At: 5 * time.Second, Replicas: 10}}}
 	d := &RunData{Variant: Variant{Name: "laggard", Operator: true, Laggard: 2 * time.Second}, Schedule: s,
-		Scales: []ScaleEvent{{At: time.Time{}.Add(5 * time.Second), From: 2, To: 10}}}
+		Scales: []cluster.ScaleEvent{{At: time.Time{}.Add(5 * time.Second), From: 2, To: 10}}}
 	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
-		sm := Sample{At: off, Pods: PodCounts{Desired: 2, Existing: 2, Started: 2, Ready: 2}, ReadyPermits: 40, LaggardRunning: true, LaggardReady: true}
+		sm := Sample{At: off, Pods: cluster.PodCounts{Desired: 2, Existing: 2, Started: 2, Ready: 2}, ReadyPermits: 40, LaggardRunning: true, LaggardReady: true}
 		if off >= 5*time.Second {
-			sm.Pods = PodCounts{Desired: 10, Existing: 10, Started: 2, Ready: 2}
+			sm.Pods = cluster.PodCounts{Desired: 10, Existing: 10, Started: 2, Ready: 2}
 		}
 		if off >= 6500*time.Millisecond {
 			sm.Pods.Started, sm.Pods.Ready = 10, 10

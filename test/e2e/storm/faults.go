@@ -5,11 +5,11 @@ package storm
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // Fault is something that goes wrong in the cluster while a variant runs:
@@ -25,7 +25,7 @@ type Fault struct {
 // FaultRun is what a fault acts on and observes.
 type FaultRun struct {
 	Harness      *Harness
-	Workload     *Workload
+	Workload     *cluster.Workload
 	Observations *Observations
 	// Start is the moment the load started; offsets count from it.
 	Start     time.Time
@@ -84,7 +84,7 @@ func planFor(p Published, pods []string) bool {
 // status counts them all. It returns the moment it saw that, or an error
 // after timeout.
 func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, acked bool, timeout time.Duration) (published, done time.Time, err error) {
-	err = waitFor(ctx, timeout, fmt.Sprintf("a plan for %d running pods", want), func() (bool, error) {
+	err = cluster.WaitFor(ctx, timeout, fmt.Sprintf("a plan for %d running pods", want), func() (bool, error) {
 		running := fr.Workload.Running()
 		if len(running) != want {
 			return false, nil
@@ -122,8 +122,8 @@ const msgAcquiredLease = "successfully acquired lease"
 
 func newLeadership() *leadership { return &leadership{cond: make(chan struct{})} }
 
-func (l *leadership) observe(name string) func(LogLine) {
-	return func(line LogLine) {
+func (l *leadership) observe(name string) func(cluster.LogLine) {
+	return func(line cluster.LogLine) {
 		if !strings.HasPrefix(strings.ToLower(line.Msg), msgAcquiredLease) {
 			return
 		}
@@ -158,114 +158,4 @@ func (l *leadership) await(not string, timeout time.Duration) (string, time.Time
 			return "", time.Time{}, fmt.Errorf("storm: no manager other than %q acquired the lease within %v", not, timeout)
 		}
 	}
-}
-
-// startManager starts one replica of the manager with extra flags, logging
-// into <OutDir>/<name>.log.
-func (h *Harness) startManager(name string, onLog func(LogLine), extra ...string) (*Process, error) {
-	return h.procs.Start(ProcessSpec{
-		Name:    name,
-		Path:    filepath.Join(h.OutDir, "bin", "manager"),
-		Args:    append(ManagerArgs(h.Kubectl.Kubeconfig), extra...),
-		LogPath: filepath.Join(h.OutDir, name+".log"),
-		OnLog:   onLog,
-	})
-}
-
-// replaceManager stops the harness's manager, for a scenario that runs
-// replicas of its own, and returns the function that gives the harness a
-// manager again afterwards: the scenarios after it need one.
-func (h *Harness) replaceManager(scenario string) (restore func() error) {
-	if h.manager != nil {
-		// SIGTERM releases the lease; how the process ended is of no
-		// interest (Terminate kills it when it does not end in time).
-		if err := h.manager.Terminate(10 * time.Second); err != nil {
-			h.logf("Stopping the manager: %v", err)
-		}
-		h.manager = nil
-	}
-	return func() error {
-		m, err := h.startManager("manager-after-"+scenario, nil)
-		h.manager = m
-		return err
-	}
-}
-
-// supervisedManager is one replica of the manager started again whenever its
-// process ends, as the kubelet restarts a container: a manager that loses
-// its lease exits, as controller-runtime's managers do.
-type supervisedManager struct {
-	h     *Harness
-	name  string
-	flags []string
-	stop  chan struct{}
-	done  chan struct{}
-
-	mu       sync.Mutex
-	cur      *Process
-	restarts []time.Time
-}
-
-// superviseManager starts the replica and its supervision. Stop it.
-func (h *Harness) superviseManager(name string, flags ...string) (*supervisedManager, error) {
-	s := &supervisedManager{h: h, name: name, flags: flags, stop: make(chan struct{}), done: make(chan struct{})}
-	p, err := h.startManager(name, nil, flags...)
-	if err != nil {
-		return nil, err
-	}
-	s.cur = p
-	go s.loop()
-	return s, nil
-}
-
-// restartDelay is the pause before a replica that ended starts again: the
-// kubelet's first restart of a container is immediate; a replica that
-// cannot reach the API server at start ends again at once.
-const restartDelay = 500 * time.Millisecond
-
-func (s *supervisedManager) loop() {
-	defer close(s.done)
-	for {
-		s.mu.Lock()
-		cur := s.cur
-		s.mu.Unlock()
-		select {
-		case <-s.stop:
-			return
-		case <-cur.Done():
-		}
-		s.h.logf("%s exited (%v); starting it again", cur.Name(), cur.Err())
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(restartDelay):
-		}
-		s.mu.Lock()
-		n := len(s.restarts) + 1
-		p, err := s.h.startManager(fmt.Sprintf("%s-restart-%d", s.name, n), nil, s.flags...)
-		if err != nil {
-			s.mu.Unlock()
-			s.h.logf("Starting %s again: %v", s.name, err)
-			return
-		}
-		s.cur = p
-		s.restarts = append(s.restarts, time.Now())
-		s.mu.Unlock()
-	}
-}
-
-// Restarts returns when the replica was started again.
-func (s *supervisedManager) Restarts() []time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.restarts)
-}
-
-// Stop ends the supervision and the replica.
-func (s *supervisedManager) Stop() {
-	close(s.stop)
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = s.cur.Terminate(10 * time.Second)
 }

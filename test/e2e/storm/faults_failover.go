@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // The leader election timings of the failover scenario: short, so that the
@@ -83,8 +85,8 @@ type FailoverReport struct {
 func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 	rep := &FailoverReport{}
 	lead := newLeadership()
-	restore := h.replaceManager("failover")
-	var replicas []*Process
+	restore := h.ReplaceManager("failover")
+	var replicas []*cluster.Process
 	defer func() {
 		for _, p := range replicas {
 			_ = p.Terminate(10 * time.Second)
@@ -94,14 +96,14 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 		}
 	}()
 	for _, name := range []string{"manager-a", "manager-b"} {
-		p, err := h.startManager(name, lead.observe(name), failoverFlags()...)
+		p, err := h.StartManagerReplica(name, lead.observe(name), failoverFlags()...)
 		if err != nil {
 			return nil, err
 		}
 		replicas = append(replicas, p)
 	}
 	err := func() error {
-		byName := map[string]*Process{}
+		byName := map[string]*cluster.Process{}
 		for _, p := range replicas {
 			byName[p.Name()] = p
 		}
@@ -119,7 +121,7 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				// The HPA decides the scale-up within its sync period, then
 				// the first new pod is bound, started and Ready: its plan
 				// comes seconds after the scenario asks.
-				_ = waitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
+				_ = cluster.WaitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
 					pub := fr.Observations.Published()
 					return len(pub) > 0 && pub[len(pub)-1].Seen.After(scaled), nil
 				})
@@ -192,7 +194,7 @@ func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed
 	rep.Survivor, rep.TakeoverSeconds = survivor, since.Sub(at).Seconds()
 	mu.Unlock()
 	var first time.Time
-	err = waitFor(ctx, timeout, "the new leader's first plan", func() (bool, error) {
+	err = cluster.WaitFor(ctx, timeout, "the new leader's first plan", func() (bool, error) {
 		pub := fr.Observations.Published()
 		if n := len(pub); n > 0 && pub[n-1].Seen.After(at) {
 			for _, p := range pub {

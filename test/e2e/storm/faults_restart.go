@@ -81,8 +81,8 @@ type RestartReport struct {
 // Deployment would. An error means the harness could not run the scenario.
 func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, error) {
 	rep := &RestartReport{}
-	restore := h.replaceManager("apiserver-restart")
-	sm, err := h.superviseManager("manager-restart", failoverFlags()...)
+	restore := h.ReplaceManager("apiserver-restart")
+	sm, err := h.SuperviseManager("manager-restart", failoverFlags()...)
 	defer func() {
 		if sm != nil {
 			sm.Stop()

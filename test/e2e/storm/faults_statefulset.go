@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -148,7 +149,7 @@ const (
 func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error) {
 	rep := &StatefulSetReport{}
 	var mu sync.Mutex
-	var lives []PodLife
+	var lives []cluster.PodLife
 	var start time.Time
 	addStep := func(st StatefulSetStep) {
 		mu.Lock()
@@ -205,7 +206,7 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 	s := StatefulSetSchedule()
 	v := faultVariant("statefulset", "the operator, the calling workload a StatefulSet (OrderedReady) scaled by the real HPA", s,
 		scaleStep(stsUpAt, StatefulSetUp, false), recreate, scaleStep(stsDownAt, StatefulSetDown, true))
-	v.Kind = KindStatefulSet
+	v.Kind = cluster.KindStatefulSet
 	run, err := h.Run(ctx, v, s)
 	if err != nil {
 		return nil, err
@@ -253,7 +254,7 @@ func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, sinc
 	deadline := time.Now().Add(timeout)
 	_, _, err := waitForPlan(ctx, fr, planSince, len(want), true, timeout)
 	if err == nil {
-		err = waitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
+		err = cluster.WaitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
 			w := fr.Workload
 			held, _ := fr.Observations.PermitsOf(w.Ready(), "")
 			pub := fr.Observations.Published()
@@ -300,7 +301,7 @@ func sortedNames(names []string) []string {
 }
 
 // analyze reads the pods' lives (offsets from start) and the run's samples.
-func (r *StatefulSetReport) analyze(lives []PodLife, start time.Time) {
+func (r *StatefulSetReport) analyze(lives []cluster.PodLife, start time.Time) {
 	if len(lives) == 0 {
 		r.Err = errors.Join(errors.New("storm: the pods' lives were not read (the scale-down's step did not run)"), errorOf(r.Err)).Error()
 		return
@@ -347,9 +348,9 @@ func errorOf(msg string) error {
 
 // creationOrder checks the scale-up's pods (ordinals from to to-1, seen
 // after since): each appeared once, after the one below it was Ready.
-func creationOrder(lives []PodLife, since time.Time, from, to int) []string {
+func creationOrder(lives []cluster.PodLife, since time.Time, from, to int) []string {
 	var bad []string
-	byOrdinal := map[int]PodLife{}
+	byOrdinal := map[int]cluster.PodLife{}
 	for _, l := range lives {
 		if l.Seen.After(since) {
 			if _, dup := byOrdinal[ordinal(l.Name)]; dup {
@@ -374,9 +375,9 @@ func creationOrder(lives []PodLife, since time.Time, from, to int) []string {
 // deletionOrder checks the scale-down's pods (ordinals to-1 down to from,
 // their deletion begun after since): each was deleted once the one above it
 // had exited, and every other pod was left alone.
-func deletionOrder(lives []PodLife, since time.Time, from, to int) []string {
+func deletionOrder(lives []cluster.PodLife, since time.Time, from, to int) []string {
 	var bad []string
-	byOrdinal := map[int]PodLife{}
+	byOrdinal := map[int]cluster.PodLife{}
 	for _, l := range lives {
 		if l.Stopping.After(since) {
 			o := ordinal(l.Name)

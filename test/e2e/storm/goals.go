@@ -3,6 +3,8 @@ package storm
 import (
 	"fmt"
 	"strings"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // Goal is one thing a run must show, and whether it did.
@@ -132,7 +134,7 @@ func EvaluateGoals(r *Report) []Goal {
 // back down after it recovered: the scale steps the other goals are about.
 // It is asserted for the operator's run, whose steady phases need both.
 func hpaGoal(add func(v, goal, want, got string, met, asserted bool), name string, v *VariantReport, asserted bool) {
-	if v.HPAMetric != DemandMetric || len(v.Timeline) == 0 {
+	if v.HPAMetric != cluster.DemandMetric || len(v.Timeline) == 0 {
 		return
 	}
 	initial, peak, final := v.Timeline[0].Desired, v.Timeline[0].Desired, v.Timeline[len(v.Timeline)-1].Desired

@@ -10,10 +10,6 @@ import (
 	"time"
 )
 
-// MsgServingMetrics is logged by examples/gateway once its /metrics listener
-// is open, with its address.
-const MsgServingMetrics = "Serving metrics"
-
 // PermitsCheck compares, for the pods running at the end of a run, the
 // permits the harness counted from their "Applied plan" log lines with the
 // backpressure_gate_permits metric their gates export: the capacity figures

@@ -14,6 +14,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // Published is a plan the operator published, as the harness's watch of the
@@ -139,7 +140,7 @@ func (o *Observations) CheckPermits(ctx context.Context, gate string, running []
 }
 
 // Applied records a pod's "Applied plan" log line.
-func (o *Observations) Applied(pod string, l LogLine) {
+func (o *Observations) Applied(pod string, l cluster.LogLine) {
 	a := Applied{Pod: pod, Time: l.Time, Hash: l.Hash}
 	if l.Permits != nil {
 		a.Permits = *l.Permits

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -56,7 +57,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if err := WriteManifests(manifestDir); err != nil {
 		return nil, err
 	}
-	kind := cmp.Or(v.Kind, KindDeployment)
+	kind := cmp.Or(v.Kind, cluster.KindDeployment)
 	// A schedule with scale steps of its own asks the HPA for them.
 	files, err := VariantManifests(kind, len(s.Scale) > 0, v.Operator)
 	if err != nil {
@@ -64,14 +65,14 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 
 	h.logf("[%s] Applying the %s and HPA%s in namespace %s", v.Name, kind, map[bool]string{true: " and the DownstreamQuota"}[v.Operator], ns)
-	if err := h.kubectl("create", "namespace", ns); err != nil {
+	if err := h.Kubectl("create", "namespace", ns); err != nil {
 		return nil, err
 	}
 	apply := []string{"apply", "--namespace", ns}
 	for _, m := range files {
 		apply = append(apply, "-f", filepath.Join(manifestDir, m))
 	}
-	if err := h.kubectl(apply...); err != nil {
+	if err := h.Kubectl(apply...); err != nil {
 		return nil, err
 	}
 
@@ -91,7 +92,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		go obs.WatchPods(watchCtx, h.Client, ns, QuotaName)
 		// The pods fail fast without a plan, as they should: wait for the
 		// operator to publish one.
-		if err := waitFor(ctx, setupTimeout, "the operator publishing a plan", func() (bool, error) {
+		if err := cluster.WaitFor(ctx, setupTimeout, "the operator publishing a plan", func() (bool, error) {
 			return len(obs.Published()) > 0, h.ManagerErr()
 		}); err != nil {
 			return nil, err
@@ -114,7 +115,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		defer lagMu.Unlock()
 		return laggardName
 	}
-	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+	run := func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
 		lagMu.Lock()
 		if v.Laggard > 0 && laggardName == "" {
@@ -127,22 +128,22 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		args = append(args, "--metrics-listen", "127.0.0.1:0")
 		if v.Operator {
 			args = append(args, "--configmap", ConfigMapName, "--namespace", ns,
-				"--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge")
+				"--kubeconfig", h.Kubeconfig, "--acknowledge")
 		} else {
 			args = append(args, "--plan-dir", planDir)
 		}
 		args = append(args, GatewayRetryArgs...)
-		proc, err := h.procs.Start(ProcessSpec{
+		proc, err := h.StartProcess(cluster.ProcessSpec{
 			Name:    ns + "/" + pod.Name,
 			Path:    h.podProgram(v),
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: podLogPath(logDir, pod),
-			OnLog: func(l LogLine) {
+			OnLog: func(l cluster.LogLine) {
 				switch l.Msg {
-				case MsgAppliedPlan:
+				case cluster.MsgAppliedPlan:
 					obs.Applied(pod.Name, l)
-				case MsgServingMetrics:
+				case cluster.MsgServingMetrics:
 					obs.ServingMetrics(pod.Name, l.Address)
 				}
 				onLog(l)
@@ -159,7 +160,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	stopMeasuring := h.Metrics.MeasurePods(ns, QuotaName, obs.MetricsAddrs)
 	defer stopMeasuring()
-	w, err := NewWorkload(ctx, WorkloadOptions{
+	w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
 		Client:     h.Client,
 		Config:     h.Config,
 		Metrics:    h.Metrics,
@@ -194,7 +195,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		// every pod acknowledged it and the Ready pods hold every usable
 		// permit. (A StatefulSet's last pod is Ready a moment before the
 		// plan for it: the others still hold all then.)
-		err := waitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
+		err := cluster.WaitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
 			r, pub, running := obs.Rollout(), obs.Published(), w.Running()
 			held, _ := obs.PermitsOf(w.Ready(), "")
 			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && len(pub) > 0 && planFor(pub[len(pub)-1], running) &&
@@ -213,7 +214,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	if v.Operator {
 		// Let the last acknowledgements land before reading the rollout: a
 		// handover may still be under way (a laggard takes its delay).
-		_ = waitFor(ctx, 10*time.Second+v.Laggard, "the rollout of the last plan", func() (bool, error) {
+		_ = cluster.WaitFor(ctx, 10*time.Second+v.Laggard, "the rollout of the last plan", func() (bool, error) {
 			return rolledOut(obs, w.Running()), nil
 		})
 	}
@@ -263,7 +264,7 @@ func rolledOut(obs *Observations, running []string) bool {
 // conduct runs the schedule: the load, the latency steps, the scale steps a
 // scenario asks the HPA for, if any, and the sampling of the downstream, the
 // workload and its HPA. The HPA's decisions are recorded as they happen.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *Workload, endpoints *traffic.Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &traffic.Load{
 		Rate:           s.RequestsPerSecond,
@@ -342,7 +343,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffi
 	close(stopSampling)
 	scales := w.Scales(start)
 	for _, sc := range scales {
-		h.logf("[%s] %5.1fs the HPA scaled the %s: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), cmp.Or(v.Kind, KindDeployment), sc.From, sc.To)
+		h.logf("[%s] %5.1fs the HPA scaled the %s: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), cmp.Or(v.Kind, cluster.KindDeployment), sc.From, sc.To)
 	}
 	data := &RunData{
 		Variant:  v,
@@ -364,7 +365,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffi
 }
 
 // sample takes one sample of the run at offset off.
-func sample(off time.Duration, ds *traffic.Downstream, w *Workload, s Schedule, obs *Observations, laggard string) Sample {
+func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s Schedule, obs *Observations, laggard string) Sample {
 	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)

@@ -2,10 +2,11 @@ package storm
 
 import (
 	"fmt"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // tableHeader and tableRow lay out the report's main table; the text and

@@ -1,4 +1,4 @@
-package storm
+package cluster
 
 import (
 	"encoding/json"
@@ -13,6 +13,9 @@ const (
 	MsgAppliedPlan = "Applied plan"
 	// MsgStopped is logged after a graceful shutdown.
 	MsgStopped = "Stopped"
+	// MsgServingMetrics is logged once the /metrics listener is open, with
+	// its address.
+	MsgServingMetrics = "Serving metrics"
 )
 
 // LogLine is one JSON log line (log/slog's JSON handler) with the keys the

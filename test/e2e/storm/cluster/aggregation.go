@@ -1,6 +1,6 @@
 //go:build unix
 
-package storm
+package cluster
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func RegisterMetricsAPI(ctx context.Context, c client.Client, m *MetricsAPI, pki
 		return fmt.Errorf("storm: create apiservice %s: %w", name, err)
 	}
 	var last string
-	err := waitFor(ctx, 60*time.Second, "the APIService "+name+" becoming Available", func() (bool, error) {
+	err := WaitFor(ctx, 60*time.Second, "the APIService "+name+" becoming Available", func() (bool, error) {
 		got := &unstructured.Unstructured{}
 		got.SetAPIVersion("apiregistration.k8s.io/v1")
 		got.SetKind("APIService")

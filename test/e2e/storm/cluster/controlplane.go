@@ -1,6 +1,6 @@
 //go:build unix
 
-package storm
+package cluster
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package storm
+package cluster
 
 import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"

@@ -1,6 +1,6 @@
 //go:build unix
 
-package storm
+package cluster_test
 
 import (
 	"context"
@@ -18,14 +18,13 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -45,47 +44,15 @@ while :; do sleep 0.05; done
 // them with their Deployment.
 func TestWorkloadAgainstAPIServer(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pki, err := configureAggregation(env, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubectl, err := testenv.NewKubectl(env, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	procs := &Processes{}
-	t.Cleanup(procs.StopAll)
 	ctx := context.Background()
-	metrics, err := StartMetricsAPI(pki)
+	cl, err := cluster.Start(ctx, cluster.Options{OutDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = metrics.Close() })
-	if err := RegisterMetricsAPI(ctx, c, metrics, pki); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := StartControllerManager(ctx, env, c, procs, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(cl.Close)
+	c, cfg, metrics := cl.Client, cl.Config, cl.Metrics
 	dir := t.TempDir()
-	if err := WriteManifests(dir); err != nil {
+	if err := storm.WriteManifests(dir); err != nil {
 		t.Fatal(err)
 	}
 	// Three replicas from the start: the real ReplicaSet controller acts on
@@ -101,10 +68,10 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	const ns = "workload-test"
 	for _, args := range [][]string{
 		{"create", "namespace", ns},
-		{"apply", "-n", ns, "-f", filepath.Join(dir, "deployment.yaml"), "-f", filepath.Join(dir, DictatedHPAManifest)},
+		{"apply", "-n", ns, "-f", filepath.Join(dir, "deployment.yaml"), "-f", filepath.Join(dir, storm.DictatedHPAManifest)},
 	} {
-		if _, stderr, err := kubectl.Run(args...); err != nil {
-			t.Fatalf("kubectl %v: %v: %s", args, err, stderr)
+		if err := cl.Kubectl(args...); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -115,13 +82,13 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	var mu sync.Mutex
 	stopped := map[string]int{}
 	port := 1000
-	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
+	run := func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 		mu.Lock()
 		port++
 		env := []string{fmt.Sprintf("PORT=%d", port), "POD_NAME=" + pod.Name}
 		mu.Unlock()
-		return procs.Start(ProcessSpec{Name: pod.Name, Path: script, Env: env, OnLog: func(l LogLine) {
-			if l.Msg == MsgStopped {
+		return cl.StartProcess(cluster.ProcessSpec{Name: pod.Name, Path: script, Env: env, OnLog: func(l cluster.LogLine) {
+			if l.Msg == cluster.MsgStopped {
 				mu.Lock()
 				stopped[pod.Name]++
 				mu.Unlock()
@@ -130,8 +97,8 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		}})
 	}
 	endpoints := &traffic.Endpoints{}
-	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Name: WorkloadName, HPA: WorkloadName,
+	w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
+		Client: c, Config: cfg, Metrics: metrics, Namespace: ns, Name: storm.WorkloadName, HPA: storm.WorkloadName,
 		Run: run, Endpoints: endpoints, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -180,7 +147,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 			t.Fatalf("pod %s: owner %+v: %v", p.Name, owner, err)
 		}
 	}
-	if rs.OwnerReferences[0].Kind != "Deployment" || rs.OwnerReferences[0].Name != WorkloadName || *rs.Spec.Replicas != 3 {
+	if rs.OwnerReferences[0].Kind != "Deployment" || rs.OwnerReferences[0].Name != storm.WorkloadName || *rs.Spec.Replicas != 3 {
 		t.Errorf("ReplicaSet %s: owners %+v, replicas %d", rs.Name, rs.OwnerReferences, *rs.Spec.Replicas)
 	}
 	if endpoints.Len() != 3 {
@@ -188,7 +155,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	}
 	eventually("the deployment controller's status shows 3 ready", func() bool {
 		var d appsv1.Deployment
-		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &d)
+		_ = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: storm.WorkloadName}, &d)
 		return d.Status.ReadyReplicas == 3 && d.Status.Replicas == 3
 	})
 
@@ -202,10 +169,10 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 	}
 	eventually("the HPA scales the deployment to 1", func() bool {
 		var dep appsv1.Deployment
-		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &dep) == nil && *dep.Spec.Replicas == 1
+		return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: storm.WorkloadName}, &dep) == nil && *dep.Spec.Replicas == 1
 	})
 	var hpa autoscalingv2.HorizontalPodAutoscaler
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: WorkloadName}, &hpa); err != nil ||
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: storm.WorkloadName}, &hpa); err != nil ||
 		hpa.Status.DesiredReplicas != 1 || len(hpa.Status.CurrentMetrics) != 1 || hpa.Status.CurrentMetrics[0].Object == nil {
 		t.Errorf("hpa status after Scale(1): %+v, %v; want desired 1 and the object metric", hpa.Status, err)
 	}
@@ -263,7 +230,7 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		t.Errorf("Running() after Close = %s", strings.Join(names, ","))
 	}
 
-	testStatefulSetWorkload(t, statefulSetTest{c: c, cfg: cfg, kubectl: kubectl, metrics: metrics, dir: dir, ns: ns, run: run, pods: pods, eventually: eventually,
+	testStatefulSetWorkload(t, statefulSetTest{c: c, cfg: cfg, cl: cl, metrics: metrics, dir: dir, ns: ns, run: run, pods: pods, eventually: eventually,
 		stops: func(name string) int {
 			mu.Lock()
 			defer mu.Unlock()
@@ -276,10 +243,10 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 type statefulSetTest struct {
 	c          client.Client
 	cfg        *rest.Config
-	kubectl    *testenv.Kubectl
-	metrics    *MetricsAPI
+	cl         *cluster.Cluster
+	metrics    *cluster.MetricsAPI
 	dir, ns    string
-	run        PodRunner
+	run        cluster.PodRunner
 	pods       func() []corev1.Pod
 	eventually func(what string, cond func() bool)
 	// stops counts the processes of a pod name that stopped gracefully.
@@ -295,7 +262,7 @@ type statefulSetTest struct {
 func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	t.Helper()
 	ctx := context.Background()
-	stsPath := filepath.Join(st.dir, StatefulSetManifest)
+	stsPath := filepath.Join(st.dir, storm.StatefulSetManifest)
 	b, err := os.ReadFile(stsPath)
 	if err != nil {
 		t.Fatal(err)
@@ -303,11 +270,11 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	if err := os.WriteFile(stsPath, []byte(strings.Replace(string(b), "replicas: 4", "replicas: 2", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, err := st.kubectl.Run("apply", "-n", st.ns, "-f", stsPath, "-f", filepath.Join(st.dir, StatefulSetHPAManifest)); err != nil {
-		t.Fatalf("kubectl apply: %v: %s", err, stderr)
+	if err := st.cl.Kubectl("apply", "-n", st.ns, "-f", stsPath, "-f", filepath.Join(st.dir, storm.StatefulSetHPAManifest)); err != nil {
+		t.Fatal(err)
 	}
-	w, err := NewWorkload(ctx, WorkloadOptions{
-		Client: st.c, Config: st.cfg, Metrics: st.metrics, Namespace: st.ns, Kind: KindStatefulSet, Name: WorkloadName, HPA: WorkloadName,
+	w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
+		Client: st.c, Config: st.cfg, Metrics: st.metrics, Namespace: st.ns, Kind: cluster.KindStatefulSet, Name: storm.WorkloadName, HPA: storm.WorkloadName,
 		Run: st.run, Endpoints: &traffic.Endpoints{}, StartDelay: 300 * time.Millisecond,
 	})
 	if err != nil {
@@ -322,13 +289,13 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	}
 	uids := map[string]types.UID{}
 	for _, p := range st.pods() {
-		if owner := metav1.GetControllerOf(&p); owner == nil || owner.Kind != KindStatefulSet {
+		if owner := metav1.GetControllerOf(&p); owner == nil || owner.Kind != cluster.KindStatefulSet {
 			t.Errorf("pod %s: controller %+v", p.Name, owner)
 		}
 		uids[p.Name] = p.UID
 	}
-	if got := w.Ready(); !slices.Equal(got, ordinals(2)) {
-		t.Fatalf("Ready() = %v, want %v", got, ordinals(2))
+	if got := w.Ready(); !slices.Equal(got, []string{"search-gateway-0", "search-gateway-1"}) {
+		t.Fatalf("Ready() = %v, want %v", got, []string{"search-gateway-0", "search-gateway-1"})
 	}
 	// readyAgain waits until name is Ready as a Pod other than old.
 	readyAgain := func(name string, old types.UID) {
@@ -342,12 +309,12 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 
 	// Deleted, it comes back under its name: a new Pod, a new process, the
 	// old one stopped gracefully first.
-	name := ordinals(2)[1]
+	name := "search-gateway-1"
 	if err := st.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: name}}); err != nil {
 		t.Fatal(err)
 	}
 	readyAgain(name, uids[name])
-	var lives []PodLife
+	var lives []cluster.PodLife
 	for _, l := range w.Lives() {
 		if l.Name == name {
 			lives = append(lives, l)
@@ -363,8 +330,8 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	// A relist shows the name's new Pod without the old one's deletion:
 	// the kubelet stops the old process (its final delete removes the real
 	// Pod, which the StatefulSet controller creates again).
-	name = ordinals(2)[0]
-	w.observePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: name, UID: "unseen", Labels: map[string]string{"app.kubernetes.io/name": WorkloadName}}}, false)
+	name = "search-gateway-0"
+	w.ObservePod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: st.ns, Name: name, UID: "unseen", Labels: map[string]string{"app.kubernetes.io/name": storm.WorkloadName}}}, false)
 	st.eventually(name+"'s old process stopped", func() bool { return st.stops(name) == 1 })
 	readyAgain(name, uids[name])
 
@@ -374,7 +341,7 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 		t.Fatal(err)
 	}
 	st.eventually("the HPA scales the statefulset to 1, and search-gateway-1 goes", func() bool {
-		return slices.Equal(w.Running(), ordinals(1)) && len(st.pods()) == 1
+		return slices.Equal(w.Running(), []string{"search-gateway-0"}) && len(st.pods()) == 1
 	})
 	if sc := w.Scales(time.Time{}); len(sc) == 0 || sc[len(sc)-1].To != 1 {
 		t.Errorf("Scales() = %+v, want the last → 1", sc)

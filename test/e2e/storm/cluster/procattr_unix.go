@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package storm
+package cluster
 
 import "syscall"
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package storm
+package cluster
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -31,10 +30,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// The workload kinds a Workload may run.
+const (
+	KindDeployment  = "Deployment"
+	KindStatefulSet = "StatefulSet"
+)
+
 // PodRunner starts the container of a pod as an OS process. onLog must
 // receive the process's JSON log lines; the kubelet reads "Serving" from
 // them to mark the pod Ready.
 type PodRunner func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error)
+
+// Endpoints receive the address of every Ready pod of a workload, as a
+// Service's endpoints do (the storm's traffic.Endpoints, which its load
+// sends to).
+type Endpoints interface {
+	// Add starts sending traffic to url.
+	Add(url string)
+	// Remove stops sending new traffic to url.
+	Remove(url string)
+}
 
 // WorkloadOptions configure a Workload.
 type WorkloadOptions struct {
@@ -53,7 +68,7 @@ type WorkloadOptions struct {
 	Run PodRunner
 	// Endpoints receive a pod's address once it is Ready, and lose it when
 	// it starts terminating.
-	Endpoints *traffic.Endpoints
+	Endpoints Endpoints
 	// StartDelay is the time from a Pod's creation to its process starting:
 	// scheduling and container start.
 	StartDelay time.Duration
@@ -275,6 +290,13 @@ func (w *Workload) observeWorkload(obj any) {
 		w.desired = n
 	}
 	w.mu.Unlock()
+}
+
+// ScaleEvent is the autoscaler changing the replica count.
+type ScaleEvent struct {
+	// At is when the harness saw the workload's spec.replicas change.
+	At       time.Time
+	From, To int32
 }
 
 // HPAStatus is what the HPA controller last wrote in the HPA's status.

@@ -1,6 +1,6 @@
 //go:build unix
 
-package storm
+package cluster
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 // directory that outlives the process, a restart keeps the serving
 // certificate, the port and the client CA, as a kube-apiserver restarted on
 // its node keeps its files.
-func (h *Harness) keepAPIServerCerts() error {
+func (c *Cluster) keepAPIServerCerts() error {
 	dir, err := os.MkdirTemp("", "storm-apiserver-")
 	if err != nil {
 		return fmt.Errorf("storm: API server certificate directory: %w", err)
 	}
-	h.certDir = dir
-	h.env.ControlPlane.GetAPIServer().CertDir = dir
-	h.env.ControlPlaneStopTimeout = apiServerStopGrace
+	c.certDir = dir
+	c.env.ControlPlane.GetAPIServer().CertDir = dir
+	c.env.ControlPlaneStopTimeout = apiServerStopGrace
 	return nil
 }
 
@@ -38,12 +38,12 @@ const apiServerStopGrace = 2 * time.Second
 
 // removeAPIServerCerts removes the directory of keepAPIServerCerts once the
 // API server has stopped for good.
-func (h *Harness) removeAPIServerCerts() {
-	if h.certDir == "" {
+func (c *Cluster) removeAPIServerCerts() {
+	if c.certDir == "" {
 		return
 	}
-	if err := os.RemoveAll(h.certDir); err != nil {
-		h.logf("Removing the API server's certificates: %v", err)
+	if err := os.RemoveAll(c.certDir); err != nil {
+		c.logf("Removing the API server's certificates: %v", err)
 	}
 }
 
@@ -52,24 +52,24 @@ func (h *Harness) removeAPIServerCerts() {
 // with the same flags, port, certificates and etcd. It returns once the API
 // server answers /healthz again, with the moments it went down and came
 // back. Every client keeps its kubeconfig: watches break and must resume.
-func (h *Harness) RestartAPIServer(down time.Duration) (stopped, back time.Time, err error) {
-	if h.env == nil || h.env.ControlPlane.APIServer == nil {
+func (c *Cluster) RestartAPIServer(down time.Duration) (stopped, back time.Time, err error) {
+	if c.env == nil || c.env.ControlPlane.APIServer == nil {
 		return time.Time{}, time.Time{}, errors.New("storm: the control plane is not started")
 	}
-	api := h.env.ControlPlane.APIServer
+	api := c.env.ControlPlane.APIServer
 	addr := net.JoinHostPort(api.Address, api.Port)
 	stopped = time.Now()
 	// An error here is the grace running out: the process was killed.
 	if err := api.Stop(); err != nil {
-		h.logf("Stopping kube-apiserver: %v", err)
+		c.logf("Stopping kube-apiserver: %v", err)
 	}
 	// Killed, it may take a moment to release its port.
-	if err := waitFor(context.Background(), 10*time.Second, "kube-apiserver releasing "+addr, func() (bool, error) {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err := WaitFor(context.Background(), 10*time.Second, "kube-apiserver releasing "+addr, func() (bool, error) {
+		conn, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return true, nil
 		}
-		_ = c.Close()
+		_ = conn.Close()
 		return false, nil
 	}); err != nil {
 		return stopped, time.Time{}, err
