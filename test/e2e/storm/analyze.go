@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -51,9 +52,9 @@ type RunData struct {
 	Load *traffic.LoadResult
 	// Published, Applied and Rollout are the observations of the plans
 	// (Published and Rollout are empty without the operator).
-	Published []Published
-	Applied   []Applied
-	Rollout   []RolloutSample
+	Published []observe.Published
+	Applied   []observe.Applied
+	Rollout   []observe.RolloutSample
 	// Alive names the pods still running at the end of the load.
 	Alive []string
 	// Acks are each alive pod's applied annotation at the end (operator
@@ -63,7 +64,7 @@ type RunData struct {
 	Laggard string
 	// PermitsCheck compares the logged permits of the pods running at the
 	// end with their gates' metrics (operator only).
-	PermitsCheck *PermitsCheck
+	PermitsCheck *observe.PermitsCheck
 	// Scales are the autoscaler's steps as they happened.
 	Scales []cluster.ScaleEvent
 }
@@ -224,7 +225,7 @@ func timeline(samples []Sample) []TimelinePoint {
 // running, the time from the harness seeing it to each of those pods
 // applying it. A pod's first application is its start, not a reload, and
 // counts only for plans published after it.
-func ReloadLatencies(published []Published, applied []Applied) []time.Duration {
+func ReloadLatencies(published []observe.Published, applied []observe.Applied) []time.Duration {
 	first := map[string]time.Time{}
 	for _, a := range applied {
 		if t, ok := first[a.Pod]; !ok || a.Time.Before(t) {
@@ -271,7 +272,7 @@ func plans(d *RunData) []PlanReport {
 
 func rollout(d *RunData) *RolloutReport {
 	r := &RolloutReport{}
-	var last Published
+	var last observe.Published
 	if n := len(d.Published); n > 0 {
 		last = d.Published[n-1]
 		r.Last = last.Ack().String()
@@ -301,7 +302,7 @@ func scaleSteps(d *RunData) []ScaleStepReport {
 			end = d.Scales[i+1].At
 		}
 		r := ScaleStepReport{At: sc.At.Sub(d.Start).Seconds(), From: sc.From, To: sc.To}
-		var first, last *Published
+		var first, last *observe.Published
 		for j := range d.Published {
 			p := &d.Published[j]
 			if p.Seen.After(sc.At) && p.Seen.Before(end) {

@@ -12,19 +12,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestReloadLatencies(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	published := []Published{{Seen: at(0), Hash: "h1"}, {Seen: at(1000), Hash: "h2"}, {Seen: at(2000), Hash: "h3"}}
-	applied := []Applied{
+	published := []observe.Published{{Seen: at(0), Hash: "h1"}, {Seen: at(1000), Hash: "h2"}, {Seen: at(2000), Hash: "h3"}}
+	applied := []observe.Applied{
 		{Pod: "a", Time: at(10), Hash: "h1"},   // a's start: not a reload
 		{Pod: "a", Time: at(1040), Hash: "h2"}, // 40ms
 		{Pod: "a", Time: at(1041), Hash: "h2"}, // the same plan again: counted once
@@ -47,13 +45,13 @@ func TestScaleSteps(t *testing.T) {
 		Schedule: DefaultSchedule(),
 		Start:    start,
 		Scales:   []cluster.ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
-		Published: []Published{
+		Published: []observe.Published{
 			{Seen: at(-1000), Hash: "n8", Permits: 5},
 			{Seen: at(25030), Hash: "n16", Pods: map[string]int{"old": 3, "new": 2}},
 			{Seen: at(45600), Hash: "n10", Permits: 4},
 			{Seen: at(45800), Hash: "n4", Pods: map[string]int{"old": 20, "new": 20}},
 		},
-		Applied: []Applied{
+		Applied: []observe.Applied{
 			{Pod: "old", Time: at(-900), Hash: "n8"},
 			{Pod: "old", Time: at(25040), Hash: "n16"},
 			{Pod: "new", Time: at(26900), Hash: "n16"}, // started after the decision
@@ -71,30 +69,6 @@ func TestScaleSteps(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, scaleSteps(d), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("scaleSteps (-want +got):\n%s", diff)
-	}
-}
-
-func TestObservationsTotalPermits(t *testing.T) {
-	var o Observations
-	five, two := 5, 2
-	o.Applied("a", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
-	o.Applied("b", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
-	if got := o.TotalPermits(); got != 10 {
-		t.Errorf("TotalPermits() = %d, want 10", got)
-	}
-	o.Applied("a", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &two})
-	o.Exited("b")
-	if got := o.TotalPermits(); got != 2 {
-		t.Errorf("after a shrink and an exit: TotalPermits() = %d, want 2", got)
-	}
-	o.Applied("c", cluster.LogLine{Msg: cluster.MsgAppliedPlan, Permits: &five})
-	released := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c", Annotations: map[string]string{v1alpha1.AppliedAnnotationPrefix + "g": "e/released"}}}
-	o.ack(time.Now(), released, "g")
-	if got, _ := o.PermitsOf([]string{"a", "c"}, ""); got != 2 || o.TotalPermits() != 2 {
-		t.Errorf("after c released its share: PermitsOf(a, c) = %d, TotalPermits() = %d, want 2 and 2", got, o.TotalPermits())
-	}
-	if acks := o.Acks(); len(acks) != 1 || !acks[0].Ack.Released || o.LastAcks()["c"] != "e/released" {
-		t.Errorf("acks %+v, last %v", acks, o.LastAcks())
 	}
 }
 
@@ -163,19 +137,17 @@ func TestAnalyzeAndGoals(t *testing.T) {
 	// Eight pods reload the plan of the scale-up; the four the scale-down
 	// keeps acknowledge it.
 	pods := []string{"p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"}
-	op.Published = []Published{
+	op.Published = []observe.Published{
 		{Seen: op.Start.Add(-time.Second), Hash: "h8", Epoch: "e", Revision: 1, Pods: map[string]int{}},
 		{Seen: op.Start.Add(25 * time.Second), Hash: "h16", Epoch: "e", Revision: 2, Pods: map[string]int{}},
 	}
 	for _, pod := range pods {
 		op.Published[0].Pods[pod], op.Published[1].Pods[pod] = 5, 2
-		op.Applied = append(op.Applied,
-			Applied{Pod: pod, Time: op.Start.Add(-900 * time.Millisecond), Hash: "h8", Permits: 5},
-			Applied{Pod: pod, Time: op.Start.Add(25*time.Second + 80*time.Millisecond), Hash: "h16", Permits: 2})
+		op.Applied = append(op.Applied, observe.Applied{Pod: pod, Time: op.Start.Add(-900 * time.Millisecond), Hash: "h8", Permits: 5}, observe.Applied{Pod: pod, Time: op.Start.Add(25*time.Second + 80*time.Millisecond), Hash: "h16", Permits: 2})
 	}
 	op.Alive = pods[:4]
 	op.Acks = map[string]string{"p1": "e/2", "p2": "e/2", "p3": "e/2", "p4": "e/2"}
-	op.Rollout = []RolloutSample{{Hash: "h16", Epoch: "e", Revision: 2, Acknowledged: 4, Total: 4}}
+	op.Rollout = []observe.RolloutSample{{Hash: "h16", Epoch: "e", Revision: 2, Acknowledged: 4, Total: 4}}
 	static := syntheticRun(vs[1], 18, 3, 53)
 	naive := syntheticRun(vs[2], 18, 100, 58)
 

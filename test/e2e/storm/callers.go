@@ -20,6 +20,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -214,7 +215,7 @@ func ptrTo[T any](v T) *T { return &v }
 // callerRun is one caller's state while the scenario runs.
 type callerRun struct {
 	spec      CallerSpec
-	obs       *Observations
+	obs       *observe.Observations
 	endpoints *traffic.Endpoints
 	w         *cluster.Workload
 	load      *traffic.LoadResult
@@ -282,12 +283,12 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	contractObs := &contractObservations{}
-	go contractObs.watch(watchCtx, h.Client)
+	contractObs := &observe.Contract{}
+	go contractObs.Watch(watchCtx, h.Client, ContractName)
 
 	runs := make([]*callerRun, len(cs.Callers))
 	for i, c := range cs.Callers {
-		cr := &callerRun{spec: c, obs: &Observations{}, endpoints: &traffic.Endpoints{Timeout: RequestTimeout}}
+		cr := &callerRun{spec: c, obs: &observe.Observations{}, endpoints: &traffic.Endpoints{Timeout: RequestTimeout}}
 		defer cr.endpoints.Close()
 		runs[i] = cr
 		cm := c.Name + v1alpha1.ConfigMapSuffix
@@ -358,7 +359,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	if err := cluster.WaitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
 		for i, cr := range runs {
 			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
-			if !rolledOut(cr.obs, cr.w.Running()) || int64(held) != fair[i] {
+			if !cr.obs.RolledOut(cr.w.Running()) || int64(held) != fair[i] {
 				return false, h.ManagerErr()
 			}
 		}
@@ -406,7 +407,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 				rp, _ := cr.obs.PermitsOf(ready, "")
 				sm.Callers = append(sm.Callers, CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
 			}
-			sm.Parts = contractObs.parts()
+			sm.Parts = contractObs.Parts()
 			out = append(out, sm)
 			if off >= cs.Duration {
 				<-stopSampling
@@ -456,7 +457,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	// Let the last handover finish before reading the acknowledgements.
 	_ = cluster.WaitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
 		for _, cr := range runs {
-			if !rolledOut(cr.obs, cr.w.Running()) {
+			if !cr.obs.RolledOut(cr.w.Running()) {
 				return false, nil
 			}
 		}
@@ -469,7 +470,7 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 			return nil, err
 		}
 	}
-	data.Status = contractObs.last()
+	data.Status = contractObs.Last()
 	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
@@ -478,6 +479,6 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 
 // rolloutOf returns the rollout report of a caller's observations, with
 // running naming its pods alive now.
-func rolloutOf(obs *Observations, running []string) *RolloutReport {
+func rolloutOf(obs *observe.Observations, running []string) *RolloutReport {
 	return rollout(&RunData{Published: obs.Published(), Rollout: obs.Rollout(), Alive: running, Acks: obs.LastAcks()})
 }

@@ -1,20 +1,16 @@
 package storm
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"maps"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -44,7 +40,7 @@ type CallersData struct {
 	// Loads and Rollouts are per caller, in the scenario's order.
 	Loads         []*traffic.LoadResult
 	Rollouts      []*RolloutReport
-	PermitsChecks []*PermitsCheck
+	PermitsChecks []*observe.PermitsCheck
 	// Status is the contract's last status.
 	Status *v1alpha1.DownstreamContractStatus
 }
@@ -88,7 +84,7 @@ type CallerReport struct {
 	Rollout *RolloutReport `json:"rollout"`
 	// PermitsCheck compares its pods' logged permits with their metrics
 	// at the end.
-	PermitsCheck *PermitsCheck `json:"permitsCheck,omitempty"`
+	PermitsCheck *observe.PermitsCheck `json:"permitsCheck,omitempty"`
 	// Load is what the harness sent it.
 	LoadAchievedPerSecond float64 `json:"loadAchievedPerSecond"`
 	LoadTargetPerSecond   float64 `json:"loadTargetPerSecond"`
@@ -328,40 +324,4 @@ func WriteCallersTable(w io.Writer, r *CallersReport) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", g.Goal, g.Variant, g.Want, g.Got, goalResult(g))
 	}
 	return tw.Flush()
-}
-
-// contractObservations follow the DownstreamContract's split over callers.
-type contractObservations struct {
-	mu     sync.Mutex
-	status *v1alpha1.DownstreamContractStatus
-}
-
-func (o *contractObservations) watch(ctx context.Context, c client.WithWatch) {
-	watchLoop(ctx, c, &v1alpha1.DownstreamContractList{}, []client.ListOption{client.MatchingFields{"metadata.name": ContractName}}, func(obj client.Object) {
-		if dc, ok := obj.(*v1alpha1.DownstreamContract); ok {
-			o.mu.Lock()
-			o.status = dc.Status.DeepCopy()
-			o.mu.Unlock()
-		}
-	})
-}
-
-// parts returns the callers' parts by namespace/quota.
-func (o *contractObservations) parts() map[string]int32 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := map[string]int32{}
-	if o.status != nil {
-		for _, c := range o.status.Callers {
-			out[c.Namespace+"/"+c.Quota] = c.Permits
-		}
-	}
-	return maps.Clone(out)
-}
-
-// last returns the last status seen.
-func (o *contractObservations) last() *v1alpha1.DownstreamContractStatus {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.status.DeepCopy()
 }

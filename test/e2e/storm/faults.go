@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 )
 
 // Fault is something that goes wrong in the cluster while a variant runs:
@@ -26,7 +27,7 @@ type Fault struct {
 type FaultRun struct {
 	Harness      *Harness
 	Workload     *cluster.Workload
-	Observations *Observations
+	Observations *observe.Observations
 	// Start is the moment the load started; offsets count from it.
 	Start     time.Time
 	Namespace string
@@ -63,21 +64,6 @@ func faultVariant(name, description string, s Schedule, faults ...Fault) Variant
 	return Variant{Name: name, Description: description, Operator: true, Schedule: &s, Faults: faults}
 }
 
-// planFor reports whether p gives every one of pods a share and the pods
-// together every usable permit: the division for exactly those pods, once
-// the handover is done.
-func planFor(p Published, pods []string) bool {
-	sum := 0
-	for _, pod := range pods {
-		n := p.PermitsOf(pod)
-		if n < 1 {
-			return false
-		}
-		sum += n
-	}
-	return len(pods) > 0 && sum == Usable()
-}
-
 // waitForPlan polls, from the moment it is called, until a plan published
 // after since gives exactly the running pods (want of them) every usable
 // permit and, when acked, every running pod acknowledged it and the quota's
@@ -91,7 +77,7 @@ func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, a
 		}
 		pub := fr.Observations.Published()
 		for i := len(pub) - 1; i >= 0 && pub[i].Seen.After(since); i-- {
-			if !planFor(pub[i], running) {
+			if !pub[i].Divides(running, Usable()) {
 				continue
 			}
 			if published.IsZero() || pub[i].Seen.Before(published) {
@@ -101,7 +87,7 @@ func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, a
 		if published.IsZero() {
 			return false, nil
 		}
-		return !acked || rolledOut(fr.Observations, running), nil
+		return !acked || fr.Observations.RolledOut(running), nil
 	})
 	return published, time.Now(), err
 }

@@ -259,8 +259,8 @@ func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, sinc
 			held, _ := fr.Observations.PermitsOf(w.Ready(), "")
 			pub := fr.Observations.Published()
 			ok := slices.Equal(w.Running(), sortedNames(want)) && slices.Equal(w.Ready(), sortedNames(want)) &&
-				w.Counts().Existing == len(want) && held == Usable() && rolledOut(fr.Observations, want) &&
-				len(pub) > 0 && planFor(pub[len(pub)-1], want)
+				w.Counts().Existing == len(want) && held == Usable() && fr.Observations.RolledOut(want) &&
+				len(pub) > 0 && pub[len(pub)-1].Divides(want, Usable())
 			for _, pod := range want {
 				n, _ := fr.Observations.PermitsOf([]string{pod}, "")
 				ok = ok && len(pub) > 0 && n == pub[len(pub)-1].PermitsOf(pod)

@@ -3,6 +3,8 @@ package storm
 import (
 	"sort"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 )
 
 // Report is the outcome of a storm run: every variant on the same schedule.
@@ -95,7 +97,7 @@ type VariantReport struct {
 	// PermitsCheck says whether the pods running at the end export, in
 	// backpressure_gate_permits, the permits their logs said (operator
 	// variants only): the capacity figures count from the logs.
-	PermitsCheck *PermitsCheck `json:"permitsCheck,omitempty"`
+	PermitsCheck *observe.PermitsCheck `json:"permitsCheck,omitempty"`
 	// StaticPermits is the fixed per-pod permits of a variant without the
 	// operator.
 	StaticPermits int `json:"staticPermits,omitempty"`

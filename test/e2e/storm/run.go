@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -84,7 +85,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	obs := &Observations{}
+	obs := &observe.Observations{}
 	var planDir string
 	if v.Operator {
 		go obs.WatchConfigMap(watchCtx, h.Client, ns, ConfigMapName, QuotaName)
@@ -198,8 +199,8 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		err := cluster.WaitFor(ctx, setupTimeout, "every pod acknowledging the plan and the Ready pods holding every usable permit", func() (bool, error) {
 			r, pub, running := obs.Rollout(), obs.Published(), w.Running()
 			held, _ := obs.PermitsOf(w.Ready(), "")
-			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && len(pub) > 0 && planFor(pub[len(pub)-1], running) &&
-				rolledOut(obs, running) && held == Usable(), h.ManagerErr()
+			return len(r) > 0 && r[len(r)-1].Total == s.InitialReplicas && len(pub) > 0 && pub[len(pub)-1].Divides(running, Usable()) &&
+				obs.RolledOut(running) && held == Usable(), h.ManagerErr()
 		})
 		if err != nil {
 			return nil, err
@@ -215,7 +216,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		// Let the last acknowledgements land before reading the rollout: a
 		// handover may still be under way (a laggard takes its delay).
 		_ = cluster.WaitFor(ctx, 10*time.Second+v.Laggard, "the rollout of the last plan", func() (bool, error) {
-			return rolledOut(obs, w.Running()), nil
+			return obs.RolledOut(w.Running()), nil
 		})
 	}
 	data.Published, data.Applied, data.Rollout = obs.Published(), obs.AppliedPlans(), obs.Rollout()
@@ -240,31 +241,10 @@ func podLogPath(dir string, pod *corev1.Pod) string {
 	return path
 }
 
-// rolledOut says whether the quota's status counts every pod as having
-// acknowledged the last published plan, and every running pod's annotation
-// says so.
-func rolledOut(obs *Observations, running []string) bool {
-	pub, ro := obs.Published(), obs.Rollout()
-	if len(pub) == 0 || len(ro) == 0 {
-		return false
-	}
-	last, cur := pub[len(pub)-1], ro[len(ro)-1]
-	if cur.Epoch != last.Epoch || cur.Revision != last.Revision || cur.Acknowledged != cur.Total {
-		return false
-	}
-	acks := obs.LastAcks()
-	for _, pod := range running {
-		if acks[pod] != last.Ack().String() {
-			return false
-		}
-	}
-	return true
-}
-
 // conduct runs the schedule: the load, the latency steps, the scale steps a
 // scenario asks the HPA for, if any, and the sampling of the downstream, the
 // workload and its HPA. The HPA's decisions are recorded as they happen.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *Observations, laggard func() string) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *observe.Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &traffic.Load{
 		Rate:           s.RequestsPerSecond,
@@ -365,7 +345,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffi
 }
 
 // sample takes one sample of the run at offset off.
-func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s Schedule, obs *Observations, laggard string) Sample {
+func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s Schedule, obs *observe.Observations, laggard string) Sample {
 	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)

@@ -1,10 +1,12 @@
-package storm
+package observe
 
 import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +30,7 @@ type PermitsCheck struct {
 func checkPermits(ctx context.Context, gate string, addrs map[string]string, logged func(pod string) int) *PermitsCheck {
 	c := &PermitsCheck{}
 	cl := &http.Client{Timeout: 5 * time.Second}
-	for _, pod := range sortedKeys(addrs) {
+	for _, pod := range slices.Sorted(maps.Keys(addrs)) {
 		c.Pods++
 		got, err := scrapePermits(ctx, cl, "http://"+addrs[pod]+"/metrics", gate)
 		switch want := logged(pod); {

@@ -1,4 +1,4 @@
-package storm
+package observe
 
 import (
 	"context"
@@ -51,6 +51,21 @@ func (p Published) HandedOut() int {
 		n += v
 	}
 	return n
+}
+
+// Divides reports whether the document gives every one of pods a share and
+// the pods together total permits: the division of total for exactly those
+// pods, once the handover is done.
+func (p Published) Divides(pods []string, total int) bool {
+	sum := 0
+	for _, pod := range pods {
+		n := p.PermitsOf(pod)
+		if n < 1 {
+			return false
+		}
+		sum += n
+	}
+	return len(pods) > 0 && sum == total
 }
 
 // Applied is a pod putting a plan in force, from its "Applied plan" log line.
@@ -201,6 +216,27 @@ func (o *Observations) LastAcks() map[string]string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return maps.Clone(o.lastAck)
+}
+
+// RolledOut says whether the quota's status counts every pod as having
+// acknowledged the last published plan, and the applied annotation of every
+// pod of running says so.
+func (o *Observations) RolledOut(running []string) bool {
+	pub, ro := o.Published(), o.Rollout()
+	if len(pub) == 0 || len(ro) == 0 {
+		return false
+	}
+	last, cur := pub[len(pub)-1], ro[len(ro)-1]
+	if cur.Epoch != last.Epoch || cur.Revision != last.Revision || cur.Acknowledged != cur.Total {
+		return false
+	}
+	acks := o.LastAcks()
+	for _, pod := range running {
+		if acks[pod] != last.Ack().String() {
+			return false
+		}
+	}
+	return true
 }
 
 // ack records pod's applied annotation for gate when it changed. A pod
