@@ -16,6 +16,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // suiteTimeout bounds the whole suite: set-up, four variants of about 80
@@ -28,7 +29,7 @@ const suiteTimeout = 18 * time.Minute
 
 var (
 	harness  *storm.Harness
-	schedule storm.Schedule
+	common   schedule.Schedule
 	variants map[string]storm.Variant
 	report   *storm.Report
 	// lagReport and callersReport are the scenarios with schedules of
@@ -47,16 +48,16 @@ func TestStorm(t *testing.T) {
 var _ = BeforeSuite(func(ctx SpecContext) {
 	ctrllog.SetLogger(logr.Discard())
 	var err error
-	schedule, err = storm.ScheduleFromEnv()
+	common, err = storm.ScheduleFromEnv()
 	Expect(err).NotTo(HaveOccurred())
-	all, err := storm.Variants(schedule)
+	all, err := storm.Variants(common)
 	Expect(err).NotTo(HaveOccurred())
 	variants = map[string]storm.Variant{}
 	for _, v := range all {
 		variants[v.Name] = v
 	}
-	report = storm.NewReport(schedule)
-	lagReport = storm.NewReport(variants["laggard"].ScheduleOr(schedule))
+	report = storm.NewReport(common)
+	lagReport = storm.NewReport(variants["laggard"].ScheduleOr(common))
 
 	harness, err = storm.Setup(ctx, storm.Options{Logf: func(format string, args ...any) {
 		GinkgoWriter.Printf(time.Now().Format("15:04:05 ")+format+"\n", args...)
@@ -87,7 +88,7 @@ var _ = AfterSuite(func() {
 // runVariant runs a variant and adds it to its report.
 func runVariant(ctx context.Context, name string) *storm.VariantReport {
 	v := variants[name]
-	r, err := harness.Run(ctx, v, v.ScheduleOr(schedule))
+	r, err := harness.Run(ctx, v, v.ScheduleOr(common))
 	Expect(err).NotTo(HaveOccurred(), "the harness could not run the %s variant", name)
 	if v.Schedule != nil {
 		lagReport.Add(r)
@@ -174,9 +175,9 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 				AddReportEntry("naive: retries in "+a.Phase, fmt.Sprintf("attempts per request %.3f (model %.3f, single round %.3f; %d attempts, %d requests, %d shed over %.1fs); rejected %.1f%% (model %.1f%%): %s",
 					a.Measured, a.FixedPoint, a.SingleRound, a.Attempts, a.Requests, a.Shed, a.MeasuredSeconds, 100*a.MeasuredRejection, 100*a.FixedPointRejection, a.Command()))
 			}
-			Expect(expectGoals(report, "naive", "rejected fraction of attempts in phase")).To(Equal(len(schedule.Phases)))
+			Expect(expectGoals(report, "naive", "rejected fraction of attempts in phase")).To(Equal(len(common.Phases)))
 			// Asserted where the gates shed at most 1 % of the requests.
-			Expect(expectGoals(report, "naive", "attempts per request in phase")).To(Equal(len(schedule.Phases)))
+			Expect(expectGoals(report, "naive", "attempts per request in phase")).To(Equal(len(common.Phases)))
 		})
 	})
 
@@ -196,7 +197,7 @@ var _ = Describe("The 429 storm", Ordered, ContinueOnFailure, func() {
 		})
 
 		It("ends with every pod, the laggard too, acknowledging the last plan's epoch/revision", func() {
-			s := variants["laggard"].ScheduleOr(schedule)
+			s := variants["laggard"].ScheduleOr(common)
 			r := lagReport.Variants["laggard"]
 			Expect(r.Timeline).NotTo(BeEmpty())
 			Expect(r.Timeline[len(r.Timeline)-1].Desired).To(Equal(s.ReplicasAt(s.Duration)), "the HPA followed the scenario's last step")

@@ -10,14 +10,15 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestRetryAmplification(t *testing.T) {
-	s := Schedule{
+	s := schedule.Schedule{
 		Duration: 12 * time.Second, RequestsPerSecond: 100, InitialReplicas: 1,
-		Latency: []LatencyStep{{At: 0, Latency: TypicalLatency}},
-		Phases:  []Phase{{Name: "only", From: 0, To: 12 * time.Second, Settle: 2 * time.Second}},
+		Latency: []schedule.LatencyStep{{At: 0, Latency: TypicalLatency}},
+		Phases:  []schedule.Phase{{Name: "only", From: 0, To: 12 * time.Second, Settle: 2 * time.Second}},
 	}
 	// The window is [2s, 12s): 300 calls arrive, 250 of them rejected, 10
 	// still in flight at its end.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -40,7 +41,7 @@ type Sample struct {
 // RunData is everything a variant's run recorded, before analysis.
 type RunData struct {
 	Variant  Variant
-	Schedule Schedule
+	Schedule schedule.Schedule
 	// Start is when the load started; sample and record offsets count
 	// from it.
 	Start time.Time

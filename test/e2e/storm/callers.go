@@ -21,6 +21,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -44,7 +45,7 @@ type CallerSpec struct {
 	// InitialReplicas run before the load starts; Scale are the caller's
 	// autoscaler's steps.
 	InitialReplicas int32
-	Scale           []ScaleStep
+	Scale           []schedule.ScaleStep
 }
 
 // CallersScenario is several workloads calling one downstream whose
@@ -82,7 +83,7 @@ func (cp CallersCheckpoint) End() time.Duration { return cp.At + cp.Within }
 // replicasAt returns the replicas the caller's autoscaler has been asked
 // for at t.
 func (c CallerSpec) replicasAt(t time.Duration) int32 {
-	return Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
+	return schedule.Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
 }
 
 // TwoCallers is the two-callers scenario, 33 seconds at the typical latency:
@@ -108,9 +109,9 @@ func TwoCallers() CallersScenario {
 		PodStartDelay: 1500 * time.Millisecond,
 		Callers: []CallerSpec{
 			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, RequestsPerSecond: 1200, InitialReplicas: 4,
-				Scale: []ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
+				Scale: []schedule.ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
 			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
-				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
+				Scale: []schedule.ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
 		Checkpoints: []CallersCheckpoint{
 			{At: 7500 * time.Millisecond}, {At: 15 * time.Second}, {At: 21500 * time.Millisecond},
@@ -129,8 +130,8 @@ func (cs CallersScenario) Validate() error {
 		errs = append(errs, errors.New("at least two callers"))
 	}
 	for _, c := range cs.Callers {
-		s := Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
-			Latency: []LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
+		s := schedule.Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
+			Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
 		if err := s.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("caller %s: %w", c.Name, err))
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -79,7 +80,7 @@ type CallerReport struct {
 	// the scenario's checkpoints.
 	Checkpoints []CallerCheckpoint `json:"checkpoints"`
 	// Scale are the caller's autoscaler's steps.
-	Scale []ScaleStep `json:"scale"`
+	Scale []schedule.ScaleStep `json:"scale"`
 	// Rollout is whether its pods acknowledged its last plan.
 	Rollout *RolloutReport `json:"rollout"`
 	// PermitsCheck compares its pods' logged permits with their metrics

@@ -4,10 +4,6 @@ import (
 	"time"
 )
 
-// Usable returns the permits the scenario's quota hands out:
-// floor(contract × safety).
-func Usable() int { return Contract * SafetyPercent / 100 }
-
 // PreviousShare is the per-pod share of the division the operator made
 // before issue 10: floor(usable / divisor) for every pod, with the divisor
 // max(spec replicas, HPA desired, existing pods) and, under belowOne: Strict,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 func TestPreviousShare(t *testing.T) {
@@ -20,7 +21,7 @@ func TestPreviousShare(t *testing.T) {
 // Ready at 6.5 s, with a laggard applying plans 2 s late, against the
 // previous division's model, and integrates a measured dip.
 func TestCapacityLaggard(t *testing.T) {
-	s := Schedule{Duration: 10 * time.Second, InitialReplicas: 2, Scale: []ScaleStep{{At: 5 * time.Second, Replicas: 10}}}
+	s := schedule.Schedule{Duration: 10 * time.Second, InitialReplicas: 2, Scale: []schedule.ScaleStep{{At: 5 * time.Second, Replicas: 10}}}
 	d := &RunData{Variant: Variant{Name: "laggard", Operator: true, Laggard: 2 * time.Second}, Schedule: s,
 		Scales: []cluster.ScaleEvent{{At: time.Time{}.Add(5 * time.Second), From: 2, To: 10}}}
 	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {

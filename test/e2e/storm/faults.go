@@ -11,6 +11,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // Fault is something that goes wrong in the cluster while a variant runs:
@@ -43,15 +44,15 @@ const faultSettle = 2 * time.Second
 // faultSchedule is a fault scenario's timeline: d at the typical latency
 // under the storm's load, from initial pods, with the autoscaler's steps and
 // the phases of the report.
-func faultSchedule(d time.Duration, initial int32, scale []ScaleStep, phases ...Phase) Schedule {
+func faultSchedule(d time.Duration, initial int32, scale []schedule.ScaleStep, phases ...schedule.Phase) schedule.Schedule {
 	for i := range phases {
 		phases[i].Settle = faultSettle
 	}
-	return Schedule{
+	return schedule.Schedule{
 		Duration:          d,
 		RequestsPerSecond: RequestsPerSecond,
 		InitialReplicas:   initial,
-		Latency:           []LatencyStep{{At: 0, Latency: TypicalLatency}},
+		Latency:           []schedule.LatencyStep{{At: 0, Latency: TypicalLatency}},
 		Scale:             scale,
 		Phases:            phases,
 		PodStartDelay:     1500 * time.Millisecond,
@@ -60,7 +61,7 @@ func faultSchedule(d time.Duration, initial int32, scale []ScaleStep, phases ...
 
 // faultVariant is a fault scenario's variant: the operator, on the
 // scenario's own schedule, with its faults.
-func faultVariant(name, description string, s Schedule, faults ...Fault) Variant {
+func faultVariant(name, description string, s schedule.Schedule, faults ...Fault) Variant {
 	return Variant{Name: name, Description: description, Operator: true, Schedule: &s, Faults: faults}
 }
 

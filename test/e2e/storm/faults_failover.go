@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The leader election timings of the failover scenario: short, so that the
@@ -42,10 +43,8 @@ const failoverFrom, failoverTo = 4, 8
 // the leading manager publishes the first plan of the handover (the old
 // pods shrink to 5) and is killed; the new pods become Ready while no
 // replica leads, and their shares can only come from the new leader.
-func FailoverSchedule() Schedule {
-	return faultSchedule(16*time.Second, failoverFrom, []ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}},
-		Phase{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt},
-		Phase{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second})
+func FailoverSchedule() schedule.Schedule {
+	return faultSchedule(16*time.Second, failoverFrom, []schedule.ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}}, schedule.Phase{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt}, schedule.Phase{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second})
 }
 
 // FailoverReport is what the failover scenario measured.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The finished pods scenario's timeline.
@@ -31,10 +32,8 @@ const (
 // appear and stay, as they do until the pod garbage collector's threshold;
 // at 6 s the autoscaler asks for 6 pods. The two hold no calls: the usable
 // permits must stay divided over the Ready pods alone.
-func FinishedPodsSchedule() Schedule {
-	return faultSchedule(14*time.Second, finishedFrom, []ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}},
-		Phase{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt},
-		Phase{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second})
+func FinishedPodsSchedule() schedule.Schedule {
+	return faultSchedule(14*time.Second, finishedFrom, []schedule.ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}}, schedule.Phase{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt}, schedule.Phase{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second})
 }
 
 // FinishedCheckpoint is the division as the quota's status and the

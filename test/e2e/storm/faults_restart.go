@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The API server restart scenario's timeline.
@@ -36,10 +38,8 @@ const restartFrom, restartTo = 6, 8
 // RestartSchedule is the API server restart scenario, 24 seconds at the
 // typical latency: 6 pods; at 4 s kube-apiserver stops, and is started again
 // a second later; the moment it answers, the autoscaler asks for 8 pods.
-func RestartSchedule() Schedule {
-	return faultSchedule(24*time.Second, restartFrom, nil,
-		Phase{Name: "6 pods", From: 0, To: RestartAt},
-		Phase{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second})
+func RestartSchedule() schedule.Schedule {
+	return faultSchedule(24*time.Second, restartFrom, nil, schedule.Phase{Name: "6 pods", From: 0, To: RestartAt}, schedule.Phase{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second})
 }
 
 // RestartReport is what the API server restart scenario measured.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -57,11 +58,8 @@ const (
 // search-gateway-1 is deleted and comes back under its name; at 30 s the
 // autoscaler asks for 3. 7 and 3 do not divide the 40 usable permits:
 // the exact division gives some pods one more.
-func StatefulSetSchedule() Schedule {
-	return faultSchedule(stsDuration, StatefulSetFrom, []ScaleStep{{At: stsUpAt, Replicas: StatefulSetUp}, {At: stsDownAt, Replicas: StatefulSetDown}},
-		Phase{Name: "4→7 pods, one at a time", From: 0, To: StatefulSetRecreateAt},
-		Phase{Name: StatefulSetRecreated + " deleted and created again", From: StatefulSetRecreateAt, To: stsDownAt},
-		Phase{Name: "7→3 pods, one at a time", From: stsDownAt, To: stsDuration})
+func StatefulSetSchedule() schedule.Schedule {
+	return faultSchedule(stsDuration, StatefulSetFrom, []schedule.ScaleStep{{At: stsUpAt, Replicas: StatefulSetUp}, {At: stsDownAt, Replicas: StatefulSetDown}}, schedule.Phase{Name: "4→7 pods, one at a time", From: 0, To: StatefulSetRecreateAt}, schedule.Phase{Name: StatefulSetRecreated + " deleted and created again", From: StatefulSetRecreateAt, To: stsDownAt}, schedule.Phase{Name: "7→3 pods, one at a time", From: stsDownAt, To: stsDuration})
 }
 
 // StatefulSetStep is the workload once one step of the scenario settled:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // Report is the outcome of a storm run: every variant on the same schedule.
@@ -241,7 +242,7 @@ func latencyReport(ds []time.Duration) *LatencyReport {
 func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
 
 // NewReport starts a report of the given schedule.
-func NewReport(s Schedule) *Report {
+func NewReport(s schedule.Schedule) *Report {
 	return &Report{
 		Contract:                Contract,
 		SafetyPercent:           SafetyPercent,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -41,7 +42,7 @@ func Namespace(v Variant) string { return "storm-" + v.Name }
 // its figures. An error means the harness could not run the scenario (a
 // process that did not start, an API call that failed), not that a goal was
 // missed.
-func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantReport, err error) {
+func (h *Harness) Run(ctx context.Context, v Variant, s schedule.Schedule) (rep *VariantReport, err error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func podLogPath(dir string, pod *corev1.Pod) string {
 // conduct runs the schedule: the load, the latency steps, the scale steps a
 // scenario asks the HPA for, if any, and the sampling of the downstream, the
 // workload and its HPA. The HPA's decisions are recorded as they happen.
-func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *observe.Observations, laggard func() string) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *observe.Observations, laggard func() string) (*RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &traffic.Load{
 		Rate:           s.RequestsPerSecond,
@@ -345,7 +346,7 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s Schedule, ds *traffi
 }
 
 // sample takes one sample of the run at offset off.
-func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s Schedule, obs *observe.Observations, laggard string) Sample {
+func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s schedule.Schedule, obs *observe.Observations, laggard string) Sample {
 	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // Variant is one way of configuring the pods' gates, run on the same
@@ -27,7 +28,7 @@ type Variant struct {
 	Laggard time.Duration
 	// Schedule, when set, is the variant's own scenario: it runs on it
 	// instead of the common schedule, and is reported apart.
-	Schedule *Schedule
+	Schedule *schedule.Schedule
 	// Sidecar variants run every pod as examples/gateway without a gate of
 	// its own in front of backpressure-proxy, which enforces the pod's
 	// share instead of the library (see proxypod).
@@ -42,7 +43,7 @@ type Variant struct {
 }
 
 // ScheduleOr returns the variant's own schedule, or common.
-func (v Variant) ScheduleOr(common Schedule) Schedule {
+func (v Variant) ScheduleOr(common schedule.Schedule) schedule.Schedule {
 	if v.Schedule != nil {
 		return *v.Schedule
 	}
@@ -62,7 +63,7 @@ const GatewayMaxRetries = 1
 // hand-tuned static share for 8 pods, the naive full contract per pod, and
 // the operator with pods calling through the sidecar proxy, on the common
 // schedule; then the laggard scenario on its own.
-func Variants(s Schedule) ([]Variant, error) {
+func Variants(s schedule.Schedule) ([]Variant, error) {
 	static, err := StaticPlan(s.InitialReplicas)
 	if err != nil {
 		return nil, err
