@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,6 +22,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
@@ -40,6 +42,11 @@ type CallerSpec struct {
 	// spec.demand.inFlight (0: no demand stated, unbounded).
 	Weight         int32
 	DemandInFlight int32
+	// Part is the permits the caller must get once every caller has Ready
+	// pods, worked out by hand from the weights, the demands and the
+	// contract (see TwoCallers): the figure the operator's split is checked
+	// against.
+	Part int64
 	// RequestsPerSecond is the open-loop load over the caller's Ready pods.
 	RequestsPerSecond float64
 	// InitialReplicas run before the load starts; Scale are the caller's
@@ -56,29 +63,9 @@ type CallersScenario struct {
 	PodStartDelay time.Duration
 	Callers       []CallerSpec
 	// Checkpoints are the moments at which each caller's Ready pods must
-	// hold its fair part.
-	Checkpoints []CallersCheckpoint
+	// hold its part.
+	Checkpoints []report.CallersCheckpoint
 }
-
-// CallersCheckpoint is a moment at which each caller's Ready pods must hold
-// its fair part.
-type CallersCheckpoint struct {
-	// At is the moment. With Within zero it must come well after every scale
-	// step before it, and the last sample at or before it is the
-	// checkpoint.
-	At time.Duration
-	// Within, when positive, makes the checkpoint a poll: it is met at the
-	// first sample from At to At+Within at which each caller has as many
-	// Ready pods as its last step before At asked for, they hold its fair
-	// part and the contract's status gives it that part; when no sample
-	// does, the last one of the window is the checkpoint, and it fails. At
-	// must then come after the HPA's decision on every step before it (one
-	// HPASyncPeriod after the step), so that the old pods cannot meet it.
-	Within time.Duration
-}
-
-// End is the last moment the checkpoint looks at.
-func (cp CallersCheckpoint) End() time.Duration { return cp.At + cp.Within }
 
 // replicasAt returns the replicas the caller's autoscaler has been asked
 // for at t.
@@ -89,9 +76,13 @@ func (c CallerSpec) replicasAt(t time.Duration) int32 {
 // TwoCallers is the two-callers scenario, 33 seconds at the typical latency:
 // the search gateway (weight 1, no demand stated, 1,200 requests/s) scales
 // 4 → 8 at 8 s and 8 → 3 at 22 s; the checkout gateway (weight 3, demand 24
-// in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
-// permits, weighted max-min fairness gives checkout its demand, 24 (its
-// weighted share would be 30), and search the other 16.
+// in flight, 600 requests/s) scales 2 → 6 at 14 s.
+//
+// Their parts, by weighted max-min fairness, worked out by hand: the usable
+// permits are floor(50 × 80 / 100) = 40; by weight alone search would get
+// 40 × 1/4 = 10 and checkout 40 × 3/4 = 30, but checkout states a demand of
+// 24 < 30, so it gets 24 and the 40 − 24 = 16 left go to search, which
+// states none. Search 16, checkout 24.
 //
 // The scenario asks the HPAs for those steps; each acts within its sync
 // period (2 s). The first three checkpoints leave every step 5 s or more
@@ -108,12 +99,12 @@ func TwoCallers() CallersScenario {
 		Duration:      33 * time.Second,
 		PodStartDelay: 1500 * time.Millisecond,
 		Callers: []CallerSpec{
-			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, RequestsPerSecond: 1200, InitialReplicas: 4,
+			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, Part: 16, RequestsPerSecond: 1200, InitialReplicas: 4,
 				Scale: []schedule.ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
-			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
+			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, Part: 24, RequestsPerSecond: 600, InitialReplicas: 2,
 				Scale: []schedule.ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
-		Checkpoints: []CallersCheckpoint{
+		Checkpoints: []report.CallersCheckpoint{
 			{At: 7500 * time.Millisecond}, {At: 15 * time.Second}, {At: 21500 * time.Millisecond},
 			{At: 22*time.Second + cluster.HPASyncPeriod, Within: 8 * time.Second},
 		},
@@ -129,7 +120,9 @@ func (cs CallersScenario) Validate() error {
 	if len(cs.Callers) < 2 {
 		errs = append(errs, errors.New("at least two callers"))
 	}
+	var parts int64
 	for _, c := range cs.Callers {
+		parts += c.Part
 		s := schedule.Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
 			Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
 		if err := s.Validate(); err != nil {
@@ -138,6 +131,11 @@ func (cs CallersScenario) Validate() error {
 		if c.Weight < 1 || c.DemandInFlight < 0 {
 			errs = append(errs, fmt.Errorf("caller %s: weight %d must be at least 1, demand %d at least 0", c.Name, c.Weight, c.DemandInFlight))
 		}
+	}
+	// Every usable permit goes to some caller: a part worked out wrong by
+	// hand shows here rather than as a missed goal after a run.
+	if parts != int64(Usable()) {
+		errs = append(errs, fmt.Errorf("the callers' parts add up to %d, not the %d usable permits", parts, Usable()))
 	}
 	for _, cp := range cs.Checkpoints {
 		if cp.At <= 0 || cp.Within < 0 || cp.End() >= cs.Duration {
@@ -148,6 +146,17 @@ func (cs CallersScenario) Validate() error {
 		return fmt.Errorf("storm: invalid callers scenario: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// data returns the scenario's data for its report, yet without what a run
+// records.
+func (cs CallersScenario) data() *report.CallersData {
+	d := &report.CallersData{Downstream: theDownstream, Duration: cs.Duration, Checkpoints: cs.Checkpoints}
+	for _, c := range cs.Callers {
+		d.Callers = append(d.Callers, report.Caller{Name: c.Name, Namespace: c.Namespace, Quota: QuotaName, Weight: c.Weight,
+			DemandInFlight: c.DemandInFlight, Part: c.Part, InitialReplicas: c.InitialReplicas, Scale: c.Scale})
+	}
+	return d
 }
 
 // ContractObject returns the scenario's DownstreamContract: the quota's
@@ -225,7 +234,7 @@ type callerRun struct {
 // RunCallers runs the scenario: the contract, each caller's objects and
 // pods, one downstream for all, each caller's load and autoscaler, and the
 // sampling of all of it. An error means the harness could not run it.
-func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *CallersReport, err error) {
+func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *report.CallersReport, err error) {
 	if err := cs.Validate(); err != nil {
 		return nil, err
 	}
@@ -356,11 +365,10 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	}
 	// Start from a settled handover: every caller's pods acknowledged its
 	// last plan and hold its part.
-	fair := FairParts(cs)
 	if err := cluster.WaitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
-		for i, cr := range runs {
+		for _, cr := range runs {
 			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
-			if !cr.obs.RolledOut(cr.w.Running()) || int64(held) != fair[i] {
+			if !cr.obs.RolledOut(cr.w.Running()) || int64(held) != cr.spec.Part {
 				return false, h.ManagerErr()
 			}
 		}
@@ -390,23 +398,23 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 		close(loadDone)
 	}()
 
-	samples := make(chan []CallersSample, 1)
+	samples := make(chan []report.CallersSample, 1)
 	stopSampling := make(chan struct{})
 	go func() {
-		var out []CallersSample
+		var out []report.CallersSample
 		for i := 0; ; i++ {
-			off := time.Duration(i) * SampleInterval
+			off := time.Duration(i) * report.SampleInterval
 			select {
 			case <-stopSampling:
 				samples <- out
 				return
 			case <-time.After(time.Until(start.Add(off))):
 			}
-			sm := CallersSample{At: off, Downstream: ds.Sample()}
+			sm := report.CallersSample{At: off, Downstream: ds.Sample()}
 			for _, cr := range runs {
 				ready := cr.w.Ready()
 				rp, _ := cr.obs.PermitsOf(ready, "")
-				sm.Callers = append(sm.Callers, CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
+				sm.Callers = append(sm.Callers, report.CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
 			}
 			sm.Parts = contractObs.Parts()
 			out = append(out, sm)
@@ -448,7 +456,8 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	}
 	<-loadDone
 	close(stopSampling)
-	data := &CallersData{Scenario: cs, Samples: <-samples, Final: ds.Sample()}
+	data := cs.data()
+	data.Samples, data.Final = <-samples, ds.Sample()
 	for _, cr := range runs {
 		data.Loads = append(data.Loads, cr.load)
 	}
@@ -475,11 +484,58 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *Call
 	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
-	return AnalyzeCallers(data), nil
+	return analyzeCallers(data), nil
+}
+
+// analyzeCallers turns the scenario's data into its report and judges its
+// goals.
+func analyzeCallers(d *report.CallersData) *report.CallersReport {
+	r := report.AnalyzeCallers(d)
+	r.Goals = callersGoals(r)
+	return r
 }
 
 // rolloutOf returns the rollout report of a caller's observations, with
 // running naming its pods alive now.
-func rolloutOf(obs *observe.Observations, running []string) *RolloutReport {
-	return rollout(&RunData{Published: obs.Published(), Rollout: obs.Rollout(), Alive: running, Acks: obs.LastAcks()})
+func rolloutOf(obs *observe.Observations, running []string) *report.RolloutReport {
+	return report.Rollout(obs.Published(), obs.Rollout(), running, obs.LastAcks())
+}
+
+// callersGoals are the goals of the two-callers scenario: the shared
+// contract kept, and each caller given its part, in the contract's status
+// and in its Ready pods' gates at every checkpoint, acknowledged.
+func callersGoals(r *report.CallersReport) report.Goals {
+	const name = "two-callers"
+	var gs report.Goals
+	add := func(goal, want, got string, met, asserted bool) { gs.Add(name, goal, want, got, met, asserted) }
+	add("peak in-flight at the shared downstream within the contract", fmt.Sprintf("≤ %d", r.Contract),
+		fmt.Sprint(r.PeakInFlight), r.PeakInFlight <= int64(r.Contract), true)
+	add("downstream 429s", "0", fmt.Sprint(r.Downstream429), r.Downstream429 == 0, true)
+	for _, c := range r.Callers {
+		add(c.Name+"'s part in the contract's status", fmt.Sprintf("%d (its weighted max-min part)", c.FairPart),
+			fmt.Sprint(c.StatusPart), int64(c.StatusPart) == c.FairPart, true)
+		var got []string
+		met := len(c.Checkpoints) > 0
+		for _, cp := range c.Checkpoints {
+			got = append(got, cp.String())
+			met = met && cp.Met(c.FairPart)
+		}
+		add(c.Name+"'s Ready pods hold its fair part at every checkpoint", fmt.Sprintf("%d", c.FairPart), strings.Join(got, "; "), met, true)
+		if ro := c.Rollout; ro != nil {
+			add(c.Name+"'s running pods acknowledged its last plan", "acknowledged = total, 0 stale pods, at "+ro.Last,
+				fmt.Sprintf("%d/%d acknowledged, %d stale, status current: %t", ro.Acknowledged, ro.Total, ro.StalePods, ro.Current),
+				ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
+		}
+		if pc := c.PermitsCheck; pc != nil {
+			got := fmt.Sprintf("%d of %d pods agree", pc.Agree, pc.Pods)
+			if len(pc.Disagreements) > 0 {
+				got += ": " + strings.Join(pc.Disagreements, "; ")
+			}
+			add(c.Name+"'s pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
+				pc.Pods > 0 && pc.Agree == pc.Pods, true)
+		}
+		add(c.Name+": the harness kept up with the load", fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*report.LoadGoalFraction, c.LoadTargetPerSecond),
+			fmt.Sprintf("%.0f/s", c.LoadAchievedPerSecond), c.LoadAchievedPerSecond >= report.LoadGoalFraction*c.LoadTargetPerSecond, false)
+	}
+	return gs
 }

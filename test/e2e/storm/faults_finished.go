@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
@@ -66,7 +67,7 @@ type FinishedPodsReport struct {
 	// Checkpoints are taken before the scale-up and at the end.
 	Checkpoints []FinishedCheckpoint `json:"checkpoints"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // RunFinishedPods runs the finished pods scenario (see

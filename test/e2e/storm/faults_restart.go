@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
@@ -72,7 +73,7 @@ type RestartReport struct {
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // RunAPIServerRestart runs the API server restart scenario (see

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,7 +133,7 @@ type StatefulSetReport struct {
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // The bounds of the steps' settling: each must be done before the next
@@ -323,7 +324,7 @@ func (r *StatefulSetReport) analyze(lives []cluster.PodLife, start time.Time) {
 	if r.Run == nil {
 		return
 	}
-	r.PeakRunningPermits = peakPermits(r.Run)
+	r.PeakRunningPermits = report.PeakPermits(r.Run)
 	r.RecreateReadyPermitsMin = Usable()
 	for _, p := range r.Run.Timeline {
 		if p.At < StatefulSetRecreateAt.Seconds() || p.At >= stsDownAt.Seconds() {
@@ -331,7 +332,7 @@ func (r *StatefulSetReport) analyze(lives []cluster.PodLife, start time.Time) {
 		}
 		r.RecreateReadyPermitsMin = min(r.RecreateReadyPermitsMin, p.ReadyPermits)
 		if p.ReadyPermits < Usable() {
-			r.RecreateBelowUsableSeconds += SampleInterval.Seconds()
+			r.RecreateBelowUsableSeconds += report.SampleInterval.Seconds()
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 	corev1 "k8s.io/api/core/v1"
@@ -42,7 +43,7 @@ func Namespace(v Variant) string { return "storm-" + v.Name }
 // its figures. An error means the harness could not run the scenario (a
 // process that did not start, an API call that failed), not that a goal was
 // missed.
-func (h *Harness) Run(ctx context.Context, v Variant, s schedule.Schedule) (rep *VariantReport, err error) {
+func (h *Harness) Run(ctx context.Context, v Variant, s schedule.Schedule) (rep *report.VariantReport, err error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -228,7 +229,9 @@ func (h *Harness) Run(ctx context.Context, v Variant, s schedule.Schedule) (rep 
 	if err := errors.Join(w.Err(), h.ManagerErr(), h.ControllersErr()); err != nil {
 		return nil, err
 	}
-	return Analyze(data), nil
+	rep = report.Analyze(data)
+	judge(v, rep)
+	return rep, nil
 }
 
 // podLogPath returns the file in dir for the log of pod's process:
@@ -245,7 +248,7 @@ func podLogPath(dir string, pod *corev1.Pod) string {
 // conduct runs the schedule: the load, the latency steps, the scale steps a
 // scenario asks the HPA for, if any, and the sampling of the downstream, the
 // workload and its HPA. The HPA's decisions are recorded as they happen.
-func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *observe.Observations, laggard func() string) (*RunData, error) {
+func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, ds *traffic.Downstream, w *cluster.Workload, endpoints *traffic.Endpoints, obs *observe.Observations, laggard func() string) (*report.RunData, error) {
 	start := time.Now().Add(50 * time.Millisecond)
 	load := &traffic.Load{
 		Rate:           s.RequestsPerSecond,
@@ -257,12 +260,12 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, d
 	loadDone := make(chan *traffic.LoadResult, 1)
 	go func() { loadDone <- load.Run(loadCtx, start, s.Duration) }()
 
-	samples := make(chan []Sample, 1)
+	samples := make(chan []report.Sample, 1)
 	stopSampling := make(chan struct{})
 	go func() {
-		var out []Sample
+		var out []report.Sample
 		for i := 0; ; i++ {
-			off := time.Duration(i) * SampleInterval
+			off := time.Duration(i) * report.SampleInterval
 			select {
 			case <-stopSampling:
 				samples <- out
@@ -326,15 +329,21 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, d
 	for _, sc := range scales {
 		h.logf("[%s] %5.1fs the HPA scaled the %s: %d → %d replicas", v.Name, sc.At.Sub(start).Seconds(), cmp.Or(v.Kind, cluster.KindDeployment), sc.From, sc.To)
 	}
-	data := &RunData{
-		Variant:  v,
-		Schedule: s,
-		Start:    start,
-		Samples:  <-samples,
-		Final:    ds.Sample(),
-		Load:     res,
-		Scales:   scales,
-		Alive:    w.Running(),
+	data := &report.RunData{
+		Name:         v.Name,
+		Description:  v.Description,
+		Operator:     v.Operator,
+		Plan:         v.Plan,
+		LaggardDelay: v.Laggard,
+		Downstream:   theDownstream,
+		MaxRetries:   GatewayMaxRetries,
+		Schedule:     s,
+		Start:        start,
+		Samples:      <-samples,
+		Final:        ds.Sample(),
+		Load:         res,
+		Scales:       scales,
+		Alive:        w.Running(),
 	}
 	if err := errors.Join(runErr, ctx.Err()); err != nil {
 		return nil, err
@@ -346,8 +355,8 @@ func (h *Harness) conduct(ctx context.Context, v Variant, s schedule.Schedule, d
 }
 
 // sample takes one sample of the run at offset off.
-func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s schedule.Schedule, obs *observe.Observations, laggard string) Sample {
-	sm := Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
+func sample(off time.Duration, ds *traffic.Downstream, w *cluster.Workload, s schedule.Schedule, obs *observe.Observations, laggard string) report.Sample {
+	sm := report.Sample{At: off, Downstream: ds.Sample(), Pods: w.Counts(), HPA: w.HPA(), Latency: s.LatencyAt(off), Permits: obs.TotalPermits()}
 	ready := w.Ready()
 	sm.ReadyPermits, sm.LaggardPermits = obs.PermitsOf(ready, laggard)
 	if laggard != "" {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
@@ -25,16 +26,20 @@ const (
 	RequestsPerSecond = 1900
 )
 
+// theDownstream is the story's downstream as the reports need it.
+var theDownstream = report.Downstream{Contract: Contract, SafetyPercent: SafetyPercent, TypicalLatency: TypicalLatency}
+
 // Usable returns the permits the scenario's quota hands out:
 // floor(contract × safety).
-func Usable() int { return Contract * SafetyPercent / 100 }
+func Usable() int { return theDownstream.Usable() }
 
 // GoodputCeiling is the usable permits, floor(contract × safety), over the
 // typical latency: the most successful downstream calls per second a plan
 // that holds the contract completes.
-func GoodputCeiling() float64 {
-	return float64(Usable()) / TypicalLatency.Seconds()
-}
+func GoodputCeiling() float64 { return theDownstream.GoodputCeiling() }
+
+// NewReport starts a report of the story's downstream on the schedule s.
+func NewReport(s schedule.Schedule) *report.Report { return report.New(theDownstream, s) }
 
 // TimeScaleEnv names the environment variable that shortens (below 1) or
 // stretches the schedule's timeline; see Schedule.Scaled.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
@@ -36,6 +37,9 @@ type Variant struct {
 	// Faults are injected at their offsets while the schedule runs (see
 	// faults.go).
 	Faults []Fault
+	// Goals judge the variant's run, besides the figure of the load every
+	// run reports; nil for none.
+	Goals func(*report.VariantReport) report.Goals
 	// Kind is the calling workload's kind: KindDeployment (when empty) or
 	// KindStatefulSet, which needs a schedule with scale steps of its own
 	// (see VariantManifests).
@@ -78,16 +82,19 @@ func Variants(s schedule.Schedule) ([]Variant, error) {
 			Name:        "operator",
 			Description: "the operator divides the usable permits exactly over the Ready pods and hands them over as pods acknowledge",
 			Operator:    true,
+			Goals:       operatorGoals,
 		},
 		{
 			Name:        "static",
 			Description: "every pod keeps the share computed for 8 pods, as a hand-tuned config would",
 			Plan:        &static,
+			Goals:       staticGoals,
 		},
 		{
 			Name:        "naive",
 			Description: "every pod may hold the whole contract, and retries once on 429",
 			Plan:        &naive,
+			Goals:       naiveGoals,
 		},
 		ProxyVariant(),
 		{
@@ -96,6 +103,7 @@ func Variants(s schedule.Schedule) ([]Variant, error) {
 			Operator:    true,
 			Laggard:     LaggardDelay,
 			Schedule:    &laggard,
+			Goals:       laggardGoals,
 		},
 	}, nil
 }

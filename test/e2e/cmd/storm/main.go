@@ -41,6 +41,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 func main() {
@@ -120,7 +121,7 @@ func run(ctx context.Context) error {
 	// The variants of the common schedule share one report; a variant with
 	// its own schedule has a report of its own.
 	type output struct {
-		report         *storm.Report
+		report         *report.Report
 		jsonPath, plot string
 	}
 	var outputs []*output
@@ -151,7 +152,7 @@ func run(ctx context.Context) error {
 		if err := o.report.WriteJSON(o.jsonPath); err != nil {
 			return err
 		}
-		if err := storm.WritePlot(o.report, o.plot); err != nil {
+		if err := report.WritePlot(o.report, o.plot); err != nil {
 			return err
 		}
 		logf("[%s] Done: %d downstream 429s, peak in-flight %d, goodput %.1f/s", v.Name, r.Downstream429, r.PeakInFlight, r.GoodputPerSecond)
@@ -165,11 +166,11 @@ func run(ctx context.Context) error {
 		if err := cr.WriteJSON(o.jsonPath); err != nil {
 			return err
 		}
-		if err := storm.WriteCallersPlot(cr, o.plot); err != nil {
+		if err := report.WriteCallersPlot(cr, o.plot); err != nil {
 			return err
 		}
 		fmt.Println()
-		if err := storm.WriteCallersTable(os.Stdout, cr); err != nil {
+		if err := report.WriteCallersTable(os.Stdout, cr); err != nil {
 			return err
 		}
 		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)
@@ -178,7 +179,7 @@ func run(ctx context.Context) error {
 
 	for _, o := range outputs {
 		fmt.Println()
-		if err := storm.WriteTable(os.Stdout, o.report); err != nil {
+		if err := report.WriteTable(os.Stdout, o.report); err != nil {
 			return err
 		}
 		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)

@@ -1,7 +1,9 @@
-package storm
+package report
 
 import (
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
@@ -40,7 +42,21 @@ type Sample struct {
 
 // RunData is everything a variant's run recorded, before analysis.
 type RunData struct {
-	Variant  Variant
+	// Name is the variant's key in the report, Description what it stands
+	// for.
+	Name, Description string
+	// Operator says whether the operator gave the pods their plans; Plan is
+	// the fixed plan of a run without it.
+	Operator bool
+	Plan     *plan.Document
+	// LaggardDelay is how late the laggard applied every new plan; 0 when
+	// the run had no laggard.
+	LaggardDelay time.Duration
+	// Downstream is the downstream the run called.
+	Downstream Downstream
+	// MaxRetries is the gateway's retries of one call.
+	MaxRetries int
+	// Schedule is the run's timeline.
 	Schedule schedule.Schedule
 	// Start is when the load started; sample and record offsets count
 	// from it.
@@ -73,16 +89,16 @@ type RunData struct {
 // Analyze turns a run's data into its report.
 func Analyze(d *RunData) *VariantReport {
 	r := &VariantReport{
-		Name:        d.Variant.Name,
-		Description: d.Variant.Description,
+		Name:        d.Name,
+		Description: d.Description,
 		HPAMetric:   cluster.DemandMetric,
 		HPATarget:   cluster.DemandTarget,
 	}
 	if len(d.Schedule.Scale) > 0 {
 		r.HPAMetric, r.HPATarget = cluster.ReplicasMetric, 1
 	}
-	if d.Variant.Plan != nil {
-		r.StaticPermits = d.Variant.Plan.Permits
+	if d.Plan != nil {
+		r.StaticPermits = d.Plan.Permits
 	}
 
 	f := d.Final
@@ -134,10 +150,10 @@ func Analyze(d *RunData) *VariantReport {
 	r.Phases = phases(d)
 	r.Timeline = timeline(d.Samples)
 	r.RetryAmplification = retryAmplification(d)
-	if d.Variant.Operator {
+	if d.Operator {
 		r.ReloadLatencySeconds = latencyReport(ReloadLatencies(d.Published, d.Applied))
 		r.Plans = plans(d)
-		r.Rollout = rollout(d)
+		r.Rollout = Rollout(d.Published, d.Rollout, d.Alive, d.Acks)
 		r.ScaleSteps = scaleSteps(d)
 		r.Capacity = capacity(d, r.Timeline)
 		r.Laggard = d.Laggard
@@ -271,20 +287,23 @@ func plans(d *RunData) []PlanReport {
 	return out
 }
 
-func rollout(d *RunData) *RolloutReport {
+// Rollout returns the rollout report of a quota: its last published plan
+// (the last of published), its last rollout status, and the pods alive at
+// the end whose applied annotation (acks) is not that plan's.
+func Rollout(published []observe.Published, rollout []observe.RolloutSample, alive []string, acks map[string]string) *RolloutReport {
 	r := &RolloutReport{}
 	var last observe.Published
-	if n := len(d.Published); n > 0 {
-		last = d.Published[n-1]
+	if n := len(published); n > 0 {
+		last = published[n-1]
 		r.Last = last.Ack().String()
 	}
-	if n := len(d.Rollout); n > 0 {
-		s := d.Rollout[n-1]
+	if n := len(rollout); n > 0 {
+		s := rollout[n-1]
 		r.Acknowledged, r.Total = s.Acknowledged, s.Total
 		r.Current = s.Epoch == last.Epoch && s.Revision == last.Revision
 	}
-	for _, pod := range d.Alive {
-		if d.Acks[pod] != r.Last {
+	for _, pod := range alive {
+		if acks[pod] != r.Last {
 			r.StalePods++
 		}
 	}

@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"cmp"
@@ -17,7 +17,7 @@ import (
 func TestRetryAmplification(t *testing.T) {
 	s := schedule.Schedule{
 		Duration: 12 * time.Second, RequestsPerSecond: 100, InitialReplicas: 1,
-		Latency: []schedule.LatencyStep{{At: 0, Latency: TypicalLatency}},
+		Latency: []schedule.LatencyStep{{At: 0, Latency: story.TypicalLatency}},
 		Phases:  []schedule.Phase{{Name: "only", From: 0, To: 12 * time.Second, Settle: 2 * time.Second}},
 	}
 	// The window is [2s, 12s): 300 calls arrive, 250 of them rejected, 10
@@ -35,7 +35,7 @@ func TestRetryAmplification(t *testing.T) {
 	// Before the window: neither a request nor an attempt of it.
 	records = append(records, traffic.Record{At: time.Second, Outcome: traffic.OutcomeOK})
 	unbudgeted := &plan.Document{RetryBudgetPerSecond: 100}
-	d := &RunData{Variant: Variant{Name: "naive", Plan: unbudgeted}, Schedule: s, Samples: samples, Load: &traffic.LoadResult{Records: records}}
+	d := &RunData{Name: "naive", Plan: unbudgeted, Downstream: story, MaxRetries: 1, Schedule: s, Samples: samples, Load: &traffic.LoadResult{Records: records}}
 
 	got := retryAmplification(d)
 	if len(got) != 1 {
@@ -48,7 +48,7 @@ func TestRetryAmplification(t *testing.T) {
 	if a.Measured != 2 || math.Abs(a.MeasuredRejection-250.0/300) > 1e-12 {
 		t.Errorf("measured %v, rejection %v; want 2, 250/300", a.Measured, a.MeasuredRejection)
 	}
-	m, err := sizing.Amplification(sizing.RetryLoad{CapacityPerSecond: float64(Contract) / TypicalLatency.Seconds(), ArrivalPerSecond: 15, MaxRetries: GatewayMaxRetries})
+	m, err := sizing.Amplification(sizing.RetryLoad{CapacityPerSecond: 50 / 0.22, ArrivalPerSecond: 15, MaxRetries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestRetryAmplification(t *testing.T) {
 	}
 
 	// Retries a budget limits are not what the model describes.
-	d.Variant.Plan = &plan.Document{RetryBudgetPerSecond: 1}
+	d.Plan = &plan.Document{RetryBudgetPerSecond: 1}
 	if got := retryAmplification(d); got != nil {
 		t.Errorf("a budgeted run: got %+v, want nil", got)
 	}
@@ -79,8 +79,12 @@ func TestAmplificationGoals(t *testing.T) {
 		name          string
 		met, asserted bool
 	}
+	var gs Goals
+	gs.Amplification("naive", v)
 	var got []goal
-	amplificationGoals(func(_, g, _, _ string, met, asserted bool) { got = append(got, goal{g, met, asserted}) }, "naive", v)
+	for _, g := range gs {
+		got = append(got, goal{g.Goal, g.Met, g.Asserted})
+	}
 	want := []goal{
 		{"rejected fraction of attempts in phase a", true, true},
 		{"attempts per request in phase a", true, true},
@@ -98,9 +102,9 @@ func TestAmplificationGoals(t *testing.T) {
 			t.Errorf("goal %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	var none []goal
-	amplificationGoals(func(_, g, _, _ string, met, asserted bool) { none = append(none, goal{g, met, asserted}) }, "naive", &VariantReport{})
-	if len(none) != 1 || none[0].met || !none[0].asserted {
+	var none Goals
+	none.Amplification("naive", &VariantReport{})
+	if len(none) != 1 || none[0].Met || !none[0].Asserted {
 		t.Errorf("a run without figures: %+v, want one asserted goal not met", none)
 	}
 }
@@ -161,16 +165,16 @@ func TestAmplificationModelAgainstSimulation(t *testing.T) {
 		latency time.Duration
 		arrival float64
 	}{
-		{TypicalLatency, 1900},
-		{TypicalLatency, 1050},
-		{WorstLatency, 1900},
+		{story.TypicalLatency, 1900},
+		{story.TypicalLatency, 1050},
+		{1800 * time.Millisecond, 1900}, // the story's downstream during its deploys
 	} {
-		capacity := float64(Contract) / tc.latency.Seconds()
+		capacity := float64(story.Contract) / tc.latency.Seconds()
 		m, err := sizing.Amplification(sizing.RetryLoad{CapacityPerSecond: capacity, ArrivalPerSecond: tc.arrival, MaxRetries: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := simulateRetries(1, Contract, tc.latency, tc.arrival, 25*time.Millisecond, 30*time.Second)
+		got := simulateRetries(1, story.Contract, tc.latency, tc.arrival, 25*time.Millisecond, 30*time.Second)
 		if math.Abs(got-m.FixedPoint.Amplification) > AmplificationTolerance {
 			t.Errorf("latency %v, arrival %.0f/s: simulated %.3f attempts per request, model %.3f", tc.latency, tc.arrival, got, m.FixedPoint.Amplification)
 		}

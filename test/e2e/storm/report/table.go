@@ -1,10 +1,11 @@
-package storm
+package report
 
 import (
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
@@ -52,7 +53,7 @@ func ms(s float64) string {
 func WriteTable(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Contract %d in flight, %d%% handed out, typical latency %v: goodput ceiling %.1f/s. Load %.0f requests/s for %.0fs per variant.\n\n",
-		r.Contract, r.SafetyPercent, TypicalLatency, r.GoodputCeilingPerSecond, r.RequestsPerSecond, r.DurationSeconds)
+		r.Contract, r.SafetyPercent, time.Duration(r.TypicalLatencySeconds*float64(time.Second)), r.GoodputCeilingPerSecond, r.RequestsPerSecond, r.DurationSeconds)
 	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
 	for _, name := range r.Order {
 		fmt.Fprintln(tw, strings.Join(tableRow(r, r.Variants[name]), "\t"))
@@ -101,7 +102,7 @@ func WriteTable(w io.Writer, r *Report) error {
 			fmt.Fprintf(tw, "%.0f–%.0fs at %d replicas: permit-s lost\t%.1f\t%.1f\n", st.From, st.To, st.Replicas, st.Lost, st.PreviousLost)
 		}
 		fmt.Fprintf(tw, "peak permits of the running pods\t%d\t%d (above the contract %d for %.1fs)\n",
-			peakPermits(r.Variants[name]), c.PreviousPeakPermits, r.Contract, c.PreviousOverContractSeconds)
+			PeakPermits(r.Variants[name]), c.PreviousPeakPermits, r.Contract, c.PreviousOverContractSeconds)
 		fmt.Fprintln(tw)
 	}
 
@@ -160,9 +161,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	return err
 }
 
-// peakPermits returns the most permits the running pods enforced together
+// PeakPermits returns the most permits the running pods enforced together
 // in a sample.
-func peakPermits(v *VariantReport) int {
+func PeakPermits(v *VariantReport) int {
 	n := 0
 	for _, p := range v.Timeline {
 		n = max(n, p.Permits)

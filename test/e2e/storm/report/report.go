@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"sort"
@@ -109,6 +109,10 @@ type VariantReport struct {
 
 	// Timeline has the 100 ms samples the plot is drawn from.
 	Timeline []TimelinePoint `json:"timeline"`
+
+	// Goals are the variant's goals, judged by its scenario; the report's
+	// JSON has them at its top level (Report.Goals).
+	Goals []Goal `json:"-"`
 }
 
 // LoadReport is the harness's side of the load.
@@ -239,28 +243,53 @@ func latencyReport(ds []time.Duration) *LatencyReport {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *Report) WriteJSON(path string) error { return writeJSON(path, r) }
+func (r *Report) WriteJSON(path string) error { return WriteJSON(path, r) }
 
-// NewReport starts a report of the given schedule.
-func NewReport(s schedule.Schedule) *Report {
+// Downstream is the downstream of a run as its report needs it: its
+// contract, the part of it the operator hands out, and its usual latency.
+type Downstream struct {
+	// Contract is its global in-flight limit.
+	Contract int
+	// SafetyPercent is the part of the contract the operator hands out.
+	SafetyPercent int
+	// TypicalLatency is its usual response time.
+	TypicalLatency time.Duration
+}
+
+// Usable returns the permits the operator hands out: floor(contract ×
+// safety).
+func (d Downstream) Usable() int { return d.Contract * d.SafetyPercent / 100 }
+
+// GoodputCeiling is the usable permits over the typical latency: the most
+// successful calls per second a division that holds the contract
+// completes.
+func (d Downstream) GoodputCeiling() float64 {
+	return float64(d.Usable()) / d.TypicalLatency.Seconds()
+}
+
+// New starts a report of runs of the downstream d on the schedule s.
+func New(d Downstream, s schedule.Schedule) *Report {
 	return &Report{
-		Contract:                Contract,
-		SafetyPercent:           SafetyPercent,
-		TypicalLatencySeconds:   TypicalLatency.Seconds(),
-		GoodputCeilingPerSecond: GoodputCeiling(),
+		Contract:                d.Contract,
+		SafetyPercent:           d.SafetyPercent,
+		TypicalLatencySeconds:   d.TypicalLatency.Seconds(),
+		GoodputCeilingPerSecond: d.GoodputCeiling(),
 		RequestsPerSecond:       s.RequestsPerSecond,
 		DurationSeconds:         s.Duration.Seconds(),
 		Variants:                map[string]*VariantReport{},
 	}
 }
 
-// Add adds a variant's figures and evaluates the goals again.
+// Add adds a variant's figures, or replaces them, and its goals.
 func (r *Report) Add(v *VariantReport) {
 	if _, ok := r.Variants[v.Name]; !ok {
 		r.Order = append(r.Order, v.Name)
 	}
 	r.Variants[v.Name] = v
-	r.Goals = EvaluateGoals(r)
+	r.Goals = nil
+	for _, name := range r.Order {
+		r.Goals = append(r.Goals, r.Variants[name].Goals...)
+	}
 }
 
 // sortedKeys returns m's keys in order.

@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"fmt"
@@ -84,7 +84,7 @@ func (a PhaseAmplification) Command() string {
 // retryAmplification measures every phase of a run whose retries no budget
 // limits, as the model assumes; it returns nil for other runs.
 func retryAmplification(d *RunData) []PhaseAmplification {
-	if d.Variant.Plan == nil || d.Variant.Plan.RetryBudgetPerSecond < d.Schedule.RequestsPerSecond || len(d.Samples) == 0 {
+	if d.Plan == nil || d.Plan.RetryBudgetPerSecond < d.Schedule.RequestsPerSecond || len(d.Samples) == 0 {
 		return nil
 	}
 	var out []PhaseAmplification
@@ -99,8 +99,8 @@ func retryAmplification(d *RunData) []PhaseAmplification {
 			MeasuredSeconds:   (b.At - a.At).Seconds(),
 			Attempts:          arrivals(b.Downstream) - arrivals(a.Downstream),
 			Rejected:          b.Downstream.Rejected - a.Downstream.Rejected,
-			MaxRetries:        GatewayMaxRetries,
-			CapacityPerSecond: float64(Contract) / d.Schedule.LatencyAt(a.At).Seconds(),
+			MaxRetries:        d.MaxRetries,
+			CapacityPerSecond: float64(d.Downstream.Contract) / d.Schedule.LatencyAt(a.At).Seconds(),
 		}
 		for _, rec := range d.Load.Records {
 			if rec.At < a.At || rec.At >= b.At {

@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"time"
@@ -73,7 +73,7 @@ type CapacityStep struct {
 // sampling interval). When tl has a point per sample, it receives the
 // previous division's figures too.
 func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
-	usable := Usable()
+	usable := d.Downstream.Usable()
 	r := &CapacityReport{Usable: usable}
 	if len(d.Samples) == 0 {
 		return r
@@ -113,8 +113,8 @@ func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 		// The previous division: the laggard enforces the share of Laggard
 		// ago, the other pods the share of now.
 		now, lag := share(sm), share(sm)
-		if d.Variant.Laggard > 0 {
-			lag = share(at(d.Samples, sm.At-d.Variant.Laggard))
+		if d.LaggardDelay > 0 {
+			lag = share(at(d.Samples, sm.At-d.LaggardDelay))
 		}
 		ready, running := sm.Pods.Ready, sm.Pods.Started-sm.Pods.Terminating
 		prevReady, prevRunning := ready*now, running*now
@@ -131,7 +131,7 @@ func capacity(d *RunData, tl []TimelinePoint) *CapacityReport {
 			continue
 		}
 		r.PreviousPeakPermits = max(r.PreviousPeakPermits, prevRunning)
-		if prevRunning > Contract {
+		if prevRunning > d.Downstream.Contract {
 			r.PreviousOverContractSeconds += sec
 		}
 

@@ -10,97 +10,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
-
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
+	"github.com/google/go-cmp/cmp"
 )
-
-func TestReloadLatencies(t *testing.T) {
-	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	published := []observe.Published{{Seen: at(0), Hash: "h1"}, {Seen: at(1000), Hash: "h2"}, {Seen: at(2000), Hash: "h3"}}
-	applied := []observe.Applied{
-		{Pod: "a", Time: at(10), Hash: "h1"},   // a's start: not a reload
-		{Pod: "a", Time: at(1040), Hash: "h2"}, // 40ms
-		{Pod: "a", Time: at(1041), Hash: "h2"}, // the same plan again: counted once
-		{Pod: "b", Time: at(1500), Hash: "h2"}, // b started after h2 was out: its start
-		{Pod: "b", Time: at(2300), Hash: "h3"}, // 300ms
-		{Pod: "a", Time: at(1999), Hash: "h3"}, // a hair ahead of the harness: 0
-		{Pod: "c", Time: at(50), Hash: "hx"},   // a plan the harness never saw
-	}
-	got := ReloadLatencies(published, applied)
-	want := []time.Duration{40 * time.Millisecond, 300 * time.Millisecond, 0}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("ReloadLatencies (-want +got):\n%s", diff)
-	}
-}
-
-func TestScaleSteps(t *testing.T) {
-	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
-	d := &RunData{
-		Schedule: DefaultSchedule(),
-		Start:    start,
-		Scales:   []cluster.ScaleEvent{{At: at(25000), From: 8, To: 16}, {At: at(45000), From: 16, To: 4}},
-		Published: []observe.Published{
-			{Seen: at(-1000), Hash: "n8", Permits: 5},
-			{Seen: at(25030), Hash: "n16", Pods: map[string]int{"old": 3, "new": 2}},
-			{Seen: at(45600), Hash: "n10", Permits: 4},
-			{Seen: at(45800), Hash: "n4", Pods: map[string]int{"old": 20, "new": 20}},
-		},
-		Applied: []observe.Applied{
-			{Pod: "old", Time: at(-900), Hash: "n8"},
-			{Pod: "old", Time: at(25040), Hash: "n16"},
-			{Pod: "new", Time: at(26900), Hash: "n16"}, // started after the decision
-			{Pod: "old", Time: at(45610), Hash: "n10"},
-			{Pod: "new", Time: at(45620), Hash: "n10"},
-			{Pod: "old", Time: at(45810), Hash: "n4"},
-			{Pod: "new", Time: at(45830), Hash: "n4"},
-		},
-	}
-	want := []ScaleStepReport{
-		{At: 25, From: 8, To: 16, Plans: 1, FirstPlanSeconds: 0.03, SettledPlanSeconds: 0.03, SettledHandedOut: 5,
-			AppliedBy: 1, AppliedP50Seconds: 0.04, AppliedMaxSeconds: 0.04},
-		{At: 45, From: 16, To: 4, Plans: 2, FirstPlanSeconds: 0.6, SettledPlanSeconds: 0.8, SettledHandedOut: 40,
-			AppliedBy: 2, AppliedP50Seconds: 0.81, AppliedMaxSeconds: 0.83},
-	}
-	if diff := cmp.Diff(want, scaleSteps(d), cmpopts.EquateApprox(0, 1e-9)); diff != "" {
-		t.Errorf("scaleSteps (-want +got):\n%s", diff)
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	if got := Percentile(ds, 0.5); got != 50*time.Millisecond {
-		t.Errorf("p50 = %v", got)
-	}
-	if got := Percentile(ds, 0.99); got != 99*time.Millisecond {
-		t.Errorf("p99 = %v", got)
-	}
-	if got := Percentile(nil, 0.99); got != 0 {
-		t.Errorf("p99 of nothing = %v", got)
-	}
-	q := QuantilesOf([]time.Duration{3, 1, 2})
-	if q != (Quantiles{Count: 3, P50: 2, P99: 3, Max: 3}) {
-		t.Errorf("QuantilesOf = %+v", q)
-	}
-}
 
 // syntheticRun is a run of the default schedule in which the downstream
 // completes okPerSample calls per 100 ms and rejects rejPerSample, with the
 // given peak.
-func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
+func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *report.RunData {
 	s := storySchedule()
 	start := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	d := &RunData{Variant: v, Schedule: s, Start: start, Load: &traffic.LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
+	d := &report.RunData{Name: v.Name, Description: v.Description, Operator: v.Operator, Plan: v.Plan, Downstream: theDownstream,
+		MaxRetries: GatewayMaxRetries, Schedule: s, Start: start, Load: &traffic.LoadResult{Target: 1900, Duration: s.Duration, ShedReasons: map[string]int64{}}}
 	var c traffic.DownstreamCounts
-	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
+	for off := time.Duration(0); off <= s.Duration; off += report.SampleInterval {
 		if off > 0 {
 			c.OK += okPerSample
 			c.Rejected += rejPerSample
@@ -108,7 +34,7 @@ func syntheticRun(v Variant, okPerSample, rejPerSample, peak int64) *RunData {
 		c.WindowPeak = peak
 		c.Peak = peak
 		n := s.ReplicasAt(off)
-		d.Samples = append(d.Samples, Sample{At: off, Downstream: c, Pods: cluster.PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
+		d.Samples = append(d.Samples, report.Sample{At: off, Downstream: c, Pods: cluster.PodCounts{Desired: n, Existing: int(n), Ready: int(n), Started: int(n)},
 			Latency: s.LatencyAt(off), ReadyPermits: Usable()})
 	}
 	d.Final = c
@@ -152,8 +78,13 @@ func TestAnalyzeAndGoals(t *testing.T) {
 	naive := syntheticRun(vs[2], 18, 100, 58)
 
 	r := NewReport(DefaultSchedule())
-	for _, d := range []*RunData{op, static, naive} {
-		r.Add(Analyze(d))
+	analyze := func(v Variant, d *report.RunData) *report.VariantReport {
+		rep := report.Analyze(d)
+		judge(v, rep)
+		return rep
+	}
+	for i, d := range []*report.RunData{op, static, naive} {
+		r.Add(analyze(vs[i], d))
 	}
 	// The synthetic naive run's load is not made of retries: its
 	// amplification gets figures that agree with the model (the measurement
@@ -162,7 +93,8 @@ func TestAnalyzeAndGoals(t *testing.T) {
 		a := &r.Variants["naive"].RetryAmplification[i]
 		a.Requests, a.Measured, a.FixedPoint, a.Attempts, a.MeasuredRejection, a.FixedPointRejection = 100, 1.9, 1.9, 190, 0.9, 0.9
 	}
-	r.Goals = EvaluateGoals(r)
+	judge(vs[2], r.Variants["naive"])
+	r.Add(r.Variants["naive"])
 	o := r.Variants["operator"]
 	if o.Downstream429 != 0 || o.PeakInFlight != 40 || o.GoodputPerSecond < 179 || o.GoodputPerSecond > 181 {
 		t.Errorf("operator: %+v", o)
@@ -175,7 +107,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 	if rl := o.ReloadLatencySeconds; rl == nil || rl.Count != 8 || rl.P99 < 0.079 || rl.P99 > 0.081 {
 		t.Errorf("reload latency %+v, want eight reloads of 80ms", rl)
 	}
-	if diff := cmp.Diff(&RolloutReport{Acknowledged: 4, Total: 4, Last: "e/2", Current: true}, o.Rollout); diff != "" {
+	if diff := cmp.Diff(&report.RolloutReport{Acknowledged: 4, Total: 4, Last: "e/2", Current: true}, o.Rollout); diff != "" {
 		t.Errorf("rollout (-want +got):\n%s", diff)
 	}
 	if n := r.Variants["naive"]; n.Downstream429Fraction < 0.84 || n.Downstream429Fraction > 0.85 {
@@ -196,7 +128,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 			op.Samples[i].ReadyPermits = Usable() / 2
 		}
 	}
-	r.Add(Analyze(op))
+	r.Add(analyze(vs[0], op))
 	var failed []string
 	for _, g := range r.Failed() {
 		failed = append(failed, g.Variant+": "+g.Goal)
@@ -244,7 +176,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 
 	t.Run("table", func(t *testing.T) {
 		var b bytes.Buffer
-		if err := WriteTable(&b, r); err != nil {
+		if err := report.WriteTable(&b, r); err != nil {
 			t.Fatal(err)
 		}
 		out := b.String()
@@ -254,7 +186,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 			}
 		}
 		b.Reset()
-		if err := WriteMarkdown(&b, r); err != nil {
+		if err := report.WriteMarkdown(&b, r); err != nil {
 			t.Fatal(err)
 		}
 		if !strings.HasPrefix(b.String(), "| variant | downstream 429s |") {
@@ -264,7 +196,7 @@ func TestAnalyzeAndGoals(t *testing.T) {
 
 	t.Run("plot", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "storm.png")
-		if err := WritePlot(r, path); err != nil {
+		if err := report.WritePlot(r, path); err != nil {
 			t.Fatal(err)
 		}
 		f, err := os.Open(path)

@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"math"
@@ -22,7 +22,7 @@ func TestPreviousShare(t *testing.T) {
 // previous division's model, and integrates a measured dip.
 func TestCapacityLaggard(t *testing.T) {
 	s := schedule.Schedule{Duration: 10 * time.Second, InitialReplicas: 2, Scale: []schedule.ScaleStep{{At: 5 * time.Second, Replicas: 10}}}
-	d := &RunData{Variant: Variant{Name: "laggard", Operator: true, Laggard: 2 * time.Second}, Schedule: s,
+	d := &RunData{Name: "laggard", Operator: true, LaggardDelay: 2 * time.Second, Downstream: story, Schedule: s,
 		Scales: []cluster.ScaleEvent{{At: time.Time{}.Add(5 * time.Second), From: 2, To: 10}}}
 	for off := time.Duration(0); off <= s.Duration; off += SampleInterval {
 		sm := Sample{At: off, Pods: cluster.PodCounts{Desired: 2, Existing: 2, Started: 2, Ready: 2}, ReadyPermits: 40, LaggardRunning: true, LaggardReady: true}

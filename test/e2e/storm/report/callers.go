@@ -1,4 +1,4 @@
-package storm
+package report
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
@@ -33,18 +32,73 @@ type CallersSample struct {
 	Parts map[string]int32
 }
 
-// CallersData is everything the two-callers scenario recorded.
+// CallersData is everything a scenario of callers sharing one contract
+// recorded.
 type CallersData struct {
-	Scenario CallersScenario
-	Samples  []CallersSample
-	Final    traffic.DownstreamCounts
-	// Loads and Rollouts are per caller, in the scenario's order.
+	// Downstream is the downstream the callers share.
+	Downstream Downstream
+	// Duration is how long the load ran.
+	Duration time.Duration
+	// Callers and Checkpoints are the scenario's.
+	Callers     []Caller
+	Checkpoints []CallersCheckpoint
+	Samples     []CallersSample
+	Final       traffic.DownstreamCounts
+	// Loads, Rollouts and PermitsChecks are per caller, in the scenario's
+	// order.
 	Loads         []*traffic.LoadResult
 	Rollouts      []*RolloutReport
 	PermitsChecks []*observe.PermitsCheck
 	// Status is the contract's last status.
 	Status *v1alpha1.DownstreamContractStatus
 }
+
+// Caller is one workload of a scenario of callers sharing one contract, as
+// its report needs it.
+type Caller struct {
+	// Name is the workload's; Namespace and Quota name its DownstreamQuota.
+	Name, Namespace, Quota string
+	// Weight and DemandInFlight are the quota's spec.weight and
+	// spec.demand.inFlight (0: no demand stated).
+	Weight, DemandInFlight int32
+	// Part is the permits the caller must get, once every caller has Ready
+	// pods: its part of the usable permits.
+	Part int64
+	// InitialReplicas run before the load starts; Scale are the caller's
+	// autoscaler's steps.
+	InitialReplicas int32
+	Scale           []schedule.ScaleStep
+}
+
+// key is the caller's name in the contract's split: namespace/quota.
+func (c Caller) key() string { return c.Namespace + "/" + c.Quota }
+
+// replicasAt returns the replicas the caller's autoscaler has been asked
+// for at t.
+func (c Caller) replicasAt(t time.Duration) int32 {
+	return schedule.Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
+}
+
+// CallersCheckpoint is a moment at which each caller's Ready pods must hold
+// its part.
+type CallersCheckpoint struct {
+	// At is the moment. With Within zero it must come well after every scale
+	// step before it, and the last sample at or before it is the
+	// checkpoint.
+	At time.Duration
+	// Within, when positive, makes the checkpoint a poll: it is met at the
+	// first sample from At to At+Within at which each caller has as many
+	// Ready pods as its last step before At asked for, they hold its part
+	// and the contract's status gives it that part; when no sample does,
+	// the last one of the window is the checkpoint, and it fails. At must
+	// then come after the HPA's decision on every step before it (one
+	// cluster.HPASyncPeriod after the step), so that the old pods cannot
+	// meet it.
+	Within time.Duration
+}
+
+// End is the last moment the checkpoint looks at.
+func (cp CallersCheckpoint) End() time.Duration { return cp.At + cp.Within }
 
 // CallersReport is the outcome of the two-callers scenario. Its JSON form is
 // report-two-callers.json.
@@ -70,8 +124,9 @@ type CallerReport struct {
 	Weight    int32  `json:"weight"`
 	// DemandInFlight is 0 when the caller states none.
 	DemandInFlight int32 `json:"demandInFlight"`
-	// FairPart is division.FairShare over the usable permits with the
-	// callers' weights and demands: what the caller must get.
+	// FairPart is the caller's part of the usable permits by weighted
+	// max-min fairness over the callers' weights and demands: what it must
+	// get (Caller.Part).
 	FairPart int64 `json:"fairPart"`
 	// StatusPart is the contract's status.callers[].permits for it at the
 	// end.
@@ -135,41 +190,23 @@ type CallersPoint struct {
 	Rejected429  int64 `json:"rejected429"`
 }
 
-// callerKey is a caller's name in the contract's split: namespace/quota.
-func callerKey(c CallerSpec) string { return c.Namespace + "/" + QuotaName }
-
-// FairParts returns each caller's part of the usable permits by
-// division.FairShare, the same function the operator splits with, on the
-// callers' weights and demands (every caller having Ready pods).
-func FairParts(cs CallersScenario) []int64 {
-	claims := make([]division.Claim, len(cs.Callers))
-	for i, c := range cs.Callers {
-		claims[i] = division.Claim{Name: callerKey(c), Weight: int64(c.Weight), Demand: division.Unbounded}
-		if c.DemandInFlight > 0 {
-			claims[i].Demand = int64(c.DemandInFlight)
-		}
-	}
-	return division.FairShare(int64(Usable()), claims)
-}
-
-// AnalyzeCallers turns the scenario's data into its report.
+// AnalyzeCallers turns the scenario's data into its report; its scenario
+// judges the goals.
 func AnalyzeCallers(d *CallersData) *CallersReport {
-	cs := d.Scenario
-	r := &CallersReport{Contract: Contract, Usable: Usable(), DurationSeconds: cs.Duration.Seconds(),
+	r := &CallersReport{Contract: d.Downstream.Contract, Usable: d.Downstream.Usable(), DurationSeconds: d.Duration.Seconds(),
 		Downstream429: d.Final.Rejected, PeakInFlight: d.Final.Peak}
-	if sec := cs.Duration.Seconds(); sec > 0 {
+	if sec := d.Duration.Seconds(); sec > 0 {
 		r.GoodputPerSecond = float64(d.Final.OK) / sec
 	}
-	fair := FairParts(cs)
 	parts := map[string]int32{}
 	if d.Status != nil {
 		for _, c := range d.Status.Callers {
 			parts[c.Namespace+"/"+c.Quota] = c.Permits
 		}
 	}
-	for i, c := range cs.Callers {
+	for i, c := range d.Callers {
 		cr := CallerReport{Name: c.Name, Namespace: c.Namespace, Weight: c.Weight, DemandInFlight: c.DemandInFlight,
-			FairPart: fair[i], StatusPart: parts[callerKey(c)], Scale: c.Scale}
+			FairPart: c.Part, StatusPart: parts[c.key()], Scale: c.Scale}
 		if i < len(d.Rollouts) {
 			cr.Rollout = d.Rollouts[i]
 		}
@@ -179,8 +216,8 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 		if i < len(d.Loads) && d.Loads[i] != nil {
 			cr.LoadAchievedPerSecond, cr.LoadTargetPerSecond = d.Loads[i].AchievedPerSecond(), d.Loads[i].Target
 		}
-		for _, t := range cs.Checkpoints {
-			if cp, ok := callerCheckpoint(d.Samples, t, i, c, fair[i]); ok {
+		for _, t := range d.Checkpoints {
+			if cp, ok := callerCheckpoint(d.Samples, t, i, c); ok {
 				cr.Checkpoints = append(cr.Checkpoints, cp)
 			}
 		}
@@ -196,7 +233,6 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 		prev = sm.Downstream
 		r.Timeline = append(r.Timeline, p)
 	}
-	r.Goals = evaluateCallers(r)
 	return r
 }
 
@@ -204,9 +240,9 @@ func AnalyzeCallers(d *CallersData) *CallersReport {
 // or before t.At, or for a polling checkpoint the first sample of its window
 // that meets it, or else the window's last. ok is false when no sample
 // covers the checkpoint.
-func callerCheckpoint(samples []CallersSample, t CallersCheckpoint, i int, c CallerSpec, fair int64) (cp CallerCheckpoint, ok bool) {
+func callerCheckpoint(samples []CallersSample, t CallersCheckpoint, i int, c Caller) (cp CallerCheckpoint, ok bool) {
 	at := func(sm CallersSample) CallerCheckpoint {
-		part, named := sm.Parts[callerKey(c)]
+		part, named := sm.Parts[c.key()]
 		if !named {
 			part = -1
 		}
@@ -229,7 +265,7 @@ func callerCheckpoint(samples []CallersSample, t CallersCheckpoint, i int, c Cal
 		}
 		cp, ok = at(sm), true
 		cp.From, cp.Within, cp.WantReadyPods = t.At.Seconds(), t.Within.Seconds(), int(c.replicasAt(t.At))
-		if cp.Met(fair) {
+		if cp.Met(c.Part) {
 			return cp, true
 		}
 	}
@@ -249,44 +285,6 @@ func callersAt(samples []CallersSample, t time.Duration) (CallersSample, bool) {
 	return out, ok
 }
 
-func evaluateCallers(r *CallersReport) []Goal {
-	const name = "two-callers"
-	var gs []Goal
-	add := func(goal, want, got string, met, asserted bool) {
-		gs = append(gs, Goal{Variant: name, Goal: goal, Want: want, Got: got, Met: met, Asserted: asserted})
-	}
-	add("peak in-flight at the shared downstream within the contract", fmt.Sprintf("≤ %d", r.Contract),
-		fmt.Sprint(r.PeakInFlight), r.PeakInFlight <= int64(r.Contract), true)
-	add("downstream 429s", "0", fmt.Sprint(r.Downstream429), r.Downstream429 == 0, true)
-	for _, c := range r.Callers {
-		add(c.Name+"'s part in the contract's status", fmt.Sprintf("%d (division.FairShare)", c.FairPart),
-			fmt.Sprint(c.StatusPart), int64(c.StatusPart) == c.FairPart, true)
-		var got []string
-		met := len(c.Checkpoints) > 0
-		for _, cp := range c.Checkpoints {
-			got = append(got, cp.String())
-			met = met && cp.Met(c.FairPart)
-		}
-		add(c.Name+"'s Ready pods hold its fair part at every checkpoint", fmt.Sprintf("%d", c.FairPart), strings.Join(got, "; "), met, true)
-		if ro := c.Rollout; ro != nil {
-			add(c.Name+"'s running pods acknowledged its last plan", "acknowledged = total, 0 stale pods, at "+ro.Last,
-				fmt.Sprintf("%d/%d acknowledged, %d stale, status current: %t", ro.Acknowledged, ro.Total, ro.StalePods, ro.Current),
-				ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
-		}
-		if pc := c.PermitsCheck; pc != nil {
-			got := fmt.Sprintf("%d of %d pods agree", pc.Agree, pc.Pods)
-			if len(pc.Disagreements) > 0 {
-				got += ": " + strings.Join(pc.Disagreements, "; ")
-			}
-			add(c.Name+"'s pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
-				pc.Pods > 0 && pc.Agree == pc.Pods, true)
-		}
-		add(c.Name+": the harness kept up with the load", fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*LoadGoalFraction, c.LoadTargetPerSecond),
-			fmt.Sprintf("%.0f/s", c.LoadAchievedPerSecond), c.LoadAchievedPerSecond >= LoadGoalFraction*c.LoadTargetPerSecond, false)
-	}
-	return gs
-}
-
 // Failed returns the asserted goals that were not met.
 func (r *CallersReport) Failed() []Goal {
 	var out []Goal
@@ -299,14 +297,14 @@ func (r *CallersReport) Failed() []Goal {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *CallersReport) WriteJSON(path string) error { return writeJSON(path, r) }
+func (r *CallersReport) WriteJSON(path string) error { return WriteJSON(path, r) }
 
 // WriteCallersTable writes the report for a terminal.
 func WriteCallersTable(w io.Writer, r *CallersReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Two callers share one DownstreamContract: %d in flight, %d usable permits. Over %.0fs: %d downstream 429s, peak in-flight %d, goodput %.1f/s.\n\n",
 		r.Contract, r.Usable, r.DurationSeconds, r.Downstream429, r.PeakInFlight, r.GoodputPerSecond)
-	fmt.Fprintln(tw, "caller\tweight\tdemand in flight\tfair part (FairShare)\tstatus part\tReady pods' permits at the checkpoints\tload/s (target)")
+	fmt.Fprintln(tw, "caller\tweight\tdemand in flight\tfair part\tstatus part\tReady pods' permits at the checkpoints\tload/s (target)")
 	for _, c := range r.Callers {
 		demand := "none"
 		if c.DemandInFlight > 0 {
