@@ -6,25 +6,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 // ContractName is the DownstreamContract of the two-callers scenario.
@@ -222,269 +216,54 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// callerRun is one caller's state while the scenario runs.
-type callerRun struct {
-	spec      CallerSpec
-	obs       *observe.Observations
-	endpoints *traffic.Endpoints
-	w         *cluster.Workload
-	load      *traffic.LoadResult
-}
-
-// RunCallers runs the scenario: the contract, each caller's objects and
-// pods, one downstream for all, each caller's load and autoscaler, and the
-// sampling of all of it. An error means the harness could not run it.
-func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *report.CallersReport, err error) {
+// RunCallers runs the scenario (see Play): the contract, each caller's
+// objects and pods, one downstream for all, each caller's load and
+// autoscaler, and the sampling of all of it; it returns the report, judged
+// by the scenario's goals. An error means the harness could not run it.
+func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (*report.CallersReport, error) {
 	if err := cs.Validate(); err != nil {
 		return nil, err
 	}
-	logDir := filepath.Join(h.OutDir, "logs", "two-callers")
-	manifestDir := filepath.Join(h.OutDir, "manifests", "two-callers")
-	if err := os.RemoveAll(logDir); err != nil {
+	sc, err := h.callersScenario(cs)
+	if err != nil {
 		return nil, err
 	}
-	for _, d := range []string{logDir, manifestDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := h.Kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamcontracts.backpressure.dev"); err != nil {
+	h.logf("[%s] The DownstreamContract and, per caller, a Deployment, its HPA and a DownstreamQuota naming the contract", sc.Name)
+	rec, err := h.Play(ctx, sc)
+	if err != nil {
 		return nil, err
 	}
+	d := cs.data()
+	d.Samples, d.Final, d.Status = rec.Samples, rec.Final, rec.Contract
+	for _, c := range rec.Callers {
+		d.Loads = append(d.Loads, c.Load)
+		d.Rollouts = append(d.Rollouts, report.Rollout(c.Published, c.Rollout, c.Alive, c.Acks))
+		d.PermitsChecks = append(d.PermitsChecks, c.PermitsCheck)
+	}
+	return analyzeCallers(d), nil
+}
+
+// callersScenario is the scenario of cs: the shared contract and each
+// caller's objects, its pods running examples/gateway on the operator's
+// plan, each holding its part once settled.
+func (h *Harness) callersScenario(cs CallersScenario) (Scenario, error) {
 	dc, err := ContractObject()
 	if err != nil {
-		return nil, err
+		return Scenario{}, err
 	}
-	objs := []client.Object{dc}
+	sc := Scenario{Name: "two-callers", Duration: cs.Duration, PodStartDelay: cs.PodStartDelay,
+		Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Objects: []client.Object{dc}, Contract: ContractName}
 	for _, c := range cs.Callers {
-		if err := h.Kubectl("create", "namespace", c.Namespace); err != nil {
-			return nil, err
-		}
-		more, err := CallerObjects(c)
+		objs, err := CallerObjects(c)
 		if err != nil {
-			return nil, err
+			return Scenario{}, err
 		}
-		objs = append(objs, more...)
+		sc.Objects = append(sc.Objects, objs...)
+		sc.Callers = append(sc.Callers, Caller{Name: c.Name, Namespace: c.Namespace, Gate: QuotaName,
+			ConfigMap: c.Name + v1alpha1.ConfigMapSuffix, Program: h.gateway, RequestsPerSecond: c.RequestsPerSecond,
+			InitialReplicas: c.InitialReplicas, Scale: c.Scale, Holds: int(c.Part)})
 	}
-	h.logf("[two-callers] Applying the DownstreamContract and, per caller, a Deployment, its HPA and a DownstreamQuota naming the contract")
-	for i, obj := range objs {
-		b, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(manifestDir, fmt.Sprintf("%02d-%s-%s.yaml", i, obj.GetNamespace(), obj.GetName()))
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return nil, err
-		}
-		if err := h.Kubectl("apply", "-f", path); err != nil {
-			return nil, err
-		}
-	}
-	defer func() {
-		// The contract outlives the namespaces otherwise.
-		err = errors.Join(err, h.Kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
-	}()
-
-	ds, err := traffic.StartDownstream(Contract, TypicalLatency)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = ds.Close() }()
-
-	watchCtx, stopWatches := context.WithCancel(ctx)
-	defer stopWatches()
-	contractObs := &observe.Contract{}
-	go contractObs.Watch(watchCtx, h.Client, ContractName)
-
-	runs := make([]*callerRun, len(cs.Callers))
-	for i, c := range cs.Callers {
-		cr := &callerRun{spec: c, obs: &observe.Observations{}, endpoints: &traffic.Endpoints{Timeout: RequestTimeout}}
-		defer cr.endpoints.Close()
-		runs[i] = cr
-		cm := c.Name + v1alpha1.ConfigMapSuffix
-		go cr.obs.WatchConfigMap(watchCtx, h.Client, c.Namespace, cm, QuotaName)
-		go cr.obs.WatchQuota(watchCtx, h.Client, c.Namespace, QuotaName)
-		go cr.obs.WatchPods(watchCtx, h.Client, c.Namespace, QuotaName)
-		if err := cluster.WaitFor(ctx, setupTimeout, "the operator publishing "+c.Name+"'s plan", func() (bool, error) {
-			return len(cr.obs.Published()) > 0, h.ManagerErr()
-		}); err != nil {
-			return nil, err
-		}
-		run := func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
-			args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName,
-				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubeconfig, "--acknowledge",
-				"--metrics-listen", "127.0.0.1:0"}
-			args = append(args, GatewayRetryArgs...)
-			proc, err := h.StartProcess(cluster.ProcessSpec{
-				Name:    c.Namespace + "/" + pod.Name,
-				Path:    h.gateway,
-				Args:    args,
-				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-				LogPath: podLogPath(logDir, pod),
-				OnLog: func(l cluster.LogLine) {
-					switch l.Msg {
-					case cluster.MsgAppliedPlan:
-						cr.obs.Applied(pod.Name, l)
-					case cluster.MsgServingMetrics:
-						cr.obs.ServingMetrics(pod.Name, l.Address)
-					}
-					onLog(l)
-				},
-			})
-			if err != nil {
-				return nil, err
-			}
-			go func() {
-				<-proc.Done()
-				cr.obs.Exited(pod.Name)
-			}()
-			return proc, nil
-		}
-		w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
-			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Name: c.Name, HPA: c.Name,
-			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
-		})
-		if err != nil {
-			return nil, err
-		}
-		cr.w = w
-		defer func() {
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-			defer cancel()
-			err = errors.Join(err, w.Close(tctx))
-		}()
-		h.logf("[two-callers] Starting %d pods of %s in %s", c.InitialReplicas, c.Name, c.Namespace)
-		if err := w.Start(ctx, c.InitialReplicas); err != nil {
-			return nil, err
-		}
-	}
-	for _, cr := range runs {
-		if err := cr.w.WaitReady(ctx, int(cr.spec.InitialReplicas), setupTimeout); err != nil {
-			return nil, err
-		}
-	}
-	// Start from a settled handover: every caller's pods acknowledged its
-	// last plan and hold its part.
-	if err := cluster.WaitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
-		for _, cr := range runs {
-			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
-			if !cr.obs.RolledOut(cr.w.Running()) || int64(held) != cr.spec.Part {
-				return false, h.ManagerErr()
-			}
-		}
-		return true, h.ManagerErr()
-	}); err != nil {
-		return nil, err
-	}
-
-	h.logf("[two-callers] Running the scenario: %v", cs.Duration)
-	start := time.Now().Add(50 * time.Millisecond)
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	loadDone := make(chan struct{})
-	remaining := len(runs)
-	doneOne := make(chan struct{}, len(runs))
-	for _, cr := range runs {
-		l := &traffic.Load{Rate: cr.spec.RequestsPerSecond, Endpoints: cr.endpoints, MaxOutstanding: MaxOutstanding}
-		go func() {
-			cr.load = l.Run(loadCtx, start, cs.Duration)
-			doneOne <- struct{}{}
-		}()
-	}
-	go func() {
-		for range remaining {
-			<-doneOne
-		}
-		close(loadDone)
-	}()
-
-	samples := make(chan []report.CallersSample, 1)
-	stopSampling := make(chan struct{})
-	go func() {
-		var out []report.CallersSample
-		for i := 0; ; i++ {
-			off := time.Duration(i) * report.SampleInterval
-			select {
-			case <-stopSampling:
-				samples <- out
-				return
-			case <-time.After(time.Until(start.Add(off))):
-			}
-			sm := report.CallersSample{At: off, Downstream: ds.Sample()}
-			for _, cr := range runs {
-				ready := cr.w.Ready()
-				rp, _ := cr.obs.PermitsOf(ready, "")
-				sm.Callers = append(sm.Callers, report.CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
-			}
-			sm.Parts = contractObs.Parts()
-			out = append(out, sm)
-			if off >= cs.Duration {
-				<-stopSampling
-				samples <- out
-				return
-			}
-		}
-	}()
-
-	type event struct {
-		at     time.Duration
-		caller *callerRun
-		to     int32
-	}
-	var events []event
-	for _, cr := range runs {
-		for _, st := range cr.spec.Scale {
-			events = append(events, event{st.At, cr, st.Replicas})
-		}
-	}
-	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
-	var runErr error
-	for _, ev := range events {
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Until(start.Add(ev.at))):
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		h.logf("[two-callers] %5.1fs the scenario asks the HPA of %s for %d replicas (it has %d)", time.Since(start).Seconds(), ev.caller.spec.Name, ev.to, ev.caller.w.Counts().Desired)
-		if err := ev.caller.w.Scale(ctx, ev.to); err != nil {
-			runErr = err
-			stopLoad()
-			break
-		}
-	}
-	<-loadDone
-	close(stopSampling)
-	data := cs.data()
-	data.Samples, data.Final = <-samples, ds.Sample()
-	for _, cr := range runs {
-		data.Loads = append(data.Loads, cr.load)
-	}
-	if err := errors.Join(runErr, ctx.Err()); err != nil {
-		return nil, err
-	}
-	// Let the last handover finish before reading the acknowledgements.
-	_ = cluster.WaitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
-		for _, cr := range runs {
-			if !cr.obs.RolledOut(cr.w.Running()) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	for _, cr := range runs {
-		data.Rollouts = append(data.Rollouts, rolloutOf(cr.obs, cr.w.Running()))
-		data.PermitsChecks = append(data.PermitsChecks, cr.obs.CheckPermits(ctx, QuotaName, cr.w.Running()))
-		if err := cr.w.Err(); err != nil {
-			return nil, err
-		}
-	}
-	data.Status = contractObs.Last()
-	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
-		return nil, err
-	}
-	return analyzeCallers(data), nil
+	return sc, nil
 }
 
 // analyzeCallers turns the scenario's data into its report and judges its
@@ -493,12 +272,6 @@ func analyzeCallers(d *report.CallersData) *report.CallersReport {
 	r := report.AnalyzeCallers(d)
 	r.Goals = callersGoals(r)
 	return r
-}
-
-// rolloutOf returns the rollout report of a caller's observations, with
-// running naming its pods alive now.
-func rolloutOf(obs *observe.Observations, running []string) *report.RolloutReport {
-	return report.Rollout(obs.Published(), obs.Rollout(), running, obs.LastAcks())
 }
 
 // callersGoals are the goals of the two-callers scenario: the shared

@@ -10,32 +10,8 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
-
-// Fault is something that goes wrong in the cluster while a variant runs:
-// an event of the timeline, injected by the harness at At.
-type Fault struct {
-	At   time.Duration
-	Name string
-	// Inject does it. It may block (the later events of the timeline wait)
-	// and may start goroutines that measure what follows.
-	Inject func(ctx context.Context, fr *FaultRun) error
-}
-
-// FaultRun is what a fault acts on and observes.
-type FaultRun struct {
-	Harness      *Harness
-	Workload     *cluster.Workload
-	Observations *observe.Observations
-	// Start is the moment the load started; offsets count from it.
-	Start     time.Time
-	Namespace string
-}
-
-// Offset returns t as an offset from the start of the load.
-func (fr *FaultRun) Offset(t time.Time) time.Duration { return t.Sub(fr.Start) }
 
 // faultSettle is the part of a fault scenario's phase left out of its
 // goodput: calls admitted before are still draining.
@@ -60,9 +36,9 @@ func faultSchedule(d time.Duration, initial int32, scale []schedule.ScaleStep, p
 }
 
 // faultVariant is a fault scenario's variant: the operator, on the
-// scenario's own schedule, with its faults.
-func faultVariant(name, description string, s schedule.Schedule, faults ...Fault) Variant {
-	return Variant{Name: name, Description: description, Operator: true, Schedule: &s, Faults: faults}
+// scenario's own schedule, with its faults and measurements as events.
+func faultVariant(name, description string, s schedule.Schedule, events ...Event) Variant {
+	return Variant{Name: name, Description: description, Operator: true, Schedule: &s, Events: events}
 }
 
 // waitForPlan polls, from the moment it is called, until a plan published
@@ -70,13 +46,13 @@ func faultVariant(name, description string, s schedule.Schedule, faults ...Fault
 // permit and, when acked, every running pod acknowledged it and the quota's
 // status counts them all. It returns the moment it saw that, or an error
 // after timeout.
-func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, acked bool, timeout time.Duration) (published, done time.Time, err error) {
+func waitForPlan(ctx context.Context, st *Stage, since time.Time, want int, acked bool, timeout time.Duration) (published, done time.Time, err error) {
 	err = cluster.WaitFor(ctx, timeout, fmt.Sprintf("a plan for %d running pods", want), func() (bool, error) {
-		running := fr.Workload.Running()
+		running := st.Workload().Running()
 		if len(running) != want {
 			return false, nil
 		}
-		pub := fr.Observations.Published()
+		pub := st.Observations().Published()
 		for i := len(pub) - 1; i >= 0 && pub[i].Seen.After(since); i-- {
 			if !pub[i].Divides(running, Usable()) {
 				continue
@@ -88,7 +64,7 @@ func waitForPlan(ctx context.Context, fr *FaultRun, since time.Time, want int, a
 		if published.IsZero() {
 			return false, nil
 		}
-		return !acked || fr.Observations.RolledOut(running), nil
+		return !acked || st.Observations().RolledOut(running), nil
 	})
 	return published, time.Now(), err
 }

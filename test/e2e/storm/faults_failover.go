@@ -113,16 +113,16 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			return err
 		}
 		var mu sync.Mutex
-		kill := Fault{
+		kill := Event{
 			At:   FailoverScaleAt,
 			Name: "SIGKILL the leading manager once it published the scale-up's first plan",
-			Inject: func(ctx context.Context, fr *FaultRun) error {
-				scaled := fr.Start.Add(FailoverScaleAt)
+			Do: func(ctx context.Context, st *Stage) error {
+				scaled := st.Start.Add(FailoverScaleAt)
 				// The HPA decides the scale-up within its sync period, then
 				// the first new pod is bound, started and Ready: its plan
 				// comes seconds after the scenario asks.
 				_ = cluster.WaitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
-					pub := fr.Observations.Published()
+					pub := st.Observations().Published()
 					return len(pub) > 0 && pub[len(pub)-1].Seen.After(scaled), nil
 				})
 				leader, _ := lead.current()
@@ -133,18 +133,18 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				p.Kill()
 				killed := time.Now()
 				plans := 0
-				for _, pub := range fr.Observations.Published() {
+				for _, pub := range st.Observations().Published() {
 					if pub.Seen.After(scaled) {
 						plans++
 					}
 				}
 				mu.Lock()
-				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, fr.Offset(killed).Seconds(), plans
+				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, st.Offset(killed).Seconds(), plans
 				mu.Unlock()
-				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", fr.Offset(killed).Seconds(), leader, plans)
+				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", st.Offset(killed).Seconds(), leader, plans)
 				// Measured here, before the rest of the timeline: the run must
 				// not end, and its pods go, before the new leader's plan came.
-				if err := measureFailover(ctx, fr, lead, leader, killed, rep, &mu); err != nil {
+				if err := measureFailover(ctx, st, lead, leader, killed, rep, &mu); err != nil {
 					mu.Lock()
 					rep.Err = err.Error()
 					mu.Unlock()
@@ -184,7 +184,7 @@ func failoverFlags() []string {
 
 // measureFailover waits for the survivor to lead and publish, and records
 // the times from the kill.
-func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed string, at time.Time, rep *FailoverReport, mu *sync.Mutex) error {
+func measureFailover(ctx context.Context, st *Stage, lead *leadership, killed string, at time.Time, rep *FailoverReport, mu *sync.Mutex) error {
 	const timeout = 30 * time.Second
 	survivor, since, err := lead.await(killed, timeout)
 	if err != nil {
@@ -195,7 +195,7 @@ func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed
 	mu.Unlock()
 	var first time.Time
 	err = cluster.WaitFor(ctx, timeout, "the new leader's first plan", func() (bool, error) {
-		pub := fr.Observations.Published()
+		pub := st.Observations().Published()
 		if n := len(pub); n > 0 && pub[n-1].Seen.After(at) {
 			for _, p := range pub {
 				if p.Seen.After(at) {
@@ -209,7 +209,7 @@ func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed
 	if err != nil {
 		return err
 	}
-	published, _, perr := waitForPlan(ctx, fr, at, failoverTo, false, timeout)
+	published, _, perr := waitForPlan(ctx, st, at, failoverTo, false, timeout)
 	mu.Lock()
 	defer mu.Unlock()
 	rep.FirstPlanSeconds = first.Sub(at).Seconds()

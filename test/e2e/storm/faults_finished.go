@@ -75,12 +75,12 @@ type FinishedPodsReport struct {
 func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, error) {
 	rep := &FinishedPodsReport{}
 	var mu sync.Mutex
-	checkpoint := func(at time.Duration, want int) Fault {
-		return Fault{
+	checkpoint := func(at time.Duration, want int) Event {
+		return Event{
 			At:   at,
 			Name: fmt.Sprintf("read the division once the %d Ready pods hold every usable permit", want),
-			Inject: func(ctx context.Context, fr *FaultRun) error {
-				cp := h.finishedCheckpoint(ctx, fr, want, rep.Evicted, rep.Completed)
+			Do: func(ctx context.Context, st *Stage) error {
+				cp := h.finishedCheckpoint(ctx, st, want, rep.Evicted, rep.Completed)
 				mu.Lock()
 				rep.Checkpoints = append(rep.Checkpoints, cp)
 				mu.Unlock()
@@ -88,11 +88,11 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 			},
 		}
 	}
-	finished := Fault{
+	finished := Event{
 		At:   FinishedPodsAt,
 		Name: "an evicted and a completed pod of the ReplicaSet appear",
-		Inject: func(ctx context.Context, fr *FaultRun) error {
-			w := fr.Workload
+		Do: func(ctx context.Context, st *Stage) error {
+			w := st.Workload()
 			rs, err := w.ReplicaSet(ctx)
 			if err != nil {
 				return err
@@ -127,17 +127,17 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 // finishedCheckpoint waits, up to 10 s, for a plan (published at any time)
 // that gives the want running pods every usable permit, acknowledged, and
 // reads the quota's status.
-func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int, finished ...string) FinishedCheckpoint {
-	_, _, err := waitForPlan(ctx, fr, time.Time{}, want, true, 10*time.Second)
-	cp := FinishedCheckpoint{AtSeconds: fr.Offset(time.Now()).Seconds()}
+func (h *Harness) finishedCheckpoint(ctx context.Context, st *Stage, want int, finished ...string) FinishedCheckpoint {
+	_, _, err := waitForPlan(ctx, st, time.Time{}, want, true, 10*time.Second)
+	cp := FinishedCheckpoint{AtSeconds: st.Offset(time.Now()).Seconds()}
 	if err != nil {
 		cp.Err = err.Error()
 	}
-	ready := fr.Workload.Ready()
+	ready := st.Workload().Ready()
 	cp.ReadyPods = len(ready)
-	cp.ReadyPermits, _ = fr.Observations.PermitsOf(ready, "")
+	cp.ReadyPermits, _ = st.Observations().PermitsOf(ready, "")
 	var q v1alpha1.DownstreamQuota
-	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: QuotaName}, &q); err != nil {
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: st.Namespace(), Name: QuotaName}, &q); err != nil {
 		cp.Err = err.Error()
 		return cp
 	}
@@ -152,7 +152,7 @@ func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int
 			}
 		}
 	}
-	if pub := fr.Observations.Published(); len(pub) > 0 {
+	if pub := st.Observations().Published(); len(pub) > 0 {
 		for _, name := range finished {
 			if _, ok := pub[len(pub)-1].Pods[name]; ok {
 				cp.FinishedNamed = append(cp.FinishedNamed, "the published plan: "+name)

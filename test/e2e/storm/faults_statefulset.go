@@ -155,22 +155,22 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 		rep.Steps = append(rep.Steps, st)
 		mu.Unlock()
 	}
-	scaleStep := func(at time.Duration, want int, last bool) Fault {
-		return Fault{
+	scaleStep := func(at time.Duration, want int, last bool) Event {
+		return Event{
 			At:   at,
 			Name: fmt.Sprintf("wait for the %d pods %s Ready, on the plan for them", want, ordinals(want)),
-			Inject: func(ctx context.Context, fr *FaultRun) error {
+			Do: func(ctx context.Context, stage *Stage) error {
 				timeout := stsUpTimeout
 				if last {
 					timeout = stsDownTimeout
 				}
-				since := fr.Start.Add(at)
-				st := h.stsSettle(ctx, fr, fmt.Sprintf("→ %d pods", want), since, since, ordinals(want), timeout)
+				since := stage.Start.Add(at)
+				st := h.stsSettle(ctx, stage, fmt.Sprintf("→ %d pods", want), since, since, ordinals(want), timeout)
 				addStep(st)
 				if last {
 					mu.Lock()
-					lives, start = fr.Workload.Lives(), fr.Start
-					for _, ro := range fr.Observations.Rollout() {
+					lives, start = stage.Workload().Lives(), stage.Start
+					for _, ro := range stage.Observations().Rollout() {
 						rep.PeakHeld = max(rep.PeakHeld, ro.Held)
 					}
 					mu.Unlock()
@@ -179,19 +179,19 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 			},
 		}
 	}
-	recreate := Fault{
+	recreate := Event{
 		At:   StatefulSetRecreateAt,
 		Name: "delete " + StatefulSetRecreated + " and wait for the StatefulSet controller's new one on the plan",
-		Inject: func(ctx context.Context, fr *FaultRun) error {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fr.Namespace, Name: StatefulSetRecreated}}
+		Do: func(ctx context.Context, stage *Stage) error {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: stage.Namespace(), Name: StatefulSetRecreated}}
 			deleted := time.Now()
 			if err := h.Client.Delete(ctx, pod); err != nil {
 				return fmt.Errorf("storm: delete pod %s: %w", StatefulSetRecreated, err)
 			}
 			// The plan need not change: the pod comes back under its name.
-			st := h.stsSettle(ctx, fr, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(StatefulSetUp), stsRecreateTimeout, func() bool {
+			st := h.stsSettle(ctx, stage, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(StatefulSetUp), stsRecreateTimeout, func() bool {
 				n := 0
-				for _, l := range fr.Workload.Lives() {
+				for _, l := range stage.Workload().Lives() {
 					if l.Name == StatefulSetRecreated && l.Seen.After(deleted) && !l.Ready.IsZero() {
 						n++
 					}
@@ -243,25 +243,25 @@ func ordinal(name string) int {
 // waiting for its share in a handover), every one of them enforces and
 // acknowledged it, and every extra condition holds; then it reads the step,
 // which began at since.
-func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, since, planSince time.Time, want []string, timeout time.Duration, extra ...func() bool) StatefulSetStep {
-	st := StatefulSetStep{Name: name, Want: len(want), AtSeconds: fr.Offset(since).Seconds()}
+func (h *Harness) stsSettle(ctx context.Context, stage *Stage, name string, since, planSince time.Time, want []string, timeout time.Duration, extra ...func() bool) StatefulSetStep {
+	st := StatefulSetStep{Name: name, Want: len(want), AtSeconds: stage.Offset(since).Seconds()}
 	from := since
-	if sc := fr.Workload.Scales(since); len(sc) > 0 {
+	if sc := stage.Workload().Scales(since); len(sc) > 0 {
 		from = sc[0].At
 		st.DecidedSeconds = from.Sub(since).Seconds()
 	}
 	deadline := time.Now().Add(timeout)
-	_, _, err := waitForPlan(ctx, fr, planSince, len(want), true, timeout)
+	_, _, err := waitForPlan(ctx, stage, planSince, len(want), true, timeout)
 	if err == nil {
 		err = cluster.WaitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
-			w := fr.Workload
-			held, _ := fr.Observations.PermitsOf(w.Ready(), "")
-			pub := fr.Observations.Published()
+			w := stage.Workload()
+			held, _ := stage.Observations().PermitsOf(w.Ready(), "")
+			pub := stage.Observations().Published()
 			ok := slices.Equal(w.Running(), sortedNames(want)) && slices.Equal(w.Ready(), sortedNames(want)) &&
-				w.Counts().Existing == len(want) && held == Usable() && fr.Observations.RolledOut(want) &&
+				w.Counts().Existing == len(want) && held == Usable() && stage.Observations().RolledOut(want) &&
 				len(pub) > 0 && pub[len(pub)-1].Divides(want, Usable())
 			for _, pod := range want {
-				n, _ := fr.Observations.PermitsOf([]string{pod}, "")
+				n, _ := stage.Observations().PermitsOf([]string{pod}, "")
 				ok = ok && len(pub) > 0 && n == pub[len(pub)-1].PermitsOf(pod)
 			}
 			for _, cond := range extra {
@@ -274,21 +274,21 @@ func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, sinc
 		st.Err = err.Error()
 	}
 	// The moment the harness saw it settled: the decision's time to it.
-	if sc := fr.Workload.Scales(since); st.DecidedSeconds == 0 && len(sc) > 0 {
+	if sc := stage.Workload().Scales(since); st.DecidedSeconds == 0 && len(sc) > 0 {
 		from = sc[0].At
 		st.DecidedSeconds = from.Sub(since).Seconds()
 	}
 	st.SettledSeconds = time.Since(from).Seconds()
-	running := fr.Workload.Running()
+	running := stage.Workload().Running()
 	slices.SortFunc(running, func(a, b string) int { return ordinal(a) - ordinal(b) })
 	st.Pods = running
 	for _, p := range running {
-		n, _ := fr.Observations.PermitsOf([]string{p}, "")
+		n, _ := stage.Observations().PermitsOf([]string{p}, "")
 		st.Shares = append(st.Shares, n)
 	}
-	ready := fr.Workload.Ready()
+	ready := stage.Workload().Ready()
 	st.ReadyPods = len(ready)
-	st.ReadyPermits, _ = fr.Observations.PermitsOf(ready, "")
+	st.ReadyPermits, _ = stage.Observations().PermitsOf(ready, "")
 	return st
 }
 

@@ -34,14 +34,14 @@ type Variant struct {
 	// its own in front of backpressure-proxy, which enforces the pod's
 	// share instead of the library (see proxypod).
 	Sidecar bool
-	// Faults are injected at their offsets while the schedule runs (see
-	// faults.go).
-	Faults []Fault
+	// Events happen at their offsets while the schedule runs: the faults
+	// of faults.go, and their measurements.
+	Events []Event
 	// Goals judge the variant's run, besides the figure of the load every
 	// run reports; nil for none.
 	Goals func(*report.VariantReport) report.Goals
-	// Kind is the calling workload's kind: KindDeployment (when empty) or
-	// KindStatefulSet, which needs a schedule with scale steps of its own
+	// Kind is the calling workload's kind: cluster.KindDeployment (when empty) or
+	// cluster.KindStatefulSet, which needs a schedule with scale steps of its own
 	// (see VariantManifests).
 	Kind string
 }

@@ -17,19 +17,37 @@ import (
 // CallerSample is one caller's side of a CallersSample.
 type CallerSample struct {
 	Pods cluster.PodCounts
+	// HPA is the caller's HPA's status.
+	HPA cluster.HPAStatus
 	// ReadyPermits is the sum of the permits the caller's Ready pods'
 	// gates enforce; Permits the same over all its running pods.
 	ReadyPermits, Permits int
+	// LaggardRunning and LaggardReady say whether the caller's laggard pod
+	// runs (not terminating) and is in the endpoints, and LaggardPermits
+	// what its gate enforces; all zero without a laggard.
+	LaggardRunning, LaggardReady bool
+	LaggardPermits               int
 }
 
-// CallersSample is the two-callers scenario at one moment.
+// CallersSample is a run of one or more callers of one downstream at one
+// moment.
 type CallersSample struct {
 	At         time.Duration
 	Downstream traffic.DownstreamCounts
+	// Latency is the downstream's latency.
+	Latency time.Duration
 	// Callers are in the scenario's order.
 	Callers []CallerSample
-	// Parts are the contract's status.callers[].permits by namespace/quota.
+	// Parts are the contract's status.callers[].permits by namespace/quota,
+	// when the callers share a DownstreamContract.
 	Parts map[string]int32
+}
+
+// Of returns the moment as a variant's run of caller i alone records it.
+func (s CallersSample) Of(i int) Sample {
+	c := s.Callers[i]
+	return Sample{At: s.At, Downstream: s.Downstream, Latency: s.Latency, Pods: c.Pods, HPA: c.HPA, Permits: c.Permits,
+		ReadyPermits: c.ReadyPermits, LaggardRunning: c.LaggardRunning, LaggardReady: c.LaggardReady, LaggardPermits: c.LaggardPermits}
 }
 
 // CallersData is everything a scenario of callers sharing one contract
