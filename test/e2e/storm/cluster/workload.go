@@ -457,20 +457,43 @@ func (w *Workload) Scale(_ context.Context, n int32) error {
 	return nil
 }
 
-// kubelet runs one pod from its creation to its final deletion.
+// kubelet runs one pod from its creation to its final deletion: the
+// scheduler binds it, its container starts and serves, the pod is Ready
+// until its deletion begins, and its container stops.
 func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	defer w.wg.Done()
 	defer w.forget(p)
-	ctx := w.ctx
+	if !w.bind(pod, p) {
+		return
+	}
+	proc, started, ok := w.startContainer(pod, p)
+	if !ok {
+		return
+	}
+	if p.url != "" {
+		w.markReady(p, started)
+	}
+	select {
+	case <-p.stop:
+	case <-w.ctx.Done():
+	case <-proc.Done():
+		w.fail(proc.Exited())
+	}
+	w.stopContainer(pod, p, proc)
+}
 
+// bind plays the scheduler: StartDelay after the pod appeared, a Binding
+// to the node. It returns false when the pod is gone before.
+func (w *Workload) bind(pod *corev1.Pod, p *simPod) bool {
+	ctx := w.ctx
 	select {
 	case <-time.After(w.opts.StartDelay):
 	case <-p.stop:
 		// Deleted before it was scheduled: the API server deleted it at
 		// once, as it does for a pod bound to no node.
-		return
+		return false
 	case <-ctx.Done():
-		return
+		return false
 	}
 	// The Binding names the Pod's UID: a Pod created again under the name
 	// is not this one.
@@ -485,9 +508,16 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 		if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 			w.fail(fmt.Errorf("storm: bind pod %s: %w", p.name, err))
 		}
-		return
+		return false
 	}
+	return true
+}
 
+// startContainer starts the bound pod's process, marks the pod Running
+// and waits for the process to log "Serving", which sets p.url, or for the
+// pod's deletion. ok is false when the process failed to start or serve:
+// the pod is then deleted.
+func (w *Workload) startContainer(pod *corev1.Pod, p *simPod) (proc *Process, started metav1.Time, ok bool) {
 	serving := make(chan string, 1)
 	proc, err := w.opts.Run(pod, func(l LogLine) {
 		if l.Msg == MsgServing && l.Address != "" {
@@ -500,14 +530,14 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	if err != nil {
 		w.fail(fmt.Errorf("storm: start pod %s: %w", p.name, err))
 		w.finalDelete(p)
-		return
+		return nil, started, false
 	}
 	w.mu.Lock()
 	p.started = true
 	p.life.Started = time.Now()
 	w.mu.Unlock()
-	started := metav1.Now()
-	if err := w.setStatus(ctx, p, started, false); err != nil {
+	started = metav1.Now()
+	if err := w.setStatus(w.ctx, p, started, false); err != nil {
 		w.fail(err)
 	}
 
@@ -519,44 +549,46 @@ func (w *Workload) kubelet(pod *corev1.Pod, p *simPod) {
 	case <-proc.Done():
 		w.fail(proc.Exited())
 		w.finalDelete(p)
-		return
+		return nil, started, false
 	case <-timeout.C:
 		w.fail(fmt.Errorf("storm: pod %s did not log %q within %v; its last lines:\n%s", p.name, MsgServing, w.opts.ServingTimeout, proc.Tail()))
 		proc.Kill()
 		<-proc.Done()
 		w.finalDelete(p)
-		return
+		return nil, started, false
 	case <-p.stop:
-	case <-ctx.Done():
+	case <-w.ctx.Done():
 	}
+	return proc, started, true
+}
 
-	if p.url != "" {
-		select {
-		case <-p.stop:
-		case <-ctx.Done():
-		default:
-			// Ready from the moment the status is written: the controllers
-			// may act on it before the write returns.
-			readyAt := time.Now()
-			if err := w.setStatus(ctx, p, started, true); err != nil {
-				w.fail(err)
-			}
-			w.mu.Lock()
-			if !p.terminating {
-				p.ready = true
-				p.life.Ready = readyAt
-				w.opts.Endpoints.Add(p.url)
-			}
-			w.mu.Unlock()
-		}
-	}
-
+// markReady writes the serving pod's Ready status and adds it to the
+// endpoints, unless its deletion has begun.
+func (w *Workload) markReady(p *simPod, started metav1.Time) {
 	select {
 	case <-p.stop:
-	case <-ctx.Done():
-	case <-proc.Done():
-		w.fail(proc.Exited())
+	case <-w.ctx.Done():
+	default:
+		// Ready from the moment the status is written: the controllers may
+		// act on it before the write returns.
+		readyAt := time.Now()
+		if err := w.setStatus(w.ctx, p, started, true); err != nil {
+			w.fail(err)
+		}
+		w.mu.Lock()
+		if !p.terminating {
+			p.ready = true
+			p.life.Ready = readyAt
+			w.opts.Endpoints.Add(p.url)
+		}
+		w.mu.Unlock()
 	}
+}
+
+// stopContainer stops a pod whose deletion began (or whose process ended):
+// out of the endpoints, the preStop pause, SIGTERM with the pod's grace
+// period, and the final delete once the process has exited.
+func (w *Workload) stopContainer(pod *corev1.Pod, p *simPod, proc *Process) {
 	// The endpoints controller and the kubelet both react to the deletion;
 	// traffic stops a moment before the signal, as a preStop hook arranges,
 	// so that requests already on their way do not meet a closed listener.
