@@ -86,7 +86,7 @@ func (h *Harness) Play(ctx context.Context, sc Scenario) (rec *Recording, err er
 			return nil, err
 		}
 	}
-	if err := h.settle(ctx, sc, st); err != nil {
+	if err := h.settle(ctx, st); err != nil {
 		return nil, err
 	}
 	h.logf("[%s] Running the scenario: %v", sc.Name, sc.Duration)
@@ -218,7 +218,7 @@ func (h *Harness) startPods(ctx context.Context, sc Scenario, st *Stage, cs *Cal
 // running pods, every pod acknowledged it, the quota's status counts them
 // all, and the Ready pods hold it. (A StatefulSet's last pod is Ready a
 // moment before the plan for it: the others still hold all then.)
-func (h *Harness) settle(ctx context.Context, sc Scenario, st *Stage) error {
+func (h *Harness) settle(ctx context.Context, st *Stage) error {
 	for _, cs := range st.Callers {
 		if err := cs.Workload.WaitReady(ctx, int(cs.InitialReplicas), setupTimeout); err != nil {
 			return err

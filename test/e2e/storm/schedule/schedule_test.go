@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
-	"github.com/google/go-cmp/cmp"
 )
 
 // storySchedule is DefaultSchedule with the scale steps the story's HPA
