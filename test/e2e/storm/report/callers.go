@@ -304,15 +304,7 @@ func callersAt(samples []CallersSample, t time.Duration) (CallersSample, bool) {
 }
 
 // Failed returns the asserted goals that were not met.
-func (r *CallersReport) Failed() []Goal {
-	var out []Goal
-	for _, g := range r.Goals {
-		if g.Asserted && !g.Met {
-			out = append(out, g)
-		}
-	}
-	return out
-}
+func (r *CallersReport) Failed() []Goal { return Goals(r.Goals).Failed() }
 
 // WriteJSON writes the report to path, creating its directory.
 func (r *CallersReport) WriteJSON(path string) error { return WriteJSON(path, r) }

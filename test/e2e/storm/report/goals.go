@@ -122,12 +122,15 @@ func (gs *Goals) Rollout(name string, v *VariantReport) {
 }
 
 // Failed returns the asserted goals that were not met.
-func (r *Report) Failed() []Goal {
+func (gs Goals) Failed() []Goal {
 	var out []Goal
-	for _, g := range r.Goals {
+	for _, g := range gs {
 		if g.Asserted && !g.Met {
 			out = append(out, g)
 		}
 	}
 	return out
 }
+
+// Failed returns the asserted goals that were not met.
+func (r *Report) Failed() []Goal { return Goals(r.Goals).Failed() }
