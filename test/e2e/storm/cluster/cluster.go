@@ -10,13 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
 
@@ -105,11 +102,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	// step.
 	cfg.QPS, cfg.Burst = 200, 400
 	c.Config = cfg
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return c, err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := testenv.Scheme()
+	if err != nil {
 		return c, err
 	}
 	if c.Client, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
