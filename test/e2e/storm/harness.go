@@ -62,6 +62,8 @@ type Harness struct {
 	gateway string
 	// proxyPod runs a pod of a Sidecar variant.
 	proxyPod string
+	// laggardPod runs the laggard of a variant that has one.
+	laggardPod string
 
 	// certDir is the API server's certificate directory (faults_apiserver.go).
 	certDir string
@@ -97,13 +99,14 @@ func Setup(ctx context.Context, opts Options) (h *Harness, err error) {
 	bin := filepath.Join(h.OutDir, "bin")
 	h.logf("Building the manager and examples/gateway into %s", bin)
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/manager", "./examples/gateway",
-		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod")
+		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod", "./test/e2e/storm/laggardpod")
 	build.Dir = h.Root
 	if out, err := build.CombinedOutput(); err != nil {
 		return h, fmt.Errorf("storm: go build: %w\n%s", err, out)
 	}
 	h.gateway = filepath.Join(bin, "gateway")
 	h.proxyPod = filepath.Join(bin, "proxypod")
+	h.laggardPod = filepath.Join(bin, "laggardpod")
 
 	h.logf("Starting kube-apiserver and etcd")
 	if h.env, err = testenv.New(); err != nil {

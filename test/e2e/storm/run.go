@@ -115,9 +115,11 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 	}
 	run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName}
+		program := h.podProgram(v)
 		lagMu.Lock()
 		if v.Laggard > 0 && laggardName == "" {
 			laggardName = pod.Name
+			program = h.laggardPod
 			args = append(args, "--apply-delay", v.Laggard.String())
 			h.logf("[%s] Pod %s applies every new plan %v late", v.Name, pod.Name, v.Laggard)
 		}
@@ -133,7 +135,7 @@ func (h *Harness) Run(ctx context.Context, v Variant, s Schedule) (rep *VariantR
 		args = append(args, GatewayRetryArgs...)
 		proc, err := h.procs.Start(ProcessSpec{
 			Name:    ns + "/" + pod.Name,
-			Path:    h.podProgram(v),
+			Path:    program,
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: podLogPath(logDir, pod),
