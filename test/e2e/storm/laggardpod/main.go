@@ -25,12 +25,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -38,6 +36,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/internal/podmain"
 )
 
 // config is the part of the command line this program reads; the rest is
@@ -93,18 +93,7 @@ func parse(args []string) (config, error) {
 	return c, nil
 }
 
-func main() {
-	c, err := parse(os.Args[1:])
-	if err == nil {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		err = run(ctx, c)
-		stop()
-	}
-	if err != nil {
-		logLine("Laggard pod failed", err.Error())
-		os.Exit(1)
-	}
-}
+func main() { podmain.Main(parse, run, "Laggard pod failed") }
 
 // run mirrors the ConfigMap into a directory, late, and runs the gateway
 // on it until ctx ends or the gateway exits.
@@ -152,10 +141,4 @@ func run(ctx context.Context, c config) error {
 		_ = gateway.Process.Signal(syscall.SIGTERM)
 		return <-done
 	}
-}
-
-// logLine writes one JSON log line of its own.
-func logLine(msg, err string) {
-	b, _ := json.Marshal(map[string]string{"time": time.Now().Format(time.RFC3339Nano), "level": "ERROR", "msg": msg, "err": err})
-	_, _ = os.Stderr.Write(append(b, '\n'))
 }

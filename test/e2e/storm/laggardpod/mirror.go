@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/internal/podmain"
 )
 
 // firstReadTimeout bounds the wait for the ConfigMap's first version: the
@@ -122,7 +124,7 @@ func (m *mirror) writeLate(ctx context.Context, queue <-chan version) {
 			case <-t.C:
 			}
 			if err := m.write(v.data); err != nil {
-				logLine("Could not write the plans", err.Error())
+				podmain.LogLine("Could not write the plans", err.Error())
 			}
 		}
 	}

@@ -105,7 +105,7 @@ func TestAcknowledgementAnnotatesThePod(t *testing.T) {
 	waitForAnnotations(t, client, ns, "gateway-0", map[string]string{
 		plan.AppliedAnnotationPrefix + "a": plan.AckFor(a2).String(), plan.AppliedAnnotationPrefix + "b": plan.AckFor(b1).String(),
 	})
-	if got := counter(t, reg, ackCounter, reload.ResultError); got != 0 {
+	if got := errorCount(t, reg, ackCounter); got != 0 {
 		t.Errorf("acknowledgement errors: %v", got)
 	}
 }
@@ -138,7 +138,7 @@ func TestAcknowledgementRetriesUntilThePodExists(t *testing.T) {
 	rec.Next(t)
 
 	// No pod yet: the patch fails and is retried, and the source goes on.
-	sourcetest.WaitUntil(t, func() bool { return counter(t, reg, ackCounter, reload.ResultError) >= 3 })
+	sourcetest.WaitUntil(t, func() bool { return errorCount(t, reg, ackCounter) >= 3 })
 	vol.Write(map[string]string{"a.json": sourcetest.Encode(t, sourcetest.Doc("a", 5))})
 	rec.WaitFor(t, func(u reload.Update) bool { return u.Plans["a"].Permits == 5 })
 	if logs.Count("Could not acknowledge the applied plans") < 3 {

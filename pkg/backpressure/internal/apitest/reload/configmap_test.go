@@ -68,11 +68,11 @@ func TestConfigMapSourceUnderANarrowRole(t *testing.T) {
 	// A bad document is rejected once and the gate keeps its plan.
 	bad := strings.Replace(sourcetest.Encode(t, a2), `"ratePerSecond":0`, `"ratePerSecond":-1`, 1)
 	sourcetest.UpdateConfigMap(t, admin, ns, name, map[string]string{"a.json": bad, "b.json": sourcetest.Encode(t, b1)})
-	sourcetest.WaitUntil(t, func() bool { return counter(t, reg, reloadCounter, reload.ResultError) == 1 })
+	sourcetest.WaitUntil(t, func() bool { return errorCount(t, reg, reloadCounter) == 1 })
 	// An unrelated edit of the ConfigMap reads the same bad bytes again.
 	sourcetest.UpdateConfigMap(t, admin, ns, name, map[string]string{"a.json": bad, "b.json": sourcetest.Encode(t, b1), "notes": "x"})
 	rec.Quiet(t, 300*time.Millisecond)
-	if got := counter(t, reg, reloadCounter, reload.ResultError); got != 1 {
+	if got := errorCount(t, reg, reloadCounter); got != 1 {
 		t.Errorf("reloads{error} = %v, want 1", got)
 	}
 	if got := logs.Count("ratePerSecond: must be a number in [0, 1000000000], got -1"); got != 1 {

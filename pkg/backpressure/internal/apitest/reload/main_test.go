@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/reload"
 )
 
 // One kube-apiserver and etcd serve every test of the package that needs
@@ -68,9 +69,9 @@ const (
 	ackCounter    = "backpressure_config_acknowledgements_total"
 )
 
-// counter returns the value of the counter name{result} that reg gathers,
-// 0 when it has no such series.
-func counter(t testing.TB, reg prometheus.Gatherer, name, result string) float64 {
+// errorCount returns the value of the counter name{result="error"} that
+// reg gathers, 0 when it has no such series.
+func errorCount(t testing.TB, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -82,7 +83,7 @@ func counter(t testing.TB, reg prometheus.Gatherer, name, result string) float64
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
+				if l.GetName() == "result" && l.GetValue() == reload.ResultError {
 					return m.GetCounter().GetValue()
 				}
 			}
