@@ -14,6 +14,12 @@
 # static (CGO_ENABLED=0), built with -trimpath, and carry the version and the
 # commit in internal/version; `--version` prints them.
 #
+# The Go modules are released by their git tags, not by this script: the
+# root module by vX.Y.Z, and the two nested modules an application requires
+# by their own tag prefixes, pkg/backpressure/vX.Y.Z (the library) and
+# api/plan/vX.Y.Z (the plan document, which the library requires; tag it
+# first when it changed).
+#
 # Usage: hack/release.sh VERSION        (make release VERSION=v0.1.0)
 #
 # VERSION is a semantic version with a leading v, as krew requires. The
@@ -168,7 +174,7 @@ spec:
   homepage: https://github.com/backpressure-dev/backpressure-operator
   shortDescription: Size per-pod shares of a downstream's global limit
   description: |
-    Computes what backpressure-operator computes: the per-pod plan of a
+    Computes what backpressure-operator computes: the per-pod share of a
     DownstreamQuota over a replica count or an HPA's range, and the checks
     behind it (an existing pool against a deadline, retry amplification,
     backlog growth), with the formula behind every number.

@@ -189,7 +189,7 @@ func writeContractTables(out io.Writer, dc *v1alpha1.DownstreamContract, callers
 		product = fmt.Sprintf("%d of %d in flight for this cluster × %d%% safety", cc, k.Concurrency, safetyOf(dc.Spec))
 	}
 	fmt.Fprintf(out, "%s: %s = %s to split over %d callers by weighted max-min fairness, capped at each one's demand\n\n",
-		subject, product, permitsWord(usable), len(callers))
+		subject, product, division.Permits(usable), len(callers))
 	t := newTable(out, "CALLER", "WEIGHT", "DEMAND", "READY PODS", "PERMITS", "RATE", "BURST", "RETRY BUDGET", "REASON")
 	for _, c := range callers {
 		demand := "none given"

@@ -1,5 +1,5 @@
 // Command kubectl-backpressure is a calculator for backpressure-operator's
-// sizing math: the per-pod plan of a DownstreamQuota (or of flags) over a
+// sizing math: the per-pod share of a DownstreamQuota (or of flags) over a
 // replica count or an HPA's whole range, an existing pool against a
 // deadline, retry amplification under overload, and backlog growth. On PATH
 // it is the kubectl plugin `kubectl backpressure`.

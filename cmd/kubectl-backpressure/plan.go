@@ -76,7 +76,7 @@ func newPlanCommand(format func() string) *cobra.Command {
 	o := &planOptions{}
 	cmd := &cobra.Command{
 		Use:   "plan [dq/NAME]",
-		Short: "Compute the per-pod plan of a DownstreamQuota over a replica count or range",
+		Short: "Compute the per-pod share of a DownstreamQuota over a replica count or range",
 		Long: `plan divides a downstream's global contract over the replicas that call it,
 exactly as the operator does. The usable permits A = floor(concurrency ×
 safety) (of this cluster's share of the contract, when it has one) are all

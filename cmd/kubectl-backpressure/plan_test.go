@@ -49,7 +49,8 @@ func containsSpaced(out, want string) bool {
 func TestPlanFromFileJSON(t *testing.T) {
 	var got planJSON
 	runJSON(t, &got, "plan", "-f", "testdata/quota.yaml", "--replicas", "8")
-	// The search gateway of docs/concepts.md (testdata/quota.yaml), by hand: A = 50 × 80% = 40 = 5 × 8, permits 5,
+	// The search gateway of docs/concepts.md (testdata/quota.yaml), by
+	// hand: A = 50 × 80% = 40 = 5 × 8, permits 5,
 	// μ = 5 / 0.22 = 22.73/s, queue floor(22.73 × 0.1) = 2, acquire
 	// min(200ms, 100ms), workers min(5, ceil(1900/8 × 0.22) = 53), retry
 	// budget 10/8; demand 418 in flight, 3420 at worst, 40 available,

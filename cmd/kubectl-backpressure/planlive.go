@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
@@ -121,6 +122,6 @@ func writeBootstrap(out io.Writer, b bootstrapJSON) error {
 		use = "below one permit, a pod on runtime's bootstrap plan admits no call until the operator's plan arrives"
 	}
 	_, err := fmt.Fprintf(out, "\nBootstrap share: %s per pod = floor(%d usable / %d, the most replicas): %s (docs/library.md, \"Starting without the operator\").\n",
-		permitsWord(b.Permits), b.Usable, b.MaxReplicas, use)
+		division.Permits(b.Permits), b.Usable, b.MaxReplicas, use)
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
@@ -180,10 +181,10 @@ func writePlanTable(out io.Writer, name, downstream string, p quota.Sizing) erro
 	}
 	if in.Part != nil {
 		fmt.Fprintf(out, "%s: its part of the shared contract, %s, over %s (below one: %s)\n",
-			subject, permitsWord(res.Usable), replicaCount(n), in.BelowOne)
+			subject, division.Permits(res.Usable), division.Replicas(int64(n)), in.BelowOne)
 	} else {
 		fmt.Fprintf(out, "%s: %s × %d%% safety over %s (below one: %s)\n",
-			subject, contractText(in), in.SafetyPercent, replicaCount(n), in.BelowOne)
+			subject, contractText(in), in.SafetyPercent, division.Replicas(int64(n)), in.BelowOne)
 	}
 	// The division's equation, word for word as the quota's events give it.
 	fmt.Fprintf(out, "%s\n\n", res.Division(n).Equation())
@@ -313,13 +314,6 @@ func inUseFormula(in sizing.Input, res sizing.Result) string {
 	return f
 }
 
-func permitsWord(n int64) string {
-	if n == 1 {
-		return "1 permit"
-	}
-	return fmt.Sprintf("%d permits", n)
-}
-
 func podsWord(n int64) string {
 	if n == 1 {
 		return "1 pod"
@@ -434,13 +428,6 @@ func queueWaitFormula(in sizing.Input, res sizing.Result) string {
 	}
 }
 
-func replicaCount(n int) string {
-	if n == 1 {
-		return "1 replica"
-	}
-	return fmt.Sprintf("%d replicas", n)
-}
-
 // writeSweepHeader states the usable permits and where a pod's share
 // falls below one permit.
 func writeSweepHeader(out io.Writer, name string, in sizing.Input, s sizing.SweepResult) {
@@ -455,12 +442,12 @@ func writeSweepHeader(out io.Writer, name string, in sizing.Input, s sizing.Swee
 		fmt.Fprintln(out, "No replica count gives a pod a whole permit.")
 	case s.FirstBelowOne > 0 && in.BelowOne == sizing.AtLeastOne:
 		fmt.Fprintf(out, "Every pod holds at least one permit up to %s; from %d replicas on AtLeastOne gives every pod 1 and over-commits.\n",
-			replicaCount(s.LastWithPermit), s.FirstBelowOne)
+			division.Replicas(int64(s.LastWithPermit)), s.FirstBelowOne)
 	case s.FirstBelowOne > 0:
 		fmt.Fprintf(out, "Every pod holds at least one permit up to %s; from %d replicas on Strict gives %d pods 1 permit and the others none.\n",
-			replicaCount(s.LastWithPermit), s.FirstBelowOne, usable)
+			division.Replicas(int64(s.LastWithPermit)), s.FirstBelowOne, usable)
 	default:
-		fmt.Fprintf(out, "Every pod holds at least one permit up to %s: at every count in this range.\n", replicaCount(s.LastWithPermit))
+		fmt.Fprintf(out, "Every pod holds at least one permit up to %s: at every count in this range.\n", division.Replicas(int64(s.LastWithPermit)))
 	}
 	fmt.Fprintln(out)
 }
@@ -552,5 +539,5 @@ func usableText(in sizing.Input, usable int64) string {
 	if int64(c)*int64(in.SafetyPercent)%100 != 0 {
 		product = "floor(" + product + ")"
 	}
-	return product + " = " + permitsWord(usable)
+	return product + " = " + division.Permits(usable)
 }

@@ -17,7 +17,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "kubectl-backpressure",
 		Short: "Size per-pod shares of a downstream's global limit, and check them",
 		Long: `kubectl backpressure computes what backpressure-operator computes: the
-per-pod plan of a DownstreamQuota over a replica count (or over an HPA's range),
+per-pod share of a DownstreamQuota over a replica count (or over an HPA's range),
 and the checks behind it: an existing pool against a deadline, retry
 amplification under overload, and backlog growth. Every table shows the formula
 behind each number; -o json gives the same figures to scripts.

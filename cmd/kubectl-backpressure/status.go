@@ -17,6 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 )
 
 type statusOptions struct {
@@ -250,7 +251,7 @@ func contractLine(c contractView) string {
 	if c.ClusterConcurrency > 0 {
 		inFlight = fmt.Sprintf("%d of %d in flight for this cluster", c.ClusterConcurrency, c.Concurrency)
 	}
-	text := fmt.Sprintf("%s%s × %d%% safety = %s", prefix, inFlight, c.SafetyPercent, permitsWord(c.Usable))
+	text := fmt.Sprintf("%s%s × %d%% safety = %s", prefix, inFlight, c.SafetyPercent, division.Permits(c.Usable))
 	if c.RatePerSecond > 0 {
 		text += fmt.Sprintf("; rate %d/s, burst %d", c.RatePerSecond, c.Burst)
 	}

@@ -12,10 +12,10 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
-// DefaultListTimeout bounds the list a scrape makes. A cache-backed reader
+// defaultListTimeout bounds the list a scrape makes. A cache-backed reader
 // answers from memory; the bound matters only while an informer is still
 // syncing, and it keeps a scrape from hanging then.
-const DefaultListTimeout = 5 * time.Second
+const defaultListTimeout = 5 * time.Second
 
 // quotaLabels are the labels of every per-quota series.
 var quotaLabels = []string{"namespace", "quota"}
@@ -90,9 +90,9 @@ func WithLogger(log logr.Logger) Option {
 	return func(c *QuotaCollector) { c.log = log }
 }
 
-// WithListTimeout bounds each scrape's list; the default is
-// DefaultListTimeout.
-func WithListTimeout(d time.Duration) Option {
+// withListTimeout bounds each scrape's list; the default is
+// defaultListTimeout.
+func withListTimeout(d time.Duration) Option {
 	return func(c *QuotaCollector) { c.timeout = d }
 }
 
@@ -100,7 +100,7 @@ func WithListTimeout(d time.Duration) Option {
 // reader, in every namespace, at each scrape. The reader's scheme must know
 // package v1alpha1.
 func NewQuotaCollector(reader client.Reader, opts ...Option) *QuotaCollector {
-	c := &QuotaCollector{reader: reader, timeout: DefaultListTimeout, log: logr.Discard()}
+	c := &QuotaCollector{reader: reader, timeout: defaultListTimeout, log: logr.Discard()}
 	for _, opt := range opts {
 		opt(c)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -220,6 +221,30 @@ func TestQuotaCollectorListError(t *testing.T) {
 	}).Build()
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(NewQuotaCollector(c)); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP backpressure_quota_collector_up 1 when the last scrape listed the DownstreamQuotas, 0 when listing failed.
+# TYPE backpressure_quota_collector_up gauge
+backpressure_quota_collector_up 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
+
+// A list that does not answer (an informer still syncing) ends at the
+// collector's list timeout, and the scrape reports collector_up 0 instead
+// of hanging.
+func TestQuotaCollectorListTimeout(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(published()).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, _ client.WithWatch, _ client.ObjectList, _ ...client.ListOption) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	}).Build()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewQuotaCollector(c, withListTimeout(10*time.Millisecond))); err != nil {
 		t.Fatal(err)
 	}
 	want := `

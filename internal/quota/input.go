@@ -34,7 +34,7 @@ const (
 	// MaxReplicasField names a sweep's upper bound.
 	MaxReplicasField = "maxReplicas"
 	// SharedContractField prefixes the fields of a DownstreamContract's
-	// contract in PartInput's errors.
+	// contract in SizePart's errors.
 	SharedContractField = "downstreamContract.spec.contract"
 )
 
@@ -106,12 +106,12 @@ func Default(spec v1alpha1.DownstreamQuotaSpec) v1alpha1.DownstreamQuotaSpec {
 	return out
 }
 
-// Input applies Default to spec, validates it and the divisor, and converts
-// them to sizing's input. It checks the schema's rules on the fields sizing
-// uses, so that a spec that did not pass through an API server (a file given
+// specInput applies Default to spec, validates it and the divisor, and
+// converts them to sizing's input. It checks the schema's rules on the
+// fields sizing uses, so that a spec that did not pass through an API server (a file given
 // to the CLI) gets the same answer; the first problem is returned as a
 // *FieldError.
-func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, error) {
+func specInput(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, error) {
 	spec = Default(spec)
 	if spec.Contract == nil {
 		return sizing.Input{}, &FieldError{Field: "spec.contract", Detail: "required: a quota names its contract, or its workload's part of a shared one comes from spec.contractRef"}
@@ -122,11 +122,11 @@ func Input(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (sizing.Input, erro
 	return input(spec, *spec.Contract, spec.SafetyPercent, nil, divisor)
 }
 
-// PartInput is Input for a quota whose workload shares the contract of a
+// partInput is specInput for a quota whose workload shares the contract of a
 // DownstreamContract: the contract, its safety percentage and the caller's
 // part come from there; the latency, deadline, queue and retry settings
 // from the quota.
-func PartInput(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (sizing.Input, error) {
+func partInput(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (sizing.Input, error) {
 	spec = Default(spec)
 	if spec.Contract != nil {
 		return sizing.Input{}, &FieldError{Field: "spec.contract", Detail: "must not be given with a shared contract: the quota's part comes from its DownstreamContract"}

@@ -88,7 +88,7 @@ func TestOneModelReachesStatusAndDocument(t *testing.T) {
 		for _, permits := range []int{int(p.Result.Base), int(p.Result.Base) + 1, 0} {
 			share := p.Result.ShareFor(permits)
 			doc := numbers(t, p.Document("g", "d", 1, Shares{Epoch: "e", Revision: 1, Base: permits}))
-			st := numbers(t, PerPodStatus(share))
+			st := numbers(t, perPodStatus(share))
 			if err := plan.Validate(p.Document("g", "d", 1, Shares{Epoch: "e", Revision: 1, Base: permits})); err != nil {
 				t.Errorf("divisor %d, %d permits: the document is invalid: %v", tt.divisor, permits, err)
 			}

@@ -48,18 +48,20 @@ type Sizing struct {
 // API server defaults may be empty (see Default). Invalid input returns a
 // *FieldError and no sizing.
 func Size(spec v1alpha1.DownstreamQuotaSpec, divisor int32) (Sizing, error) {
-	in, err := Input(spec, divisor)
+	in, err := specInput(spec, divisor)
 	if err != nil {
 		return Sizing{}, err
 	}
 	return size(in)
 }
 
-// SizePart is Size for a quota whose workload shares contract: its
-// part of the usable permits, rate, burst and retry budget is divided over
-// divisor pods (see PartInput).
+// SizePart is Size for a quota whose workload shares contract: its part
+// of the usable permits, rate, burst and retry budget is divided over
+// divisor pods. The contract, its safety percentage and the part come from
+// the DownstreamContract; the latency, deadline, queue and retry settings
+// from the quota.
 func SizePart(spec v1alpha1.DownstreamQuotaSpec, contract v1alpha1.DownstreamContractSpec, part sizing.Part, divisor int32) (Sizing, error) {
-	in, err := PartInput(spec, contract, part, divisor)
+	in, err := partInput(spec, contract, part, divisor)
 	if err != nil {
 		return Sizing{}, err
 	}
@@ -74,9 +76,9 @@ func size(in sizing.Input) (Sizing, error) {
 	return Sizing{
 		Input:       in,
 		Result:      res,
-		PerPod:      PerPodStatus(res.PerPod),
-		Demand:      DemandStatus(res.Demand),
-		Diagnostics: DiagnosticsStatus(res.Diagnostics),
+		PerPod:      perPodStatus(res.PerPod),
+		Demand:      demandStatus(res.Demand),
+		Diagnostics: diagnosticsStatus(res.Diagnostics),
 	}, nil
 }
 
@@ -84,7 +86,7 @@ func size(in sizing.Input) (Sizing, error) {
 // minReplicas to maxReplicas (at most sizing.MaxSweep of them), as an HPA
 // may choose any. The returned input has Divisor minReplicas.
 func Sweep(spec v1alpha1.DownstreamQuotaSpec, minReplicas, maxReplicas int32) (sizing.Input, sizing.SweepResult, error) {
-	in, err := Input(spec, max(minReplicas, 1))
+	in, err := specInput(spec, max(minReplicas, 1))
 	if err != nil {
 		return sizing.Input{}, sizing.SweepResult{}, err
 	}

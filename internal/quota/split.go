@@ -49,10 +49,10 @@ func contractSafety(c v1alpha1.DownstreamContractSpec) int32 {
 	return c.SafetyPercent
 }
 
-// CallerDemand returns the calls in flight a caller can use:
+// callerDemand returns the calls in flight a caller can use:
 // spec.demand.inFlight, or its rate × typical latency rounded up, or
 // division.Unbounded; 0 without serving pods.
-func CallerDemand(spec v1alpha1.DownstreamQuotaSpec, serving int64) int64 {
+func callerDemand(spec v1alpha1.DownstreamQuotaSpec, serving int64) int64 {
 	d := spec.Demand
 	switch {
 	case serving == 0:
@@ -67,8 +67,8 @@ func CallerDemand(spec v1alpha1.DownstreamQuotaSpec, serving int64) int64 {
 	return division.Unbounded
 }
 
-// CallerWeight returns a caller's weight: spec.weight, at least 1.
-func CallerWeight(spec v1alpha1.DownstreamQuotaSpec) int32 { return max(spec.Weight, 1) }
+// callerWeight returns a caller's weight: spec.weight, at least 1.
+func callerWeight(spec v1alpha1.DownstreamQuotaSpec) int32 { return max(spec.Weight, 1) }
 
 // Split divides a shared contract's usable permits over its callers by
 // weighted max-min fairness capped at each caller's demand
@@ -88,8 +88,8 @@ func Split(contract v1alpha1.DownstreamContractSpec, callers []Caller) []CallerP
 	rateClaims := make([]division.ClaimFloat, len(callers))
 	var weights int64
 	for i, c := range callers {
-		d := CallerDemand(c.Spec, c.Serving)
-		w := int64(CallerWeight(c.Spec))
+		d := callerDemand(c.Spec, c.Serving)
+		w := int64(callerWeight(c.Spec))
 		weights += w
 		claims[i] = division.Claim{Name: c.Key, Weight: w, Demand: d}
 		rd := math.Inf(1)

@@ -114,8 +114,8 @@ func TestCallerDemand(t *testing.T) {
 		{&v1alpha1.Demand{RatePerSecond: 100, InFlight: ptr[int32](5)}, 3, 5},
 	} {
 		spec.Demand = tt.demand
-		if got := CallerDemand(spec, tt.serving); got != tt.want {
-			t.Errorf("CallerDemand(%+v, %d) = %d, want %d", tt.demand, tt.serving, got, tt.want)
+		if got := callerDemand(spec, tt.serving); got != tt.want {
+			t.Errorf("callerDemand(%+v, %d) = %d, want %d", tt.demand, tt.serving, got, tt.want)
 		}
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
 )
 
-// PerPodStatus converts a per-pod share to status.perPod. Rates are rounded
+// perPodStatus converts a per-pod share to status.perPod. Rates are rounded
 // to thousandths (1.25/s is "1250m").
-func PerPodStatus(p sizing.PerPod) v1alpha1.PerPodPlan {
+func perPodStatus(p sizing.PerPod) v1alpha1.PerPodPlan {
 	return v1alpha1.PerPodPlan{
 		Permits:              int32(p.Permits),
 		RatePerSecond:        Quantity(p.RatePerSecond),
@@ -27,10 +27,10 @@ func PerPodStatus(p sizing.PerPod) v1alpha1.PerPodPlan {
 	}
 }
 
-// DemandStatus converts demand figures to status.demand; nil stays nil.
+// demandStatus converts demand figures to status.demand; nil stays nil.
 // In-flight counts are rounded up to whole calls, the goodput ceiling to
 // thousandths, the shed fraction to two decimals ("0.90").
-func DemandStatus(d *sizing.Demand) *v1alpha1.DemandStatus {
+func demandStatus(d *sizing.Demand) *v1alpha1.DemandStatus {
 	if d == nil {
 		return nil
 	}
@@ -46,9 +46,9 @@ func DemandStatus(d *sizing.Demand) *v1alpha1.DemandStatus {
 	return out
 }
 
-// DiagnosticsStatus converts diagnostics to status.diagnostics. No
+// diagnosticsStatus converts diagnostics to status.diagnostics. No
 // diagnostics give nil, as a status read back from the API server has.
-func DiagnosticsStatus(diags []sizing.Diagnostic) []v1alpha1.Diagnostic {
+func diagnosticsStatus(diags []sizing.Diagnostic) []v1alpha1.Diagnostic {
 	if len(diags) == 0 {
 		return nil
 	}

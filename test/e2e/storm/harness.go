@@ -38,6 +38,8 @@ type Harness struct {
 	gateway string
 	// proxyPod runs a pod of a Sidecar variant.
 	proxyPod string
+	// laggardPod runs the laggard of a variant that has one.
+	laggardPod string
 }
 
 // Setup builds the manager and examples/gateway, starts the cluster,
@@ -67,13 +69,14 @@ func Setup(ctx context.Context, opts Options) (*Harness, error) {
 	bin := filepath.Join(outDir, "bin")
 	h.logf("Building the manager and examples/gateway into %s", bin)
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/manager", "./examples/gateway",
-		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod")
+		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod", "./test/e2e/storm/laggardpod")
 	build.Dir = h.Root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("storm: go build: %w\n%s", err, out)
 	}
 	h.gateway = filepath.Join(bin, "gateway")
 	h.proxyPod = filepath.Join(bin, "proxypod")
+	h.laggardPod = filepath.Join(bin, "laggardpod")
 
 	c, err := cluster.Start(ctx, cluster.Options{OutDir: outDir, CRDs: filepath.Join(h.Root, "config", "crd", "bases"), Logf: h.logf})
 	if err != nil {

@@ -23,12 +23,14 @@ func (h *Harness) podProgram(v Variant) string {
 // container: the caller's program, with examples/gateway's command line,
 // calling the stage's downstream, reading its plan from the operator's
 // ConfigMap (and acknowledging it) or from the plan directory, serving its
-// metrics, the first pod started applying every plan late when the caller
-// has a laggard. What its log says is observed.
+// metrics, the first pod started running the laggard's program, which applies
+// every plan late, when the caller has a laggard. What its log says is observed.
 func (h *Harness) podRunner(sc Scenario, st *Stage, cs *CallerStage, logDir string) cluster.PodRunner {
 	return func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", st.Downstream.URL(), "--gate", cs.Gate}
+		program := cs.Program
 		if cs.Laggard > 0 && cs.laggard.claim(pod.Name) {
+			program = h.laggardPod
 			args = append(args, "--apply-delay", cs.Laggard.String())
 			h.logf("[%s] Pod %s applies every new plan %v late", sc.Name, pod.Name, cs.Laggard)
 		}
@@ -44,7 +46,7 @@ func (h *Harness) podRunner(sc Scenario, st *Stage, cs *CallerStage, logDir stri
 		obs := cs.Observations
 		proc, err := h.StartProcess(cluster.ProcessSpec{
 			Name:    cs.Namespace + "/" + pod.Name,
-			Path:    cs.Program,
+			Path:    program,
 			Args:    args,
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: podLogPath(logDir, pod),

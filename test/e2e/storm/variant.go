@@ -24,8 +24,10 @@ type Variant struct {
 	// a directory.
 	Plan *plan.Document
 	// Laggard, when positive, makes the first pod started apply every new
-	// plan that much later (examples/gateway --apply-delay), as a pod whose
-	// reload is slow: a paused or CPU-starved process, a lost watch.
+	// plan that much later (test/e2e/storm/laggardpod --apply-delay), as a
+	// pod whose reload is slow: a mounted ConfigMap the kubelet refreshes
+	// late, a paused or CPU-starved process, a lost watch. It needs the
+	// operator: the laggard follows the published ConfigMap.
 	Laggard time.Duration
 	// Schedule, when set, is the variant's own scenario: it runs on it
 	// instead of the common schedule, and is reported apart.

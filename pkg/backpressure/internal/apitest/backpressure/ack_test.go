@@ -9,12 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
 // One kube-apiserver and etcd serve every acknowledgement test; each works
@@ -37,7 +37,7 @@ type ackFixture struct {
 	ns      string
 	dir     string
 	rt      *backpressure.Runtime
-	events  *applied
+	events  *sharetest.Recorder
 	stop    context.CancelFunc
 	stopped chan error
 }
@@ -52,12 +52,12 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	if _, err := client.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f := &ackFixture{t: t, client: client, ns: ns, dir: t.TempDir(), events: newApplied(), stopped: make(chan error, 1)}
-	writePlan(t, f.dir, first)
+	f := &ackFixture{t: t, client: client, ns: ns, dir: t.TempDir(), events: sharetest.NewRecorder(), stopped: make(chan error, 1)}
+	sharetest.WritePlan(t, f.dir, first)
 	var err error
 	f.rt, err = backpressure.New(t.Context(), backpressure.FromDir(f.dir), backpressure.Options{
 		Gates:        []string{ackGate},
-		OnApplied:    f.events.hook,
+		OnApplied:    f.events.Hook,
 		PodName:      ackPod,
 		PodNamespace: ns,
 		Ack: &backpressure.AckOptions{
@@ -69,7 +69,7 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.events.next(t)
+	f.events.Next(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
 	go func() { f.stopped <- f.rt.Start(ctx) }()
@@ -90,9 +90,9 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 // publish writes d and waits until the Runtime has put it in force.
 func (f *ackFixture) publish(d plan.Document) {
 	f.t.Helper()
-	writePlan(f.t, f.dir, d)
+	sharetest.WritePlan(f.t, f.dir, d)
 	for {
-		if x := f.events.next(f.t); x.Share.Revision == d.Revision {
+		if x := f.events.Next(f.t); x.Share.Revision == d.Revision {
 			return
 		}
 	}
@@ -139,7 +139,7 @@ func (f *ackFixture) hold(n int) []gate.Permit {
 	held := make([]gate.Permit, n)
 	for i := range held {
 		var err error
-		if held[i], err = mustGate(f.t, f.rt, ackGate).TryAcquire(context.Background()); err != nil {
+		if held[i], err = sharetest.MustGate(f.t, f.rt, ackGate).TryAcquire(context.Background()); err != nil {
 			f.t.Fatalf("permit %d of %d: %v", i+1, n, err)
 		}
 	}
@@ -149,7 +149,7 @@ func (f *ackFixture) hold(n int) []gate.Permit {
 // share returns revision rev of the gate's plan, giving ackPod the given
 // permits and every other pod two.
 func share(rev int64, permits int) plan.Document {
-	return divided(2, rev, map[string]int{ackPod: permits, "gateway-b": 2})
+	return sharetest.Divided(2, rev, map[string]int{ackPod: permits, "gateway-b": 2})
 }
 
 const settle = 400 * time.Millisecond
@@ -219,8 +219,8 @@ func TestReleaseOnShutdownAfterDrain(t *testing.T) {
 	held := f.hold(2)
 
 	f.stop()
-	g := mustGate(f.t, f.rt, ackGate)
-	eventually(t, 5*time.Second, "the gate closes", func() bool {
+	g := sharetest.MustGate(f.t, f.rt, ackGate)
+	sharetest.Eventually(t, 5*time.Second, "the gate closes", func() bool {
 		p, err := g.TryAcquire(context.Background())
 		p.Release()
 		return err != nil
@@ -249,36 +249,4 @@ func TestReleaseOnShutdownAfterDrain(t *testing.T) {
 	if a, err := plan.ParseAck(f.ack()); err != nil || !a.Released || a.Epoch != "epoch-1" {
 		t.Errorf("ParseAck = %+v, %v", a, err)
 	}
-}
-
-// The fake clientset stands in for the API server where the test is about
-// what is patched when, not about the server: a release that cannot be
-// written is bounded by ReleaseTimeout and reported by Start.
-func TestReleaseIsBoundedInTime(t *testing.T) {
-	dir := t.TempDir()
-	writePlan(t, dir, share(1, 3))
-	client := fake.NewClientset() // no pod: every patch fails
-	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
-		PodName:      ackPod,
-		PodNamespace: "shop",
-		Ack: &backpressure.AckOptions{
-			Client:  client,
-			Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond},
-		},
-		ReleaseTimeout: 300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	began := time.Now()
-	err = rt.Start(ctx)
-	if err == nil {
-		t.Fatal("Start returned nil though the release could not be written")
-	}
-	if took := time.Since(began); took > 5*time.Second {
-		t.Errorf("Start took %v with a 300ms release timeout", took)
-	}
-	t.Logf("Start took %v: %v", time.Since(began), err)
 }

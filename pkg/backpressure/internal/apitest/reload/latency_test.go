@@ -1,4 +1,4 @@
-package reload
+package reload_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sourcetest"
 )
 
 // TestConfigMapReloadLatency measures, over 100 updates of a ConfigMap on a
@@ -20,7 +23,7 @@ func TestConfigMapReloadLatency(t *testing.T) {
 	const updates = 100
 	client, ns := testNamespace(t)
 	ctx := context.Background()
-	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, configMap("plans", map[string]string{"a.json": encode(t, doc("a", 1))}), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, sourcetest.ConfigMap("plans", map[string]string{"a.json": sourcetest.Encode(t, sourcetest.Doc("a", 1))}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	type delivery struct {
@@ -28,13 +31,13 @@ func TestConfigMapReloadLatency(t *testing.T) {
 		at      time.Time
 	}
 	got := make(chan delivery, updates+1)
-	s, err := NewConfigMapSource(ctx, client, ns, "plans", Options{Subscriber: func(u Update) {
+	s, err := reload.NewConfigMapSource(ctx, client, ns, "plans", reload.Options{Subscriber: func(u reload.Update) {
 		got <- delivery{u.Plans["a"].Permits, time.Now()}
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	startSource(t, s.Start)
+	sourcetest.Start(t, s.Start)
 	if d := <-got; d.permits != 1 {
 		t.Fatalf("first plan has %d permits", d.permits)
 	}
@@ -47,7 +50,7 @@ func TestConfigMapReloadLatency(t *testing.T) {
 	latencies := make([]time.Duration, 0, updates)
 	for i := range updates {
 		want := i + 2
-		cm.Data = map[string]string{"a.json": encode(t, doc("a", want))}
+		cm.Data = map[string]string{"a.json": sourcetest.Encode(t, sourcetest.Doc("a", want))}
 		start := time.Now()
 		if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)

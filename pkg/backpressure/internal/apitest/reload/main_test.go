@@ -1,4 +1,4 @@
-package reload
+package reload_test
 
 import (
 	"context"
@@ -10,7 +10,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/reload"
 )
 
 // One kube-apiserver and etcd serve every test of the package that needs
@@ -60,6 +63,36 @@ func restrictedClient(t testing.TB, admin kubernetes.Interface, ns, sa, cmName s
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-func configMap(name string, data map[string]string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+// The counters of a source's metrics that the tests read.
+const (
+	reloadCounter = "backpressure_config_reloads_total"
+	ackCounter    = "backpressure_config_acknowledgements_total"
+)
+
+// errorCount returns the value of the counter name{result="error"} that
+// reg gathers, 0 when it has no such series.
+func errorCount(t testing.TB, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == reload.ResultError {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// envOf returns a getenv reading vars.
+func envOf(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
 }
