@@ -176,9 +176,12 @@ func TestWorkloadAgainstAPIServer(t *testing.T) {
 		hpa.Status.DesiredReplicas != 1 || len(hpa.Status.CurrentMetrics) != 1 || hpa.Status.CurrentMetrics[0].Object == nil {
 		t.Errorf("hpa status after Scale(1): %+v, %v; want desired 1 and the object metric", hpa.Status, err)
 	}
-	if sc := w.Scales(time.Time{}); len(sc) == 0 || sc[len(sc)-1].From != 3 || sc[len(sc)-1].To != 1 {
-		t.Errorf("Scales() = %+v, want the last 3 → 1", sc)
-	}
+	// The workload's informer records the change; it may see it after the
+	// Get above did.
+	eventually("Scales() records the last scale as 3 → 1", func() bool {
+		sc := w.Scales(time.Time{})
+		return len(sc) > 0 && sc[len(sc)-1].From == 3 && sc[len(sc)-1].To == 1
+	})
 	eventually("endpoints down to 1", func() bool { return endpoints.Len() == 1 })
 	terminating := 0
 	for _, p := range pods() {
@@ -343,9 +346,10 @@ func testStatefulSetWorkload(t *testing.T, st statefulSetTest) {
 	st.eventually("the HPA scales the statefulset to 1, and search-gateway-1 goes", func() bool {
 		return slices.Equal(w.Running(), []string{"search-gateway-0"}) && len(st.pods()) == 1
 	})
-	if sc := w.Scales(time.Time{}); len(sc) == 0 || sc[len(sc)-1].To != 1 {
-		t.Errorf("Scales() = %+v, want the last → 1", sc)
-	}
+	st.eventually("Scales() records the last scale as → 1", func() bool {
+		sc := w.Scales(time.Time{})
+		return len(sc) > 0 && sc[len(sc)-1].To == 1
+	})
 	if err := w.Err(); err != nil {
 		t.Errorf("Err() = %v", err)
 	}
