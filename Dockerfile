@@ -17,8 +17,13 @@
 # holding only what the stage copies.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS modules
 WORKDIR /workspace
-# Modules first, so that a source change does not download them again.
+# Modules first, so that a source change does not download them again. The
+# plan document and the library are modules of their own that go.mod
+# replaces with their directories, so their go.mod files are part of the
+# module graph.
 COPY go.mod go.sum ./
+COPY api/plan/go.mod api/plan/go.sum api/plan/
+COPY pkg/backpressure/go.mod pkg/backpressure/go.sum pkg/backpressure/
 RUN go mod download
 
 FROM modules AS builder
@@ -27,7 +32,6 @@ ARG TARGETARCH
 COPY api/ api/
 COPY cmd/manager/ cmd/manager/
 COPY internal/ internal/
-COPY pkg/ pkg/
 ARG VERSION
 ARG COMMIT
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
@@ -36,20 +40,17 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
       -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
     -o manager ./cmd/manager
 
-# The proxy needs pkg/backpressure, the library's internal packages and
-# internal/version only, so a change to the manager does not rebuild it.
+# The proxy needs the library (pkg/backpressure), the plan document
+# (api/plan), internal/version and internal/httpshutdown only, so a change
+# to the manager does not rebuild it.
 FROM modules AS proxy-builder
 ARG TARGETOS
 ARG TARGETARCH
 COPY cmd/backpressure-proxy/ cmd/backpressure-proxy/
 COPY internal/version/ internal/version/
-COPY api/plan/ api/plan/
-COPY pkg/backpressure/internal/reload/ pkg/backpressure/internal/reload/
-COPY pkg/backpressure/internal/metrics/ pkg/backpressure/internal/metrics/
-COPY pkg/backpressure/internal/histogram/ pkg/backpressure/internal/histogram/
 COPY internal/httpshutdown/ internal/httpshutdown/
-COPY pkg/backpressure/sourceflags/ pkg/backpressure/sourceflags/
-COPY pkg/ pkg/
+COPY api/plan/ api/plan/
+COPY pkg/backpressure/ pkg/backpressure/
 ARG VERSION
 ARG COMMIT
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \

@@ -14,13 +14,21 @@ CONTROLLER_GEN := $(GO) tool -modfile=hack/tools/controller-gen/go.mod controlle
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/golangci-lint/go.mod golangci-lint
 BENCHSTAT := $(GO) tool -modfile=hack/tools/benchstat/go.mod benchstat
 
-# The nested modules, each with a go.mod that replaces this module with the
-# working tree: the dispatcher's comparison with ants (hack/bench) and the
-# storm's plotting command (hack/stormplot). They are modules of their own so
-# that an application that requires this module does not get ants and gonum
-# in its module graph (test/modgraph checks it); fmt, vet, lint and test run
-# them too.
-NESTED_MODULES := hack/bench hack/stormplot
+# The library's modules: the plan document both sides read (api/plan, tag
+# api/plan/vX.Y.Z), the library an application requires (pkg/backpressure,
+# tag pkg/backpressure/vX.Y.Z), and the library's tests that need an API
+# server, which alone require this module for its test environment
+# (pkg/backpressure/internal/apitest). An application that requires the
+# library gets neither this module nor controller-runtime in its module
+# graph (test/modgraph checks it).
+LIBRARY_MODULES := api/plan pkg/backpressure pkg/backpressure/internal/apitest
+
+# The nested modules, each with a go.mod that replaces the modules it uses
+# with the working tree: the library's, the dispatcher's comparison with
+# ants (hack/bench) and the storm's plotting command (hack/stormplot). The
+# last two are modules of their own so that ants and gonum stay out of
+# every module graph but theirs; fmt, vet, lint and test run them all.
+NESTED_MODULES := $(LIBRARY_MODULES) hack/bench hack/stormplot
 
 # Go test flags; `make test GOTESTFLAGS=-v` for more.
 GOTESTFLAGS ?=
@@ -93,8 +101,16 @@ endif
 .PHONY: test
 test: verify-generated vet lint envtest ## The test command: generated files, vet, lint, unit and envtest suites under -race, the nested modules' tests, then e2e.
 	KUBEBUILDER_ASSETS="$(call assets_for,$(ENVTEST_BINARIES))" $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+	$(MAKE) --no-print-directory test-library
 	$(MAKE) --no-print-directory test-nested
 	$(MAKE) --no-print-directory e2e
+
+# The library's modules' tests, under -race like the operator's; the API
+# server tests need kube-apiserver and etcd only.
+.PHONY: test-library
+test-library: ## The library's and the plan document's tests under -race, their API server tests included.
+	assets="$(call assets_for,kube-apiserver etcd)"; \
+	for m in $(LIBRARY_MODULES); do (cd $$m && KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...); done
 
 # The plotting command has tests; the benchmark module has benchmarks only,
 # each run once so that a change to the dispatcher that breaks them fails
@@ -126,7 +142,7 @@ BENCH_COUNT ?= 10
 .PHONY: bench
 bench: ## Benchmark the gate and the dispatcher against their peers (_output/bench.txt); the dispatcher's run in hack/bench, beside ants.
 	@mkdir -p _output
-	$(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./pkg/backpressure/gate/ | tee _output/bench.txt
+	cd pkg/backpressure && $(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./gate/ | tee $(CURDIR)/_output/bench.txt
 	cd hack/bench && $(GO) test -run '^$$' -bench . -benchmem -count=$(BENCH_COUNT) ./... | tee -a $(CURDIR)/_output/bench.txt
 	$(BENCHSTAT) _output/bench.txt
 

@@ -14,6 +14,12 @@
 # static (CGO_ENABLED=0), built with -trimpath, and carry the version and the
 # commit in internal/version; `--version` prints them.
 #
+# The Go modules are released by their git tags, not by this script: the
+# root module by vX.Y.Z, and the two nested modules an application requires
+# by their own tag prefixes, pkg/backpressure/vX.Y.Z (the library) and
+# api/plan/vX.Y.Z (the plan document, which the library requires; tag it
+# first when it changed).
+#
 # Usage: hack/release.sh VERSION        (make release VERSION=v0.1.0)
 #
 # VERSION is a semantic version with a leading v, as krew requires. The

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 )
 
 // BenchmarkProxy measures what the proxy costs a call on loopback, beside
@@ -50,7 +52,7 @@ func BenchmarkProxy(b *testing.B) {
 	defer plain.Close()
 
 	dir := b.TempDir()
-	writePlan(b, dir, testPlan(testGate, 10000, 0))
+	plantest.Write(b, dir, plantest.MakeDocument(testGate).Permits(10000).Obj())
 	bp := startProxy(b, nil, "--plan-dir", dir, "--metrics-listen", "",
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+up.URL)
 	defer func() { _ = bp.stop(b) }()

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 )
 
 // The proxy is tested with clients nobody here wrote: curl and Python's
@@ -245,7 +247,7 @@ func checkLocalRejection(t *testing.T, client string, a answer, status int, reas
 func startForClients(t *testing.T, path string) (u *upstream, route, fwd string) {
 	t.Helper()
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 64, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(64).Obj())
 	u = startUpstream(t, bigSize)
 	p := startProxy(t, nil, "--plan-dir", dir,
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL+path,
@@ -378,7 +380,7 @@ func TestPythonThroughTheProxy(t *testing.T) {
 // answered by the proxy at once, and never reaches the downstream.
 func TestLocalRejectionWhenTheGateIsFull(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 1, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Obj())
 	u := startUpstream(t, 0)
 	p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 	route := "http://" + p.addr(testGate)
@@ -415,7 +417,7 @@ func TestLocalRejectionWhenTheGateIsFull(t *testing.T) {
 func TestLocalRejectionWhenRateLimitedIs429(t *testing.T) {
 	need(t, "curl")
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 8, 0.5)) // one call per 2s, burst 1
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(8).Rate(0.5, 1).Obj()) // one call per 2s, burst 1
 	u := startUpstream(t, 0)
 	p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 	route := "http://" + p.addr(testGate)
@@ -436,7 +438,7 @@ func TestLocalRejectionWhenRateLimitedIs429(t *testing.T) {
 func TestPlanReloadChangesTheLimit(t *testing.T) {
 	need(t, "curl")
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 1, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Obj())
 	u := startUpstream(t, 0)
 	p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 	route := "http://" + p.addr(testGate)
@@ -447,14 +449,14 @@ func TestPlanReloadChangesTheLimit(t *testing.T) {
 	first := hold(t, u, route, 1)
 	checkLocalRejection(t, "curl", curl(t, route+"/echo"), 503, "queue_full")
 
-	writePlan(t, dir, testPlan(testGate, 2, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(2).Obj())
 	eventually(t, 15*time.Second, "the proxy applying the new plan", func() bool {
 		v, _ := p.metric(t, permits)
 		return v == "2"
 	})
 	second := hold(t, u, route, 1) // admitted now: two calls in flight
 	checkLocalRejection(t, "curl", curl(t, route+"/echo"), 503, "queue_full")
-	if v, _ := p.metric(t, `backpressure_config_plan_info{gate="`+testGate+`",hash="`+testPlan(testGate, 2, 0).Hash+`"}`); v != "1" {
+	if v, _ := p.metric(t, `backpressure_config_plan_info{gate="`+testGate+`",hash="`+plantest.MakeDocument(testGate).Permits(2).Obj().Hash+`"}`); v != "1" {
 		t.Errorf("backpressure_config_plan_info for the new hash = %q", v)
 	}
 	u.releaseAll()

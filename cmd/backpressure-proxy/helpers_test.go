@@ -11,47 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 const testGate = "logistics-api"
-
-// testPlan returns a valid plan for gate with the given permits and rate
-// (0: none), and no waiting room; every change of them is another revision.
-func testPlan(gate string, permits int, rate float64) plan.Document {
-	d := plan.Document{
-		Version: plan.CurrentVersion, Gate: gate, Downstream: "logistics.example.com", Generation: 1,
-		Epoch: "e1", Revision: int64(permits)*1000 + int64(rate*1000) + 1,
-		Permits: permits, MaxQueueWaitSeconds: 0.05, AcquireTimeoutSeconds: 0.05,
-		DeadlineSeconds: 10, Workers: max(permits, 1), RetryBudgetPerSecond: 10,
-	}
-	if rate > 0 {
-		d.RatePerSecond, d.Burst = rate, 1
-	}
-	d.Hash = plan.Hash(d)
-	if err := plan.Validate(d); err != nil {
-		panic(err)
-	}
-	return d
-}
-
-// writePlan writes d into dir as a temporary file renamed into place, as a
-// writer other than the kubelet should.
-func writePlan(t testing.TB, dir string, d plan.Document) {
-	t.Helper()
-	data, err := plan.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, "."+plan.KeyFor(d.Gate)+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, plan.KeyFor(d.Gate))); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // running is a proxy serving in the test process.
 type running struct {

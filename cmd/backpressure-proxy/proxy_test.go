@@ -16,12 +16,13 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 )
 
 func TestTrailersPassThrough(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 4, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(4).Obj())
 	u := startUpstream(t, 0)
 	p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 	u.next <- struct{}{} // no need to wait between the chunks here
@@ -36,8 +37,8 @@ func TestTrailersPassThrough(t *testing.T) {
 func TestEachDownstreamHasItsOwnGate(t *testing.T) {
 	const other = "payments-api"
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 1, 0))
-	writePlan(t, dir, testPlan(other, 1, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Obj())
+	plantest.Write(t, dir, plantest.MakeDocument(other).Permits(1).Obj())
 	u := startUpstream(t, 0)
 	p := startProxy(t, nil, "--plan-dir", dir,
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL,
@@ -93,8 +94,8 @@ func ackOptions(t *testing.T) (*backpressure.AckOptions, func() string) {
 // smaller one once the calls in flight fit in it.
 func TestAcknowledgesLikeTheLibrary(t *testing.T) {
 	dir := t.TempDir()
-	two, one := testPlan(testGate, 2, 0), testPlan(testGate, 1, 0)
-	writePlan(t, dir, two)
+	two, one := plantest.MakeDocument(testGate).Permits(2).Obj(), plantest.MakeDocument(testGate).Permits(1).Obj()
+	plantest.Write(t, dir, two)
 	u := startUpstream(t, 0)
 	ack, annotation := ackOptions(t)
 	p := startProxy(t, ack, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
@@ -104,7 +105,7 @@ func TestAcknowledgesLikeTheLibrary(t *testing.T) {
 	// Two calls in flight, and a share of one: not acknowledged until one
 	// of them ends.
 	codes := hold(t, u, route, 2)
-	writePlan(t, dir, one)
+	plantest.Write(t, dir, one)
 	eventually(t, 10*time.Second, "the smaller plan applied", func() bool {
 		v, _ := p.metric(t, `backpressure_gate_permits{gate="`+testGate+`"}`)
 		return v == "1"
@@ -123,8 +124,8 @@ func TestAcknowledgesLikeTheLibrary(t *testing.T) {
 // and only then releases the pod's share, like the library's Start.
 func TestShutdownDrainsThenReleases(t *testing.T) {
 	dir := t.TempDir()
-	one := testPlan(testGate, 1, 0)
-	writePlan(t, dir, one)
+	one := plantest.MakeDocument(testGate).Permits(1).Obj()
+	plantest.Write(t, dir, one)
 	ack, annotation := ackOptions(t)
 	u2 := startUpstream(t, 0)
 	p2 := startProxy(t, ack, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u2.URL)
@@ -199,7 +200,7 @@ func TestAbandonedCallKeepsItsPermitUntilTheDownstreamAnswers(t *testing.T) {
 
 	t.Run("until the downstream answers", func(t *testing.T) {
 		dir := t.TempDir()
-		writePlan(t, dir, testPlan(testGate, 1, 0))
+		plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Obj())
 		u := startUpstream(t, 0)
 		p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 		route := "http://" + p.addr(testGate)
@@ -222,10 +223,10 @@ func TestAbandonedCallKeepsItsPermitUntilTheDownstreamAnswers(t *testing.T) {
 	})
 	t.Run("for at most the plan's deadline", func(t *testing.T) {
 		dir := t.TempDir()
-		d := testPlan(testGate, 1, 0)
+		d := plantest.MakeDocument(testGate).Permits(1).Obj()
 		d.DeadlineSeconds = 0.5
 		d.Hash = plan.Hash(d)
-		writePlan(t, dir, d)
+		plantest.Write(t, dir, d)
 		u := startUpstream(t, 0) // never answers /hold on its own
 		p := startProxy(t, nil, "--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL)
 		abandon(t, "http://"+p.addr(testGate))
@@ -249,8 +250,8 @@ func TestAbandonedCallKeepsItsPermitUntilTheDownstreamAnswers(t *testing.T) {
 func TestDownstreamResponsesAreCounted(t *testing.T) {
 	const unreachable = "payments-api"
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(testGate, 1, 0))
-	writePlan(t, dir, testPlan(unreachable, 1, 0))
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Obj())
+	plantest.Write(t, dir, plantest.MakeDocument(unreachable).Permits(1).Obj())
 	u := startUpstream(t, 0)
 	closed := startUpstream(t, 0)
 	closed.Close()

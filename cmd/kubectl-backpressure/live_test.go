@@ -23,19 +23,7 @@ import (
 // kubeconfig the plugin is given.
 func startCluster(t *testing.T) (client.Client, *testenv.Kubectl) {
 	t.Helper()
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatalf("%v (build the control plane with hack/setup-envtest.sh)", err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env, cfg := testenv.Start(t)
 	kubectl, err := testenv.NewKubectl(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

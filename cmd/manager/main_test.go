@@ -12,21 +12,19 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -140,30 +138,12 @@ func freePort(t *testing.T) string {
 // probes and authorized metrics, reconciles, and releases its lease on
 // shutdown.
 func TestRunAgainstAPIServer(t *testing.T) {
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env, cfg := testenv.Start(t)
 	kubectl, err := testenv.NewKubectl(env, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	k8s, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k8s := testenv.NewClient(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -205,30 +185,12 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	})
 
 	// The manager reconciles under the kubeconfig's identity.
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "api"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "api"}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "api"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-			},
-		},
-	}
+	d := builders.MakeDeployment("default", "api").Replicas(2).Obj()
 	if err := k8s.Create(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	q := &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "payments"},
-		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "api"},
-			Downstream:  "payments.example.com",
-			Contract:    &v1alpha1.Contract{Concurrency: 10},
-			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
-			Deadline:    metav1.Duration{Duration: time.Second},
-		},
-	}
+	q := builders.MakeQuota("default", "payments").Workload("Deployment", "api").Downstream("payments.example.com").
+		Concurrency(10).Latency(100 * time.Millisecond).Deadline(time.Second).Obj()
 	if err := k8s.Create(ctx, q); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 )
 
 // process is the gateway binary running as a child process.
@@ -86,7 +87,7 @@ func (p *process) address(t testing.TB) string {
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(4, 0))
+	plantest.Write(t, dir, testPlan(4, 0))
 	p := startBinary(t, nil, "--listen", "127.0.0.1:0", "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 	addr := p.address(t)
 
@@ -146,7 +147,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 func TestSIGTERMDoesNotWaitForUnusedConnections(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(4, 0))
+	plantest.Write(t, dir, testPlan(4, 0))
 	p := startBinary(t, nil, "--listen", "127.0.0.1:0", "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 	addr := p.address(t)
 	c, err := net.DialTimeout("tcp", addr, time.Second)

@@ -20,19 +20,7 @@ import (
 // --acknowledge, annotates its own pod with "<epoch>/<revision>" of every
 // plan it enforces and "<epoch>/released" when it stops.
 func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env, cfg := testenv.Start(t)
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx := t.Context()
 	const ns, cmName, podName = "shop", "search-gateway-backpressure", "search-gateway-7d9f-x2x4q"

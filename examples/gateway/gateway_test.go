@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 )
 
 func TestFallbackWhenThePermitsAreTaken(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(2, 0))
+	plantest.Write(t, dir, testPlan(2, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 
 	ds.holdCalls()
@@ -61,7 +63,7 @@ func TestDownstreamErrors(t *testing.T) {
 			ds := newDownstream(t)
 			ds.status.Store(int64(tt.status))
 			dir := t.TempDir()
-			writePlan(t, dir, testPlan(4, 0))
+			plantest.Write(t, dir, testPlan(4, 0))
 			gw := startGateway(t, append([]string{"--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir}, tt.args...)...)
 
 			resp, _ := get(t, gw.url)
@@ -90,7 +92,7 @@ func TestRetriesDrawOnThePlansBudget(t *testing.T) {
 	p := testPlan(4, 0)
 	p.RetryBudgetPerSecond = 0.01 // one token, refilled after 100s
 	p.Hash = ""
-	writePlan(t, dir, p)
+	plantest.Write(t, dir, p)
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir, "--max-retries", "3")
 
 	get(t, gw.url)
@@ -107,7 +109,7 @@ func TestNeverMoreInFlightThanPermits(t *testing.T) {
 	ds := newDownstream(t)
 	ds.delay.Store(int64(2 * time.Millisecond))
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(3, 64))
+	plantest.Write(t, dir, testPlan(3, 64))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -145,12 +147,12 @@ func TestNeverMoreInFlightThanPermits(t *testing.T) {
 func TestAPlanChangeResizesTheGate(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(1, 0))
+	plantest.Write(t, dir, testPlan(1, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 
 	bigger := testPlan(3, 0)
 	written := time.Now()
-	writePlan(t, dir, bigger)
+	plantest.Write(t, dir, bigger)
 	var applied map[string]any
 	eventually(t, 5*time.Second, "the new plan is applied", func() bool {
 		for _, e := range withMsg(gw.log.entries(t), "Applied plan") {
@@ -202,7 +204,7 @@ func TestThePlansDeadlineBoundsTheCall(t *testing.T) {
 	dir := t.TempDir()
 	p := testPlan(4, 0)
 	p.DeadlineSeconds, p.Hash = 0.2, ""
-	writePlan(t, dir, p)
+	plantest.Write(t, dir, p)
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 
 	start := time.Now()
@@ -220,7 +222,7 @@ func TestThePlansDeadlineBoundsTheCall(t *testing.T) {
 func TestTheInboundGateProtectsThePod(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(8, 0))
+	plantest.Write(t, dir, testPlan(8, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir, "--inbound-permits", "1")
 
 	ds.holdCalls()
@@ -242,7 +244,7 @@ func TestTheInboundGateProtectsThePod(t *testing.T) {
 func TestOnlyGetSlash(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(1, 0))
+	plantest.Write(t, dir, testPlan(1, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
 
 	if resp, _ := get(t, gw.url+"other"); resp.StatusCode != http.StatusNotFound {
@@ -265,7 +267,7 @@ func TestMetrics(t *testing.T) {
 	ds := newDownstream(t)
 	ds.status.Store(http.StatusTooManyRequests)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(6, 0))
+	plantest.Write(t, dir, testPlan(6, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir, "--metrics-listen", "127.0.0.1:0")
 	get(t, gw.url)
 
@@ -292,7 +294,7 @@ func TestMetrics(t *testing.T) {
 func TestShutdownTimeout(t *testing.T) {
 	ds := newDownstream(t)
 	dir := t.TempDir()
-	writePlan(t, dir, testPlan(1, 0))
+	plantest.Write(t, dir, testPlan(1, 0))
 	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir, "--shutdown-timeout", "100ms")
 	ds.holdCalls()
 	go func() { _, _ = http.Get(gw.url) }()

@@ -17,37 +17,17 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 )
 
 const testGate = "logistics-api"
 
 // testPlan returns a valid plan for the test gate, every pod getting the
-// same share; plans with other permits or queues are other revisions.
+// same share of permits and waiting room, with a second to wait for a
+// permit.
 func testPlan(permits, queue int) plan.Document {
-	d := plan.Document{
-		Version: plan.CurrentVersion, Gate: testGate, Downstream: "logistics.example.com", Generation: 1,
-		Epoch: "e1", Revision: int64(permits)*1000 + int64(queue) + 1,
-		Permits: permits, QueueCapacity: queue, MaxQueueWaitSeconds: 1, AcquireTimeoutSeconds: 1,
-		LatencySeconds: 0.001, DeadlineSeconds: 10, Workers: permits, RetryBudgetPerSecond: 10,
-	}
-	d.Hash = plan.Hash(d)
-	return d
-}
-
-// writePlan writes d into dir as a temporary file renamed into place.
-func writePlan(t testing.TB, dir string, d plan.Document) {
-	t.Helper()
-	data, err := plan.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := filepath.Join(dir, plan.KeyFor(d.Gate)+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, plan.KeyFor(d.Gate))); err != nil {
-		t.Fatal(err)
-	}
+	return plantest.MakeDocument(testGate).Permits(permits).Queue(queue, time.Second).AcquireTimeout(time.Second).
+		Latency(time.Millisecond).Obj()
 }
 
 // downstream is a fake downstream that counts its calls and the calls in

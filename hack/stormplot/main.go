@@ -22,7 +22,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 func main() {
@@ -78,13 +78,13 @@ func drawReport(data []byte, out string) error {
 	case kind.Variants != nil && kind.Callers != nil:
 		return errors.New("both variants and callers: not a report of the storm")
 	case kind.Variants != nil:
-		var r storm.Report
+		var r report.Report
 		if err := decode(data, &r); err != nil {
 			return err
 		}
 		return writePlot(&r, out)
 	case kind.Callers != nil:
-		var r storm.CallersReport
+		var r report.CallersReport
 		if err := decode(data, &r); err != nil {
 			return err
 		}

@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 // Colours of the plot.
@@ -36,7 +38,7 @@ var (
 // variant's run (its desired replicas, the Deployment's replicas and the
 // Ready pods) and the metric it scaled on against its target, and the
 // downstream's latency. The downstream's slow stretch is shaded.
-func writePlot(r *storm.Report, path string) error {
+func writePlot(r *report.Report, path string) error {
 	if len(r.Order) == 0 {
 		return errors.New("stormplot: nothing to plot")
 	}
@@ -47,7 +49,7 @@ func writePlot(r *storm.Report, path string) error {
 	}
 	var rows [][]*plot.Plot
 	tmax := r.DurationSeconds
-	var last *storm.VariantReport
+	var last *report.VariantReport
 	// One in-flight scale for every variant, so that the panels compare;
 	// the naive variant's limits go off it.
 	ymax := 2 * float64(r.Contract)
@@ -144,7 +146,7 @@ func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
 
 // shadeSlow shades the stretches where the downstream was slower than its
 // typical latency, up to ymax.
-func shadeSlow(p *plot.Plot, v *storm.VariantReport, ymax float64, legend bool) error {
+func shadeSlow(p *plot.Plot, v *report.VariantReport, ymax float64, legend bool) error {
 	var from float64
 	slow := false
 	var polys []*plotter.Polygon
@@ -199,7 +201,7 @@ func line(xys plotter.XYs, c color.Color, width vg.Length, dashed bool) (*plotte
 	return l, nil
 }
 
-func inFlightPlot(r *storm.Report, v *storm.VariantReport, tmax, ymax float64) (*plot.Plot, error) {
+func inFlightPlot(r *report.Report, v *report.VariantReport, tmax, ymax float64) (*plot.Plot, error) {
 	p := newPlot(fmt.Sprintf("%s: calls in flight at the downstream (peak %d)", v.Name, v.PeakInFlight), "in flight")
 	if err := shadeSlow(p, v, ymax, false); err != nil {
 		return nil, err
@@ -276,7 +278,7 @@ func inFlightPlot(r *storm.Report, v *storm.VariantReport, tmax, ymax float64) (
 	return p, nil
 }
 
-func ratePlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
+func ratePlot(v *report.VariantReport, tmax float64) (*plot.Plot, error) {
 	p := newPlot(fmt.Sprintf("%s: downstream answers per second (%d × 429 in all)", v.Name, v.Downstream429), "per second")
 	// Per-second rates from the 100 ms samples, over a 2 s moving window:
 	// calls of one latency complete in waves that a shorter one aliases.
@@ -292,7 +294,7 @@ func ratePlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 			sumRej -= v.Timeline[i-window].Rejected429
 			sumOK -= v.Timeline[i-window].OK
 		}
-		span := float64(min(i+1, window)) * storm.SampleInterval.Seconds()
+		span := float64(min(i+1, window)) * report.SampleInterval.Seconds()
 		rej[i] = plotter.XY{X: pt.At, Y: float64(sumRej) / span}
 		ok[i] = plotter.XY{X: pt.At, Y: float64(sumOK) / span}
 		ymax = max(ymax, rej[i].Y*headroom, ok[i].Y*headroom)
@@ -315,7 +317,7 @@ func ratePlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 	return p, nil
 }
 
-func replicaPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
+func replicaPlot(v *report.VariantReport, tmax float64) (*plot.Plot, error) {
 	p := newPlot("the HPA ("+v.Name+" run): replicas", "pods")
 	ymax := 4.0
 	n := len(v.Timeline)
@@ -358,9 +360,9 @@ func replicaPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 
 // hpaMetricPlot draws the current value of the metric the HPA scaled on, as
 // the HPA controller wrote it in its status, against its target.
-func hpaMetricPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
+func hpaMetricPlot(v *report.VariantReport, tmax float64) (*plot.Plot, error) {
 	title, ylabel := "the HPA's metric: calls each pod would have in flight", "calls per pod"
-	if v.HPAMetric == storm.ReplicasMetric {
+	if v.HPAMetric == cluster.ReplicasMetric {
 		title, ylabel = "the HPA's metric: replicas the scenario asks for", "replicas"
 	}
 	p := newPlot(title+" ("+v.Name+" run)", ylabel)
@@ -393,7 +395,7 @@ func hpaMetricPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
 	return p, nil
 }
 
-func latencyPlot(v *storm.VariantReport, tmax float64) (*plot.Plot, error) {
+func latencyPlot(v *report.VariantReport, tmax float64) (*plot.Plot, error) {
 	p := newPlot("the downstream: latency", "seconds")
 	xys := make(plotter.XYs, len(v.Timeline))
 	ymax := 0.5
@@ -425,7 +427,7 @@ var colCallers = []color.Color{
 // shared downstream's calls in flight against the contract with each
 // caller's Ready pods' permits and their fair parts (left), and each
 // caller's Ready pods (right).
-func writeCallersPlot(r *storm.CallersReport, path string) error {
+func writeCallersPlot(r *report.CallersReport, path string) error {
 	if len(r.Timeline) == 0 {
 		return errors.New("stormplot: nothing to plot")
 	}

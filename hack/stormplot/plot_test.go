@@ -9,16 +9,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 // syntheticReport is a storm report of two variants over 30 s: the
 // operator's holds 30 calls in flight, the naive one 70 with 429s, and the
 // downstream is slow from 10 s to 15 s.
-func syntheticReport() *storm.Report {
-	r := &storm.Report{Contract: 50, SafetyPercent: 80, DurationSeconds: 30, Variants: map[string]*storm.VariantReport{}}
+func syntheticReport() *report.Report {
+	r := &report.Report{Contract: 50, SafetyPercent: 80, DurationSeconds: 30, Variants: map[string]*report.VariantReport{}}
 	for _, name := range []string{"operator", "naive"} {
-		v := &storm.VariantReport{Name: name, HPAMetric: "inflight_per_pod", HPATarget: 5}
+		v := &report.VariantReport{Name: name, HPAMetric: "inflight_per_pod", HPATarget: 5}
 		inflight, rejected := int64(30), int64(0)
 		if name == "naive" {
 			inflight, rejected = 70, 4
@@ -30,7 +30,7 @@ func syntheticReport() *storm.Report {
 				latency = 2
 			}
 			m := 4.5
-			v.Timeline = append(v.Timeline, storm.TimelinePoint{
+			v.Timeline = append(v.Timeline, report.TimelinePoint{
 				At: at, InFlight: inflight, Rejected429: rejected, OK: 15, Desired: 8, Existing: 8, Ready: 8,
 				LatencySeconds: latency, Permits: 40, ReadyPermits: 40, HPADesired: 8, HPAMetric: &m,
 			})
@@ -38,7 +38,7 @@ func syntheticReport() *storm.Report {
 		v.PeakInFlight = inflight
 		v.Downstream429 = rejected * 300
 		if name == "operator" {
-			v.Capacity = &storm.CapacityReport{Usable: 40, HeldFraction: 0.97, PreviousHeldFraction: 0.8}
+			v.Capacity = &report.CapacityReport{Usable: 40, HeldFraction: 0.97, PreviousHeldFraction: 0.8}
 		}
 		r.Order = append(r.Order, name)
 		r.Variants[name] = v
@@ -102,10 +102,10 @@ func TestStormReport(t *testing.T) {
 
 // TestCallersReport draws the two-callers report.
 func TestCallersReport(t *testing.T) {
-	r := &storm.CallersReport{Contract: 50, Usable: 40, DurationSeconds: 20, PeakInFlight: 38,
-		Callers: []storm.CallerReport{{Name: "checkout-gateway", FairPart: 16}, {Name: "search-gateway", FairPart: 24}}}
+	r := &report.CallersReport{Contract: 50, Usable: 40, DurationSeconds: 20, PeakInFlight: 38,
+		Callers: []report.CallerReport{{Name: "checkout-gateway", FairPart: 16}, {Name: "search-gateway", FairPart: 24}}}
 	for i := range 200 {
-		r.Timeline = append(r.Timeline, storm.CallersPoint{At: float64(i) / 10, InFlight: 38, ReadyPermits: []int{16, 24}, Ready: []int{2, 3}})
+		r.Timeline = append(r.Timeline, report.CallersPoint{At: float64(i) / 10, InFlight: 38, ReadyPermits: []int{16, 24}, Ready: []int{2, 3}})
 	}
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "report-two-callers.json"), filepath.Join(dir, "storm-two-callers.png")

@@ -2,40 +2,15 @@ package quota
 
 import (
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
 )
 
-// designQuota is the logistics quota of docs/concepts.md's search gateway:
-// 50 in flight at 80%, 220ms typical latency, a 2s deadline, 100ms queue
-// wait, 200ms acquire timeout, 1900 rps of demand, a retry budget of 10 per
-// second.
-func designQuota() *v1alpha1.DownstreamQuota {
-	return &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "logistics-api", Namespace: "shop", Generation: 3},
-		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef:    v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "search-gateway"},
-			Downstream:     "logistics.example.com",
-			Contract:       &v1alpha1.Contract{Concurrency: 50},
-			Latency:        v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
-			Deadline:       metav1.Duration{Duration: 2 * time.Second},
-			MaxQueueWait:   &metav1.Duration{Duration: 100 * time.Millisecond},
-			AcquireTimeout: &metav1.Duration{Duration: 200 * time.Millisecond},
-			SafetyPercent:  80,
-			BelowOne:       v1alpha1.BelowOneStrict,
-			Demand:         &v1alpha1.Demand{RatePerSecond: 1900},
-			Retry:          v1alpha1.RetryPolicy{MaxRetries: 1, BudgetPerSecond: 10},
-		},
-	}
-}
-
 func TestDocument(t *testing.T) {
-	q := designQuota()
+	q := builders.DesignQuota().Obj()
 	p, err := Size(q.Spec, 8)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +44,7 @@ func TestDocument(t *testing.T) {
 }
 
 func TestDocumentNamesPods(t *testing.T) {
-	q := designQuota()
+	q := builders.DesignQuota().Obj()
 	q.Spec.Demand = nil
 	// 40 over 7 pods: five at 6 permits, two at 5; the operator names them
 	// and gives a pod it does not name nothing.

@@ -18,9 +18,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
 // AssetsEnv is the environment variable that names the directory holding
@@ -113,6 +118,56 @@ func New() (*envtest.Environment, error) {
 		// two cores busy with other suites; a slow start is not a failure.
 		ControlPlaneStartTimeout: 90 * time.Second,
 	}, nil
+}
+
+// Start starts a control plane for one test, with the project's CRDs, and
+// stops it when the test ends. A test that needs it fails, saying how to
+// build the control plane, rather than skips when it cannot start. It
+// returns the environment (for its kubeconfig and kubectl) and an admin
+// config.
+func Start(t testing.TB) (*envtest.Environment, *rest.Config) {
+	t.Helper()
+	env, err := New()
+	if err != nil {
+		t.Fatalf("%v (build the control plane with hack/setup-envtest.sh)", err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the control plane: %v", err)
+		}
+	})
+	return env, cfg
+}
+
+// Scheme returns a scheme of client-go's kinds and the project's API.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewClient returns an admin client for cfg that knows client-go's kinds
+// and the project's API, failing the test on error.
+func NewClient(t testing.TB, cfg *rest.Config) client.Client {
+	t.Helper()
+	s, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Kubectl runs the kubectl built beside the control plane against a running

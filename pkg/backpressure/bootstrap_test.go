@@ -17,60 +17,22 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
-	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
-
-// bootShare is an application's conservative share of gate: the contract
-// divided by the workload's maximum replicas.
-func bootShare(name string, permits int) backpressure.Share {
-	return backpressure.Share{
-		Gate: name,
-		Limits: gate.Limits{Permits: permits, QueueCapacity: permits, MaxQueueWait: 100 * time.Millisecond,
-			AcquireTimeout: 200 * time.Millisecond},
-		Workers: permits, RetryBudgetPerSecond: 1,
-	}
-}
-
-// bootstrapGauge returns backpressure_config_gate_bootstrap for gate as the
-// registry exports it.
-func bootstrapGauge(t testing.TB, reg *prometheus.Registry, gate string) string {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "backpressure_config_gate_bootstrap" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "gate" && l.GetValue() == gate {
-					if m.GetGauge().GetValue() == 1 {
-						return "bootstrap"
-					}
-					return "published"
-				}
-			}
-		}
-	}
-	return "absent"
-}
 
 // inForce fails the test unless the gate and dispatcher "payments" have
 // permits and workers, the metric says which plan (bootstrap or
 // published), and the log has line.
 func inForce(t *testing.T, rt *backpressure.Runtime, reg *prometheus.Registry, logs *syncBuffer, which string, permits int, line string) {
 	t.Helper()
-	if got := mustGate(t, rt, "payments").Limits().Permits; got != permits {
+	if got := sharetest.MustGate(t, rt, "payments").Limits().Permits; got != permits {
 		t.Errorf("gate permits %d on the %s plan, want %d", got, which, permits)
 	}
-	if got := mustDispatcher(t, rt, "payments").Stats().Limits.Workers; got != permits {
+	if got := sharetest.MustDispatcher(t, rt, "payments").Stats().Limits.Workers; got != permits {
 		t.Errorf("dispatcher workers %d on the %s plan, want %d", got, which, permits)
 	}
-	if got := bootstrapGauge(t, reg, "payments"); got != which {
+	if got := sharetest.BootstrapGauge(t, reg, "payments"); got != which {
 		t.Errorf("metric says %s, want %s", got, which)
 	}
 	if !strings.Contains(logs.String(), line) {
@@ -86,14 +48,14 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 	dir := t.TempDir()
 	reg := prometheus.NewPedanticRegistry()
 	var logs syncBuffer
-	events := newApplied()
+	events := sharetest.NewRecorder()
 	const bound = 300 * time.Millisecond
 	began := time.Now()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Gates: []string{"payments"}, Dispatchers: []string{"payments"},
-		Registerer: reg, OnApplied: events.hook,
+		Registerer: reg, OnApplied: events.Hook,
 		Logger:        logr.FromSlogHandler(slog.NewTextHandler(&logs, nil)),
-		Bootstrap:     []backpressure.Share{bootShare("payments", 2)},
+		Bootstrap:     []backpressure.Share{sharetest.BootShare("payments", 2)},
 		BootstrapWait: bound,
 	})
 	if err != nil {
@@ -102,16 +64,16 @@ func TestBootstrapFromAnEmptyDirectory(t *testing.T) {
 	if took := time.Since(began); took < bound {
 		t.Errorf("New returned after %v, before the %v bound", took, bound)
 	}
-	first := events.next(t)
+	first := events.Next(t)
 	if first.Share.Epoch != "" || first.Share.Limits.Permits != 2 {
 		t.Fatalf("first plan: epoch %q, permits %d; want the bootstrap share of 2", first.Share.Epoch, first.Share.Limits.Permits)
 	}
 	inForce(t, rt, reg, &logs, "bootstrap", 2, "enforcing the bootstrap plan")
 
-	start(t, rt)
-	published := doc("payments", 7)
-	writePlan(t, dir, published)
-	x := events.next(t)
+	sharetest.Start(t, rt)
+	published := sharetest.Doc("payments", 7)
+	sharetest.WritePlan(t, dir, published)
+	x := events.Next(t)
 	if x.Share.Epoch != published.Epoch || x.Share.Limits.Permits != 7 {
 		t.Fatalf("after publishing: epoch %q, permits %d; want %q, 7", x.Share.Epoch, x.Share.Limits.Permits, published.Epoch)
 	}
@@ -130,36 +92,36 @@ backpressure_config_gate_bootstrap{gate="payments"} 0
 // used, and a gate only the bootstrap names starts on it.
 func TestBootstrapOnlyForGatesWithoutAPublishedPlan(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("payments", 5))
+	sharetest.WritePlan(t, dir, sharetest.Doc("payments", 5))
 	reg := prometheus.NewPedanticRegistry()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Gates:      []string{"payments", "search"},
 		Registerer: reg,
-		Bootstrap:  []backpressure.Share{bootShare("payments", 1), bootShare("search", 3)},
+		Bootstrap:  []backpressure.Share{sharetest.BootShare("payments", 1), sharetest.BootShare("search", 3)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGate(t, rt, "payments").Limits().Permits; got != 5 {
+	if got := sharetest.MustGate(t, rt, "payments").Limits().Permits; got != 5 {
 		t.Errorf("payments permits %d, want the published 5", got)
 	}
-	if got := mustGate(t, rt, "search").Limits().Permits; got != 3 {
+	if got := sharetest.MustGate(t, rt, "search").Limits().Permits; got != 3 {
 		t.Errorf("search permits %d, want the bootstrap 3", got)
 	}
-	if p := mustShare(t, rt, "search"); p.Epoch != "" || p.Hash == "" {
+	if p := sharetest.MustShare(t, rt, "search"); p.Epoch != "" || p.Hash == "" {
 		t.Errorf("search's plan: epoch %q, hash %q; want no epoch and a hash computed by New", p.Epoch, p.Hash)
 	}
-	if a, b := bootstrapGauge(t, reg, "payments"), bootstrapGauge(t, reg, "search"); a != "published" || b != "bootstrap" {
+	if a, b := sharetest.BootstrapGauge(t, reg, "payments"), sharetest.BootstrapGauge(t, reg, "search"); a != "published" || b != "bootstrap" {
 		t.Errorf("metric says payments %s, search %s; want published, bootstrap", a, b)
 	}
 }
 
 func TestBootstrapIsChecked(t *testing.T) {
-	withEpoch := bootShare("payments", 1)
+	withEpoch := sharetest.BootShare("payments", 1)
 	withEpoch.Epoch, withEpoch.Revision = "epoch-1", 2
-	withRevision := bootShare("payments", 1)
+	withRevision := sharetest.BootShare("payments", 1)
 	withRevision.Revision = 1
-	badRate := bootShare("payments", 1)
+	badRate := sharetest.BootShare("payments", 1)
 	badRate.Limits.RatePerSecond = 5 // burst 0
 	tests := []struct {
 		name        string
@@ -172,7 +134,7 @@ func TestBootstrapIsChecked(t *testing.T) {
 		wantMessage: "Options.Bootstrap[0]: Epoch and Revision must be unset",
 	}, {
 		name:        "a revision",
-		opts:        backpressure.Options{Bootstrap: []backpressure.Share{bootShare("search", 1), withRevision}},
+		opts:        backpressure.Options{Bootstrap: []backpressure.Share{sharetest.BootShare("search", 1), withRevision}},
 		wantMessage: "Options.Bootstrap[1]: Epoch and Revision must be unset",
 	}, {
 		name:        "an invalid limit",
@@ -180,16 +142,16 @@ func TestBootstrapIsChecked(t *testing.T) {
 		wantMessage: "Options.Bootstrap[0]: plan: burst: must be at least 1 when ratePerSecond is set",
 	}, {
 		name:        "a gate twice",
-		opts:        backpressure.Options{Bootstrap: []backpressure.Share{bootShare("payments", 1), bootShare("payments", 2)}},
+		opts:        backpressure.Options{Bootstrap: []backpressure.Share{sharetest.BootShare("payments", 1), sharetest.BootShare("payments", 2)}},
 		wantMessage: `Options.Bootstrap[1]: gate "payments" has a bootstrap plan already`,
 	}, {
 		name:        "a negative wait",
-		opts:        backpressure.Options{Bootstrap: []backpressure.Share{bootShare("payments", 1)}, BootstrapWait: -time.Second},
+		opts:        backpressure.Options{Bootstrap: []backpressure.Share{sharetest.BootShare("payments", 1)}, BootstrapWait: -time.Second},
 		wantMessage: "Options.BootstrapWait -1s must not be negative",
 	}, {
 		name: "a named gate with neither plan",
 		opts: backpressure.Options{
-			Gates: []string{"payments", "search"}, Bootstrap: []backpressure.Share{bootShare("payments", 1)},
+			Gates: []string{"payments", "search"}, Bootstrap: []backpressure.Share{sharetest.BootShare("payments", 1)},
 			BootstrapWait: 10 * time.Millisecond,
 		},
 		wantNoPlan:  true,
@@ -202,8 +164,8 @@ func TestBootstrapIsChecked(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			events := newApplied()
-			tt.opts.OnApplied = events.hook
+			events := sharetest.NewRecorder()
+			tt.opts.OnApplied = events.Hook
 			began := time.Now()
 			_, err := backpressure.New(t.Context(), backpressure.FromDir(t.TempDir()), tt.opts)
 			if err == nil {
@@ -218,7 +180,7 @@ func TestBootstrapIsChecked(t *testing.T) {
 			if took := time.Since(began); !tt.wantNoPlan && took > time.Second {
 				t.Errorf("a bad option took %v to report: it must fail before the source is read", took)
 			}
-			events.quiet(t, 0)
+			events.Quiet(t, 0)
 		})
 	}
 }
@@ -229,7 +191,7 @@ func TestBootstrapAcknowledgesAndReleasesNothing(t *testing.T) {
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ackPod, Namespace: "shop"}})
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(t.TempDir()), backpressure.Options{
 		Gates:         []string{ackGate},
-		Bootstrap:     []backpressure.Share{bootShare(ackGate, 2)},
+		Bootstrap:     []backpressure.Share{sharetest.BootShare(ackGate, 2)},
 		BootstrapWait: 10 * time.Millisecond,
 		PodName:       ackPod,
 		PodNamespace:  "shop",
@@ -254,76 +216,4 @@ func TestBootstrapAcknowledgesAndReleasesNothing(t *testing.T) {
 			t.Errorf("a pod on its bootstrap plan patched itself: %s", a.(k8stesting.PatchAction).GetPatch())
 		}
 	}
-}
-
-// Through the API server: the workload's ConfigMap does not exist when the
-// pod starts, so it runs on its bootstrap share and leaves its applied
-// annotation unwritten; once the operator creates the ConfigMap, the
-// informer delivers it, the gate takes the published share, and only then
-// is the revision acknowledged.
-func TestBootstrapUntilTheConfigMapAppears(t *testing.T) {
-	client, ns := controlPlane.Namespace(t, "runtime-bootstrap")
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: ackPod},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}}},
-	}
-	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	events := newApplied()
-	rt, err := backpressure.New(t.Context(), backpressure.FromConfigMap(client, ns, "plans"), backpressure.Options{
-		Gates:         []string{ackGate},
-		Registerer:    reg,
-		OnApplied:     events.hook,
-		Bootstrap:     []backpressure.Share{bootShare(ackGate, 1)},
-		BootstrapWait: 200 * time.Millisecond,
-		PodName:       ackPod,
-		PodNamespace:  ns,
-		Ack: &backpressure.AckOptions{
-			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if x := events.next(t); x.Share.Limits.Permits != 1 || x.Share.Epoch != "" {
-		t.Fatalf("first plan: permits %d, epoch %q; want the bootstrap share", x.Share.Limits.Permits, x.Share.Epoch)
-	}
-	if got := bootstrapGauge(t, reg, ackGate); got != "bootstrap" {
-		t.Fatalf("metric says %s, want bootstrap", got)
-	}
-	start(t, rt)
-
-	annotation := func() string {
-		p, err := client.CoreV1().Pods(ns).Get(ctx, ackPod, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.Annotations[ackKey]
-	}
-	for end := time.Now().Add(settle); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if got := annotation(); got != "" {
-			t.Fatalf("a pod on its bootstrap plan acknowledged %q", got)
-		}
-	}
-
-	published := share(1, 3)
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "plans"},
-		Data:       map[string]string{plan.KeyFor(ackGate): mustMarshal(t, published)},
-	}
-	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if x := events.next(t); x.Share.Limits.Permits != 3 || x.Share.Revision != 1 {
-		t.Fatalf("after the ConfigMap appeared: permits %d, revision %d; want 3, 1", x.Share.Limits.Permits, x.Share.Revision)
-	}
-	if got := bootstrapGauge(t, reg, ackGate); got != "published" {
-		t.Errorf("metric says %s, want published", got)
-	}
-	eventually(t, 10*time.Second, "the published revision is acknowledged", func() bool {
-		return annotation() == "epoch-1/1"
-	})
 }

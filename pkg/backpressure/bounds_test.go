@@ -15,6 +15,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
 func TestPlanBoundsAreTheGates(t *testing.T) {
@@ -29,22 +30,22 @@ func TestPlanBoundsAreTheGates(t *testing.T) {
 // field.
 func TestOutOfMemoryDocumentKeepsTheLastGoodPlan(t *testing.T) {
 	dir := t.TempDir()
-	good := doc("search", 2)
-	writePlan(t, dir, good)
+	good := sharetest.Doc("search", 2)
+	sharetest.WritePlan(t, dir, good)
 	reg := prometheus.NewPedanticRegistry()
 	var logs syncBuffer
-	events := newApplied()
+	events := sharetest.NewRecorder()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Dispatchers: []string{"search"},
 		Registerer:  reg,
 		Logger:      logr.FromSlogHandler(slog.NewJSONHandler(&logs, nil)),
-		OnApplied:   events.hook,
+		OnApplied:   events.Hook,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events.next(t)
-	start(t, rt)
+	events.Next(t)
+	sharetest.Start(t, rt)
 
 	data, err := plan.Marshal(good)
 	if err != nil {
@@ -54,7 +55,7 @@ func TestOutOfMemoryDocumentKeepsTheLastGoodPlan(t *testing.T) {
 	if bad == string(data) {
 		t.Fatalf("the document has no workers field to change: %s", data)
 	}
-	writeFile(t, dir, plan.KeyFor("search"), []byte(bad))
+	sharetest.WriteFile(t, dir, plan.KeyFor("search"), []byte(bad))
 
 	reloads := `
 # HELP backpressure_config_reloads_total Plan documents read from the config source, by result: success is a new valid plan for a gate, error a rejected document (the gate keeps its last good plan) or an unreadable source.
@@ -62,20 +63,20 @@ func TestOutOfMemoryDocumentKeepsTheLastGoodPlan(t *testing.T) {
 backpressure_config_reloads_total{result="error"} 1
 backpressure_config_reloads_total{result="success"} 1
 `
-	eventually(t, 10*time.Second, "the rejection is counted", func() bool {
+	sharetest.Eventually(t, 10*time.Second, "the rejection is counted", func() bool {
 		return testutil.CollectAndCompare(reg, strings.NewReader(reloads), "backpressure_config_reloads_total") == nil
 	})
 	if err := testutil.CollectAndCompare(reg, strings.NewReader(reloads), "backpressure_config_reloads_total"); err != nil {
 		t.Error(err)
 	}
-	events.quiet(t, 100*time.Millisecond)
-	if got := mustShare(t, rt, "search"); got != backpressure.ShareOf(good) {
+	events.Quiet(t, 100*time.Millisecond)
+	if got := sharetest.MustShare(t, rt, "search"); got != backpressure.ShareOf(good) {
 		t.Errorf("Share after the bad document = %+v, want the last good one", got)
 	}
-	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, mustDispatcher(t, rt, "search").Stats().Limits); diff != "" {
+	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, sharetest.MustDispatcher(t, rt, "search").Stats().Limits); diff != "" {
 		t.Errorf("dispatcher limits after the bad document (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(backpressure.GateLimits(good), mustGate(t, rt, "search").Limits()); diff != "" {
+	if diff := cmp.Diff(backpressure.GateLimits(good), sharetest.MustGate(t, rt, "search").Limits()); diff != "" {
 		t.Errorf("gate limits after the bad document (-want +got):\n%s", diff)
 	}
 	log := logs.String()

@@ -162,7 +162,7 @@ func ExampleNew_missingGate() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// runtime: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
+	// backpressure: no valid plan document for gate "payments"; the source holds plans for ["logistics-api"]
 }
 
 // Every lookup of a name the Runtime has no gate for fails: there is no nil
@@ -182,7 +182,7 @@ func ExampleRuntime_Gate() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// runtime: no valid plan document for gate "logistic-api"; the Runtime has gates ["logistics-api"]
+	// backpressure: no valid plan document for gate "logistic-api"; the Runtime has gates ["logistics-api"]
 }
 
 // Start on a conservative share of the application's own when no published

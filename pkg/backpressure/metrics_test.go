@@ -8,24 +8,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
 func TestMetricsOnAPedanticRegistry(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 2))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 2))
 	reg := prometheus.NewPedanticRegistry()
-	events := newApplied()
+	events := sharetest.NewRecorder()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Gates: []string{"logistics-api"}, Dispatchers: []string{"logistics-api"},
-		Registerer: reg, OnApplied: events.hook,
+		Registerer: reg, OnApplied: events.Hook,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events.next(t)
-	start(t, rt)
-	writePlan(t, dir, doc("logistics-api", 7))
-	events.next(t)
+	events.Next(t)
+	sharetest.Start(t, rt)
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 7))
+	events.Next(t)
 
 	want := `
 # HELP backpressure_gate_permits Permits (in-flight limit) of the gate in force.
@@ -36,7 +37,7 @@ backpressure_gate_permits{gate="logistics-api"} 7
 backpressure_dispatcher_workers{dispatcher="logistics-api"} 7
 # HELP backpressure_config_plan_info The plan in force for each gate: 1 for the gate's current plan hash.
 # TYPE backpressure_config_plan_info gauge
-backpressure_config_plan_info{gate="logistics-api",hash="` + doc("logistics-api", 7).Hash + `"} 1
+backpressure_config_plan_info{gate="logistics-api",hash="` + sharetest.Doc("logistics-api", 7).Hash + `"} 1
 # HELP backpressure_config_reloads_total Plan documents read from the config source, by result: success is a new valid plan for a gate, error a rejected document (the gate keeps its last good plan) or an unreadable source.
 # TYPE backpressure_config_reloads_total counter
 backpressure_config_reloads_total{result="error"} 0
@@ -75,8 +76,8 @@ backpressure_config_reloads_total{result="success"} 2
 func TestRuntimesShareARegistry(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	dirA, dirB := t.TempDir(), t.TempDir()
-	writePlan(t, dirA, doc("payments", 1))
-	writePlan(t, dirB, doc("search", 3))
+	sharetest.WritePlan(t, dirA, sharetest.Doc("payments", 1))
+	sharetest.WritePlan(t, dirB, sharetest.Doc("search", 3))
 	if _, err := backpressure.New(t.Context(), backpressure.FromDir(dirA), backpressure.Options{Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +87,8 @@ func TestRuntimesShareARegistry(t *testing.T) {
 	// A third claims "search" again, after "logistics-api" (made first, in
 	// name order): it fails and withdraws "logistics-api".
 	dirC := t.TempDir()
-	writePlan(t, dirC, doc("logistics-api", 9))
-	writePlan(t, dirC, doc("search", 4))
+	sharetest.WritePlan(t, dirC, sharetest.Doc("logistics-api", 9))
+	sharetest.WritePlan(t, dirC, sharetest.Doc("search", 4))
 	if _, err := backpressure.New(t.Context(), backpressure.FromDir(dirC), backpressure.Options{Registerer: reg}); err == nil ||
 		!strings.Contains(err.Error(), `"search" is already collected`) {
 		t.Fatalf("New with a gate name already collected: err = %v", err)
@@ -105,7 +106,7 @@ backpressure_gate_permits{gate="search"} 3
 
 func TestNilRegistererRegistersNothing(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 2))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 2))
 	if _, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,88 +21,47 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sourcetest"
 )
-
-// applied collects what OnApplied reports.
-type applied struct{ ch chan backpressure.Applied }
-
-func newApplied() *applied { return &applied{ch: make(chan backpressure.Applied, 100)} }
-
-func (a *applied) hook(x backpressure.Applied) { a.ch <- x }
-
-// next waits for the next plan put in force.
-func (a *applied) next(t testing.TB) backpressure.Applied {
-	t.Helper()
-	select {
-	case x := <-a.ch:
-		return x
-	case <-time.After(5 * time.Second):
-		t.Fatal("no plan applied within 5s")
-		return backpressure.Applied{}
-	}
-}
-
-// quiet fails when a plan is applied within d.
-func (a *applied) quiet(t testing.TB, d time.Duration) {
-	t.Helper()
-	select {
-	case x := <-a.ch:
-		t.Fatalf("unexpected plan applied: %s %s permits %d", x.Share.Gate, x.Share.Hash, x.Share.Limits.Permits)
-	case <-time.After(d):
-	}
-}
-
-// start runs rt.Start until the test ends.
-func start(t *testing.T, rt *backpressure.Runtime) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rt.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	})
-}
 
 func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 2))
-	events := newApplied()
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 2))
+	events := sharetest.NewRecorder()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Gates:     []string{"logistics-api"},
-		OnApplied: events.hook,
+		OnApplied: events.Hook,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// The first plan is in force as soon as New returns.
-	first := events.next(t)
-	if first.Share.Gate != "logistics-api" || first.Share != backpressure.ShareOf(doc("logistics-api", 2)) || first.At.IsZero() {
+	first := events.Next(t)
+	if first.Share.Gate != "logistics-api" || first.Share != backpressure.ShareOf(sharetest.Doc("logistics-api", 2)) || first.At.IsZero() {
 		t.Fatalf("first Applied = %+v", first)
 	}
-	g := mustGate(t, rt, "logistics-api")
-	if diff := cmp.Diff(backpressure.GateLimits(doc("logistics-api", 2)), g.Limits()); diff != "" {
+	g := sharetest.MustGate(t, rt, "logistics-api")
+	if diff := cmp.Diff(backpressure.GateLimits(sharetest.Doc("logistics-api", 2)), g.Limits()); diff != "" {
 		t.Fatalf("gate limits after New (-want +got):\n%s", diff)
 	}
-	if got := mustBudget(t, rt, "logistics-api").Stats().PerSecond; got != 2 {
+	if got := sharetest.MustBudget(t, rt, "logistics-api").Stats().PerSecond; got != 2 {
 		t.Errorf("retry budget rate = %v, want 2", got)
 	}
 	if _, err := rt.Dispatcher("logistics-api"); err == nil {
 		t.Error("a gate not listed in Options.Dispatchers has a dispatcher")
 	}
-	start(t, rt)
+	sharetest.Start(t, rt)
 	// Start delivers the plans New already applied: nothing new to put in force.
-	events.quiet(t, 100*time.Millisecond)
+	events.Quiet(t, 100*time.Millisecond)
 
 	// Grow: the same gate object now admits five calls at once.
-	writePlan(t, dir, doc("logistics-api", 5))
-	if x := events.next(t); x.Share.Gate != "logistics-api" || x.Share.Limits.Permits != 5 {
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 5))
+	if x := events.Next(t); x.Share.Gate != "logistics-api" || x.Share.Limits.Permits != 5 {
 		t.Fatalf("Applied after growing = %+v", x)
 	}
-	if mustGate(t, rt, "logistics-api") != g {
+	if sharetest.MustGate(t, rt, "logistics-api") != g {
 		t.Fatal("the gate was replaced rather than resized")
 	}
 	var held [5]gate.Permit
@@ -117,8 +76,8 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	}
 
 	// Shrink under load: nobody is pre-empted, nobody new gets in.
-	writePlan(t, dir, doc("logistics-api", 1))
-	if x := events.next(t); x.Share.Limits.Permits != 1 {
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
+	if x := events.Next(t); x.Share.Limits.Permits != 1 {
 		t.Fatalf("Applied after shrinking = %+v", x)
 	}
 	if st := g.Stats(); st.InFlight != 5 || st.Limits.Permits != 1 {
@@ -132,13 +91,13 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 		t.Fatalf("after every call ended: %v", err)
 	}
 	p.Release()
-	if got := mustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(doc("logistics-api", 1)) {
+	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(sharetest.Doc("logistics-api", 1)) {
 		t.Errorf("Share = %+v, want the one on disk", got)
 	}
 
 	// A new gate appears with its document.
-	writePlan(t, dir, doc("payments", 3))
-	if x := events.next(t); x.Share.Gate != "payments" || x.Share.Limits.Permits != 3 {
+	sharetest.WritePlan(t, dir, sharetest.Doc("payments", 3))
+	if x := events.Next(t); x.Share.Gate != "payments" || x.Share.Limits.Permits != 3 {
 		t.Fatalf("Applied for the new gate = %+v", x)
 	}
 	if g, err := rt.Gate("payments"); err != nil || g.Limits().Permits != 3 {
@@ -146,18 +105,18 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	}
 
 	// A bad document keeps the last good plan.
-	writeFile(t, dir, plan.KeyFor("logistics-api"), []byte(`{"version":1,"gate":"logistics-api","permits":-1}`))
-	events.quiet(t, 200*time.Millisecond)
+	sharetest.WriteFile(t, dir, plan.KeyFor("logistics-api"), []byte(`{"version":1,"gate":"logistics-api","permits":-1}`))
+	events.Quiet(t, 200*time.Millisecond)
 	if got := g.Limits().Permits; got != 1 {
 		t.Errorf("after a bad document: permits %d, want the last good 1", got)
 	}
 
 	// A newer quota generation with the same plan changes nothing.
-	same := doc("logistics-api", 1)
+	same := sharetest.Doc("logistics-api", 1)
 	same.Generation = 7
-	writePlan(t, dir, same)
-	events.quiet(t, 200*time.Millisecond)
-	if got := mustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(doc("logistics-api", 1)) {
+	sharetest.WritePlan(t, dir, same)
+	events.Quiet(t, 200*time.Millisecond)
+	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(sharetest.Doc("logistics-api", 1)) {
 		t.Errorf("after a new generation of the same plan: Share = %+v, want the same plan", got)
 	}
 
@@ -165,7 +124,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, plan.KeyFor("payments"))); err != nil {
 		t.Fatal(err)
 	}
-	events.quiet(t, 200*time.Millisecond)
+	events.Quiet(t, 200*time.Millisecond)
 	if g, err := rt.Gate("payments"); err != nil || g.Limits().Permits != 3 {
 		t.Error("the gate of a removed document lost its plan")
 	}
@@ -191,13 +150,13 @@ func TestNewFailsWithoutAPlanForANamedGate(t *testing.T) {
 		wantMessage: "unsupported version 1",
 	}, {
 		name:        "the named gate is not in the source",
-		files:       map[string]string{"payments.json": mustMarshal(t, doc("payments", 1))},
+		files:       map[string]string{"payments.json": sourcetest.Encode(t, sharetest.Doc("payments", 1))},
 		opts:        backpressure.Options{Gates: []string{"logistics-api"}},
 		wantNoPlan:  true,
 		wantMessage: `gate "logistics-api"; the source holds plans for ["payments"]`,
 	}, {
 		name:        "a dispatcher names a gate that is not in the source",
-		files:       map[string]string{"payments.json": mustMarshal(t, doc("payments", 1))},
+		files:       map[string]string{"payments.json": sourcetest.Encode(t, sharetest.Doc("payments", 1))},
 		opts:        backpressure.Options{Gates: []string{"payments"}, Dispatchers: []string{"search"}},
 		wantNoPlan:  true,
 		wantMessage: `gate "search"`,
@@ -210,13 +169,13 @@ func TestNewFailsWithoutAPlanForANamedGate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, data := range tt.files {
-				writeFile(t, dir, name, []byte(data))
+				sharetest.WriteFile(t, dir, name, []byte(data))
 			}
 			if tt.missingDir {
 				dir = filepath.Join(dir, "absent")
 			}
-			events := newApplied()
-			tt.opts.OnApplied = events.hook
+			events := sharetest.NewRecorder()
+			tt.opts.OnApplied = events.Hook
 			rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), tt.opts)
 			if err == nil {
 				t.Fatalf("New succeeded; runtime %v", rt)
@@ -227,19 +186,19 @@ func TestNewFailsWithoutAPlanForANamedGate(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.wantMessage) || !strings.HasPrefix(err.Error(), "backpressure: ") {
 				t.Errorf("err = %q, want it to start with %q and contain %q", err, "backpressure: ", tt.wantMessage)
 			}
-			events.quiet(t, 0)
+			events.Quiet(t, 0)
 		})
 	}
 }
 
 func TestRuntimeDispatchers(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("search", 2))
-	writePlan(t, dir, doc("payments", 1))
-	events := newApplied()
+	sharetest.WritePlan(t, dir, sharetest.Doc("search", 2))
+	sharetest.WritePlan(t, dir, sharetest.Doc("payments", 1))
+	events := sharetest.NewRecorder()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Dispatchers: []string{"search"},
-		OnApplied:   events.hook,
+		OnApplied:   events.Hook,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -247,20 +206,20 @@ func TestRuntimeDispatchers(t *testing.T) {
 	if _, err := rt.Dispatcher("payments"); err == nil {
 		t.Error("payments has a dispatcher it did not ask for")
 	}
-	d := mustDispatcher(t, rt, "search")
+	d := sharetest.MustDispatcher(t, rt, "search")
 	if d == nil {
 		t.Fatal("no dispatcher for search")
 	}
 	if diff := cmp.Diff(dispatch.Limits{Workers: 2, QueueCapacity: 4}, d.Stats().Limits); diff != "" {
 		t.Errorf("dispatcher limits (-want +got):\n%s", diff)
 	}
-	start(t, rt)
+	sharetest.Start(t, rt)
 	for range 2 {
-		events.next(t) // payments and search from New
+		events.Next(t) // payments and search from New
 	}
 
-	writePlan(t, dir, doc("search", 6))
-	if x := events.next(t); x.Share.Gate != "search" {
+	sharetest.WritePlan(t, dir, sharetest.Doc("search", 6))
+	if x := events.Next(t); x.Share.Gate != "search" {
 		t.Fatalf("Applied = %+v", x)
 	}
 	if diff := cmp.Diff(dispatch.Limits{Workers: 6, QueueCapacity: 12}, d.Stats().Limits); diff != "" {
@@ -290,7 +249,7 @@ func TestRuntimeDispatchers(t *testing.T) {
 	if ran != 10 {
 		t.Errorf("Shutdown returned after %d of 10 tasks", ran)
 	}
-	if _, err := mustGate(t, rt, "payments").TryAcquire(context.Background()); !errors.Is(err, gate.ErrClosed) {
+	if _, err := sharetest.MustGate(t, rt, "payments").TryAcquire(context.Background()); !errors.Is(err, gate.ErrClosed) {
 		t.Errorf("after Shutdown: err = %v, want closed", err)
 	}
 }
@@ -299,7 +258,7 @@ func TestRuntimeDispatchers(t *testing.T) {
 // app, whose e2e harness parses it: keep it exact.
 func TestAppliedPlanLogLine(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 4))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 4))
 	var buf syncBuffer
 	log := logr.FromSlogHandler(slog.NewJSONHandler(&buf, nil))
 	before := time.Now()
@@ -330,7 +289,7 @@ func TestAppliedPlanLogLine(t *testing.T) {
 	}
 	delete(got, "time")
 	want := map[string]any{"level": "INFO", "msg": "Applied plan", "gate": "logistics-api",
-		"hash": doc("logistics-api", 4).Hash, "permits": float64(4)}
+		"hash": sharetest.Doc("logistics-api", 4).Hash, "permits": float64(4)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Applied plan line (-want +got):\n%s", diff)
 	}
@@ -338,7 +297,7 @@ func TestAppliedPlanLogLine(t *testing.T) {
 
 func TestStartTwice(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 1))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -366,14 +325,14 @@ func TestStartTwice(t *testing.T) {
 // Accessors may run on any goroutine while reloads resize the gates.
 func TestAccessorsDuringReloads(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 1))
-	events := newApplied()
-	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{OnApplied: events.hook})
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
+	events := sharetest.NewRecorder()
+	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{OnApplied: events.Hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events.next(t)
-	start(t, rt)
+	events.Next(t)
+	sharetest.Start(t, rt)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -398,8 +357,8 @@ func TestAccessorsDuringReloads(t *testing.T) {
 	}
 	var seen []int
 	for permits := 2; permits <= 6; permits++ {
-		writePlan(t, dir, doc("logistics-api", permits))
-		x := events.next(t)
+		sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", permits))
+		x := events.Next(t)
 		seen = append(seen, x.Share.Limits.Permits)
 	}
 	close(stop)
@@ -407,15 +366,6 @@ func TestAccessorsDuringReloads(t *testing.T) {
 	if !slices.Equal(seen, []int{2, 3, 4, 5, 6}) {
 		t.Errorf("applied permits %v, want 2..6 in order", seen)
 	}
-}
-
-func mustMarshal(t testing.TB, d plan.Document) string {
-	t.Helper()
-	b, err := plan.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -440,12 +390,12 @@ func (b *syncBuffer) String() string {
 // every lookup, never a nil gate that a middleware would meet later.
 func TestLookupOfAnUnknownGateIsAnError(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 2))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 2))
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{Gates: []string{"logistics-api"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `runtime: no valid plan document for gate "logistcs-api"; the Runtime has gates ["logistics-api"]`
+	const want = `backpressure: no valid plan document for gate "logistcs-api"; the Runtime has gates ["logistics-api"]`
 	g, err := rt.Gate("logistcs-api")
 	if g != nil || !errors.Is(err, backpressure.ErrNoPlan) || err.Error() != want {
 		t.Errorf("Gate = %v, %v; want nil, %q", g, err, want)

@@ -9,29 +9,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/dispatch"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/reload"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
-// divided returns doc("logistics-api", base) with its own share for each
-// pod in own. A named pod's workers are half its permits, so that a test
-// tells them from its permits.
-func divided(base int, revision int64, own map[string]int) plan.Document {
-	d := doc("logistics-api", base)
-	d.Revision = revision
-	d.Pods = map[string]plan.PodShare{}
-	for pod, permits := range own {
-		d.Pods[pod] = plan.PodShare{Permits: permits, QueueCapacity: 3 * permits, Workers: permits / 2, RetryBudgetPerSecond: float64(permits) / 2}
-	}
-	d.Hash = plan.Hash(d)
-	return d
-}
-
 func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
-	d := divided(4, 1, map[string]int{"gateway-a": 6, "gateway-b": 0})
+	d := sharetest.Divided(4, 1, map[string]int{"gateway-a": 6, "gateway-b": 0})
 	tests := []struct {
 		name    string
 		pod     string // Options.PodName
@@ -52,7 +38,7 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(reload.EnvPodName, tt.env)
 			dir := t.TempDir()
-			writePlan(t, dir, d)
+			sharetest.WritePlan(t, dir, d)
 			rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 				PodName:     tt.pod,
 				Dispatchers: []string{"logistics-api"},
@@ -60,17 +46,17 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := mustGate(t, rt, "logistics-api").Limits(); got.Permits != tt.permits || got.QueueCapacity != tt.queue {
+			if got := sharetest.MustGate(t, rt, "logistics-api").Limits(); got.Permits != tt.permits || got.QueueCapacity != tt.queue {
 				t.Errorf("gate permits %d, queue %d; want %d, %d", got.Permits, got.QueueCapacity, tt.permits, tt.queue)
 			}
-			if got := mustDispatcher(t, rt, "logistics-api").Stats().Limits; got != (dispatch.Limits{Workers: tt.workers, QueueCapacity: tt.queue}) {
+			if got := sharetest.MustDispatcher(t, rt, "logistics-api").Stats().Limits; got != (dispatch.Limits{Workers: tt.workers, QueueCapacity: tt.queue}) {
 				t.Errorf("dispatcher limits %+v, want %d workers", got, tt.workers)
 			}
 			// A zero rate is one token per second at least (see retry.Budget.SetRate).
-			if got := mustBudget(t, rt, "logistics-api").Stats().PerSecond; got != tt.budget {
+			if got := sharetest.MustBudget(t, rt, "logistics-api").Stats().PerSecond; got != tt.budget {
 				t.Errorf("retry budget %v/s, want %v", got, tt.budget)
 			}
-			got := mustShare(t, rt, "logistics-api")
+			got := sharetest.MustShare(t, rt, "logistics-api")
 			if got.Limits.Permits != tt.permits || got.Revision != 1 || got.Hash != d.Hash {
 				t.Errorf("Share = %+v, want this pod's view of the document", got)
 			}
@@ -80,27 +66,27 @@ func TestRuntimeEnforcesItsOwnShare(t *testing.T) {
 
 func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, divided(4, 1, map[string]int{"gateway-a": 6}))
-	events := newApplied()
-	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{PodName: "gateway-a", OnApplied: events.hook})
+	sharetest.WritePlan(t, dir, sharetest.Divided(4, 1, map[string]int{"gateway-a": 6}))
+	events := sharetest.NewRecorder()
+	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{PodName: "gateway-a", OnApplied: events.Hook})
 	if err != nil {
 		t.Fatal(err)
 	}
-	events.next(t)
-	start(t, rt)
+	events.Next(t)
+	sharetest.Start(t, rt)
 
 	// Another pod's share changes: a new revision, the same share for us.
-	writePlan(t, dir, divided(4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
-	x := events.next(t)
+	sharetest.WritePlan(t, dir, sharetest.Divided(4, 2, map[string]int{"gateway-a": 6, "gateway-b": 2}))
+	x := events.Next(t)
 	if x.Share.Limits.Permits != 6 || x.Share.Revision != 2 {
 		t.Errorf("Applied = permits %d, revision %d; want 6, 2", x.Share.Limits.Permits, x.Share.Revision)
 	}
 	// Our entry goes away: the base share applies.
-	writePlan(t, dir, divided(4, 3, map[string]int{"gateway-b": 2}))
-	if x := events.next(t); x.Share.Limits.Permits != 4 || x.Share.Revision != 3 {
+	sharetest.WritePlan(t, dir, sharetest.Divided(4, 3, map[string]int{"gateway-b": 2}))
+	if x := events.Next(t); x.Share.Limits.Permits != 4 || x.Share.Revision != 3 {
 		t.Errorf("Applied = permits %d, revision %d; want 4, 3", x.Share.Limits.Permits, x.Share.Revision)
 	}
-	if diff := cmp.Diff(backpressure.GateLimits(doc("logistics-api", 4)), mustGate(t, rt, "logistics-api").Limits()); diff != "" {
+	if diff := cmp.Diff(backpressure.GateLimits(sharetest.Doc("logistics-api", 4)), sharetest.MustGate(t, rt, "logistics-api").Limits()); diff != "" {
 		t.Errorf("gate limits (-want +got):\n%s", diff)
 	}
 }
@@ -109,12 +95,12 @@ func TestRuntimeFollowsItsShareAcrossRevisions(t *testing.T) {
 // in flight before it returns.
 func TestStartClosesAndDrainsTheGates(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 3))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 3))
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := mustGate(t, rt, "logistics-api")
+	g := sharetest.MustGate(t, rt, "logistics-api")
 	held, err := g.Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +109,7 @@ func TestStartClosesAndDrainsTheGates(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- rt.Start(ctx) }()
 	cancel()
-	eventually(t, 5*time.Second, "the gate closes", func() bool {
+	sharetest.Eventually(t, 5*time.Second, "the gate closes", func() bool {
 		p, err := g.TryAcquire(context.Background())
 		p.Release() // a no-op unless admitted before the gate closed
 		return errors.Is(err, gate.ErrClosed)
@@ -146,13 +132,13 @@ func TestStartClosesAndDrainsTheGates(t *testing.T) {
 
 func TestStartGivesUpOnAGateThatDoesNotDrain(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 3))
-	writePlan(t, dir, doc("payments", 3))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 3))
+	sharetest.WritePlan(t, dir, sharetest.Doc("payments", 3))
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{DrainTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	held, err := mustGate(t, rt, "payments").Acquire(context.Background())
+	held, err := sharetest.MustGate(t, rt, "payments").Acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

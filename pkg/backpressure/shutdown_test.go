@@ -15,11 +15,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
 // ours matches a stack frame of the library or its source: a goroutine
 // that runs one after Start has returned was leaked.
-var ours = regexp.MustCompile(`backpressure-operator/(pkg/backpressure(/[a-z]+)*|internal/(reload|runtimemetrics))\.|fsnotify`)
+var ours = regexp.MustCompile(`backpressure-operator/pkg/backpressure(/[a-z]+)*\.|fsnotify`)
 
 // goroutinesOfOurs returns the stacks of the goroutines not in before that
 // run code of ours, keyed by goroutine header.
@@ -58,13 +59,13 @@ func goroutineIDs() map[string]bool {
 func TestStartShutsDownCleanly(t *testing.T) {
 	before := goroutineIDs()
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 4))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 4))
 	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ackPod, Namespace: "shop"}})
-	events := newApplied()
+	events := sharetest.NewRecorder()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
 		Gates:        []string{"logistics-api"},
 		Dispatchers:  []string{"logistics-api"},
-		OnApplied:    events.hook,
+		OnApplied:    events.Hook,
 		PodName:      ackPod,
 		PodNamespace: "shop",
 		Ack:          &backpressure.AckOptions{Client: client, Backoff: wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond}},
@@ -72,7 +73,7 @@ func TestStartShutsDownCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events.next(t)
+	events.Next(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stopped := make(chan error, 1)
@@ -80,7 +81,7 @@ func TestStartShutsDownCleanly(t *testing.T) {
 
 	// Work on every layer: tasks that hold the gate's permits, more than
 	// the workers, so that some are still queued when Start's context ends.
-	g, d := mustGate(t, rt, "logistics-api"), mustDispatcher(t, rt, "logistics-api")
+	g, d := sharetest.MustGate(t, rt, "logistics-api"), sharetest.MustDispatcher(t, rt, "logistics-api")
 	release := make(chan struct{})
 	var ran atomic.Int32
 	for range 8 {
@@ -95,11 +96,11 @@ func TestStartShutsDownCleanly(t *testing.T) {
 		}
 	}
 	// A reload while it runs.
-	writePlan(t, dir, doc("logistics-api", 5))
-	if x := events.next(t); x.Share.Limits.Permits != 5 {
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 5))
+	if x := events.Next(t); x.Share.Limits.Permits != 5 {
 		t.Fatalf("reload: permits %d, want 5", x.Share.Limits.Permits)
 	}
-	eventually(t, 5*time.Second, "the pod acknowledges the reload", func() bool {
+	sharetest.Eventually(t, 5*time.Second, "the pod acknowledges the reload", func() bool {
 		return podAnnotation(t, client, "shop") == "epoch-1/6"
 	})
 

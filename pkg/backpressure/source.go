@@ -16,12 +16,6 @@ type Source struct {
 	open reload.Opener
 }
 
-func init() {
-	reload.RegisterSourceWrapper(func(s Source, wrap func(reload.Opener) reload.Opener) Source {
-		return Source{open: wrap(s.open)}
-	})
-}
-
 // FromDir reads the plans from a directory, normally the workload's
 // ConfigMap mounted as a volume: one file <gate>.json per gate. It watches
 // the directory (the kubelet's symlink swap included) and reads it again

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 // faultsReport collects the fault scenarios' figures for
@@ -19,7 +20,7 @@ var faultsReport = &storm.FaultsReport{}
 
 // expectWithinContract asserts that a fault scenario's run sent the
 // downstream no call beyond its contract.
-func expectWithinContract(r *storm.VariantReport) {
+func expectWithinContract(r *report.VariantReport) {
 	GinkgoHelper()
 	Expect(r).NotTo(BeNil())
 	for _, p := range r.Phases {

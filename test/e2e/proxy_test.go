@@ -9,13 +9,14 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 // The pods of this variant do not use the library: each calls the
 // downstream through backpressure-proxy, its sidecar, which must keep the
 // contract as the library does.
 var _ = Describe("The 429 storm, with pods calling through the sidecar proxy", Ordered, ContinueOnFailure, func() {
-	var r *storm.VariantReport
+	var r *report.VariantReport
 	BeforeAll(func(ctx SpecContext) {
 		r = runVariant(ctx, storm.ProxyVariantName)
 	}, NodeTimeout(3*time.Minute))

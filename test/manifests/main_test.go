@@ -16,11 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
 
@@ -103,14 +101,11 @@ func controlPlane(t *testing.T) (*rest.Config, *testenv.Kubectl) {
 	return rest.CopyConfig(plane.cfg), plane.kubectl
 }
 
-// scheme knows the built-in kinds and the project's API.
+// scheme knows the built-in kinds and the project's API (testenv.Scheme).
 func scheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
+	s, err := testenv.Scheme()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return s

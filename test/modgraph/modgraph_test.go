@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,24 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 )
 
+// The repository's modules, by path, and their directories.
+const (
+	rootModule    = "github.com/backpressure-dev/backpressure-operator"
+	libraryModule = rootModule + "/pkg/backpressure"
+	planModule    = rootModule + "/api/plan"
+)
+
+// moduleDirs are the directories of the repository's modules, relative to
+// the root, keyed by module path.
+var moduleDirs = map[string]string{
+	rootModule:                          ".",
+	planModule:                          "api/plan",
+	libraryModule:                       "pkg/backpressure",
+	libraryModule + "/internal/apitest": "pkg/backpressure/internal/apitest",
+	rootModule + "/hack/bench":          "hack/bench",
+	rootModule + "/hack/stormplot":      "hack/stormplot",
+}
+
 // banned are the path prefixes of the modules that only a benchmark
 // (hack/bench) or the demo's plot (hack/stormplot) needs.
 var banned = []string{
@@ -21,98 +40,259 @@ var banned = []string{
 	"gonum.org/",
 }
 
-// bannedIn returns the paths in paths that fall under a banned prefix.
-func bannedIn(paths []string) []string {
+// operatorOnly are the modules an application that requires the library
+// must not get, besides the operator's module itself: controller-runtime,
+// which only the operator and its tests need. (ants and gonum may be in a module
+// graph: grpc's go.mod requires gonum for its own tests; what must not
+// happen is that a go.mod of ours requires them or that a package of the
+// library imports them.)
+var operatorOnly = []string{"sigs.k8s.io/controller-runtime"}
+
+// matching returns the paths in paths that fall under one of prefixes.
+func matching(paths, prefixes []string) []string {
 	var found []string
 	for _, p := range paths {
-		for _, b := range banned {
+		for _, b := range prefixes {
 			if strings.HasPrefix(p, b) {
 				found = append(found, p)
+				break
 			}
 		}
 	}
 	return found
 }
 
-// goCmd runs the go command in the repository's root and returns its
-// standard output.
-func goCmd(t *testing.T, args ...string) []byte {
+// root returns the repository's root directory.
+func root(t *testing.T) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	dir, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	return dir
+}
+
+// goCmd runs the go command in dir, with env added to the environment, and
+// returns its standard output.
+func goCmd(t *testing.T, dir string, env []string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), append([]string{"GOWORK=off"}, env...)...)
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
 		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
-		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), root, err, stderr)
+		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
 	}
 	return out
 }
 
-// TestRootRequirements: the root go.mod requires neither ants nor gonum,
-// directly or indirectly. An application's module graph holds every
-// requirement of the root go.mod, whatever packages it imports.
-func TestRootRequirements(t *testing.T) {
-	var mod struct {
-		Module  struct{ Path string }
-		Require []struct{ Path string }
+// goMod is what the tests read of a go.mod.
+type goMod struct {
+	Module  struct{ Path string }
+	Require []struct {
+		Path     string
+		Indirect bool
 	}
-	if err := json.Unmarshal(goCmd(t, "mod", "edit", "-json", "go.mod"), &mod); err != nil {
+	Replace []struct{ Old, New struct{ Path string } }
+}
+
+func readGoMod(t *testing.T, dir string) goMod {
+	t.Helper()
+	var mod goMod
+	if err := json.Unmarshal(goCmd(t, dir, nil, "mod", "edit", "-json"), &mod); err != nil {
 		t.Fatal(err)
 	}
-	if mod.Module.Path != "github.com/backpressure-dev/backpressure-operator" || len(mod.Require) == 0 {
-		t.Fatalf("go mod edit -json read module %q with %d requirements; not the root go.mod", mod.Module.Path, len(mod.Require))
-	}
+	return mod
+}
+
+// modules returns the paths of the modules in the module graph of the
+// module in dir, the main module first.
+func modules(t *testing.T, dir string) []string {
+	t.Helper()
+	return strings.Fields(string(goCmd(t, dir, nil, "list", "-m", "-f", "{{.Path}}", "all")))
+}
+
+// requirements returns the paths the go.mod in dir requires.
+func requirements(t *testing.T, dir string) []string {
+	t.Helper()
 	var paths []string
-	for _, r := range mod.Require {
+	for _, r := range readGoMod(t, dir).Require {
 		paths = append(paths, r.Path)
 	}
-	if found := bannedIn(paths); len(found) != 0 {
-		t.Errorf("the root go.mod requires %v; move their users into hack/bench or hack/stormplot", found)
+	return paths
+}
+
+// TestRequirements: neither the root go.mod nor the library's nor the plan
+// document's requires ants or gonum, directly or indirectly. An
+// application's module graph holds every requirement of a module it
+// requires, whatever packages it imports.
+func TestRequirements(t *testing.T) {
+	for _, dir := range []string{".", "pkg/backpressure", "api/plan"} {
+		paths := requirements(t, filepath.Join(root(t), dir))
+		if len(paths) == 0 {
+			t.Fatalf("%s/go.mod requires nothing; not the go.mod of the repository", dir)
+		}
+		if found := matching(paths, banned); len(found) != 0 {
+			t.Errorf("%s/go.mod requires %v; move their users into hack/bench or hack/stormplot", dir, found)
+		}
 	}
 }
 
-// TestRuntimeDependencies: no package of pkg/backpressure, nor its tests, imports
-// ants or gonum.
-func TestRuntimeDependencies(t *testing.T) {
-	out := strings.Fields(string(goCmd(t, "list", "-deps", "-test", "./pkg/backpressure/...")))
-	if len(out) < 20 || !slices.Contains(out, "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate") {
-		t.Fatalf("go list -deps -test ./pkg/backpressure/... listed %d packages, without the gate", len(out))
+// TestLibraryModuleGraph: the library's module graph holds neither the
+// operator's module nor controller-runtime nor ants nor gonum, and its
+// go.mod requires nothing its packages and tests do not need.
+func TestLibraryModuleGraph(t *testing.T) {
+	dir := filepath.Join(root(t), "pkg", "backpressure")
+	mods := modules(t, dir)
+	if len(mods) < 10 || mods[0] != libraryModule {
+		t.Fatalf("go list -m all in %s listed %v; not the library's module", dir, mods)
 	}
-	if found := bannedIn(out); len(found) != 0 {
-		t.Errorf("pkg/backpressure depends on %v", found)
+	if found := matching(mods, operatorOnly); len(found) != 0 || slices.Contains(mods, rootModule) {
+		t.Errorf("the library's module graph holds %v (the operator's module: %v)", found, slices.Contains(mods, rootModule))
 	}
+	if diff := goCmd(t, dir, nil, "mod", "tidy", "-diff"); len(diff) != 0 {
+		t.Errorf("the library's go.mod is not tidy:\n%s", diff)
+	}
+	t.Logf("the library's module graph: %d modules", len(mods))
 }
 
-// TestNestedModules: the benchmark and plotting modules exist where the
-// Makefile runs them, and each replaces this module with the working tree,
-// so that they measure and draw the code beside them.
-func TestNestedModules(t *testing.T) {
-	root, err := testenv.RepoRoot()
+// TestApplicationModuleGraph: an application that requires the library, and
+// imports every public package of it, gets a module graph without the
+// operator's module, controller-runtime, ants or gonum, and with nothing
+// the library's own graph lacks.
+func TestApplicationModuleGraph(t *testing.T) {
+	repo := root(t)
+	libDir := filepath.Join(repo, "pkg", "backpressure")
+	var pkgs []string
+	for _, p := range strings.Fields(string(goCmd(t, libDir, nil, "list", "./..."))) {
+		if !strings.Contains(p, "/internal/") {
+			pkgs = append(pkgs, p)
+		}
+	}
+	if !slices.Contains(pkgs, libraryModule+"/gate") || !slices.Contains(pkgs, libraryModule+"/sourceflags") {
+		t.Fatalf("go list ./... in the library listed %v, without the gate", pkgs)
+	}
+
+	app := t.TempDir()
+	var main strings.Builder
+	main.WriteString("package main\n\nimport (\n")
+	for _, p := range pkgs {
+		main.WriteString("\t_ \"" + p + "\"\n")
+	}
+	main.WriteString(")\n\nfunc main() {}\n")
+	gomod := "module example.com/app\n\ngo 1.26.0\n\nrequire " + libraryModule + " v0.0.0\n\nreplace (\n" +
+		"\t" + libraryModule + " => " + libDir + "\n" +
+		"\t" + planModule + " => " + filepath.Join(repo, "api", "plan") + "\n)\n"
+	sums, err := os.ReadFile(filepath.Join(libDir, "go.sum"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{"hack/bench", "hack/stormplot"} {
-		var mod struct {
-			Replace []struct{ Old, New struct{ Path string } }
-		}
-		if err := json.Unmarshal(goCmd(t, "mod", "edit", "-json", filepath.Join(root, dir, "go.mod")), &mod); err != nil {
+	for name, data := range map[string][]byte{"main.go": []byte(main.String()), "go.mod": []byte(gomod), "go.sum": sums} {
+		if err := os.WriteFile(filepath.Join(app, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		ok := false
-		for _, r := range mod.Replace {
-			ok = ok || r.Old.Path == "github.com/backpressure-dev/backpressure-operator" && r.New.Path == "../.."
+	}
+	goCmd(t, app, []string{"GOFLAGS=-mod=mod"}, "mod", "tidy")
+	goCmd(t, app, nil, "build", "./...")
+	if got := requirements(t, app); !slices.Contains(got, libraryModule) || !slices.Contains(got, planModule) {
+		t.Fatalf("the application's go.mod requires %v, not the library and the plan document", got)
+	}
+
+	appMods := modules(t, app)
+	if found := matching(appMods, operatorOnly); len(found) != 0 || slices.Contains(appMods, rootModule) {
+		t.Errorf("an application requiring the library gets %v (the operator's module: %v)", found, slices.Contains(appMods, rootModule))
+	}
+	libMods := modules(t, libDir)
+	var extra []string
+	for _, m := range appMods[1:] {
+		if !slices.Contains(libMods, m) {
+			extra = append(extra, m)
 		}
-		if !ok {
-			t.Errorf("%s/go.mod does not replace github.com/backpressure-dev/backpressure-operator with ../..: %+v", dir, mod.Replace)
+	}
+	if len(extra) != 0 {
+		t.Errorf("an application requiring the library gets modules the library's graph lacks: %v", extra)
+	}
+	t.Logf("an application requiring the library: %d modules in its graph", len(appMods))
+}
+
+// TestLayering: following every import, no package of the library or its
+// tests reaches the operator's packages, no package of the operator
+// reaches the library's, and the plan document reaches neither.
+func TestLayering(t *testing.T) {
+	repo := root(t)
+	deps := func(dir string, patterns ...string) []string {
+		return strings.Fields(string(goCmd(t, filepath.Join(repo, dir), nil, append([]string{"list", "-deps", "-test"}, patterns...)...)))
+	}
+	ours := func(paths []string, keep func(string) bool) []string {
+		var found []string
+		for _, p := range paths {
+			// A test's own packages count as the package they test.
+			rel := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(p, rootModule+"/"), ".test"), "_test")
+			if strings.HasPrefix(p, rootModule+"/") && keep(rel) {
+				found = append(found, p)
+			}
+		}
+		return found
+	}
+	isLibrary := func(p string) bool { return strings.HasPrefix(p, "pkg/backpressure") }
+	isPlan := func(p string) bool { return p == "api/plan" || strings.HasPrefix(p, "api/plan/") }
+	isOperator := func(p string) bool { return !isLibrary(p) && !isPlan(p) }
+
+	lib := deps("pkg/backpressure", "./...")
+	if !slices.Contains(lib, libraryModule+"/gate") {
+		t.Fatalf("go list -deps -test in pkg/backpressure listed %d packages, without the gate", len(lib))
+	}
+	if found := ours(lib, isOperator); len(found) != 0 {
+		t.Errorf("the library reaches the operator's packages %v", found)
+	}
+	if found := matching(lib, banned); len(found) != 0 {
+		t.Errorf("the library depends on %v", found)
+	}
+	operator := deps(".", "./internal/...", "./cmd/manager", "./cmd/kubectl-backpressure")
+	if !slices.Contains(operator, rootModule+"/internal/controller") {
+		t.Fatalf("go list -deps -test of the operator listed %d packages, without the controller", len(operator))
+	}
+	if found := ours(operator, isLibrary); len(found) != 0 {
+		t.Errorf("the operator reaches the library's packages %v", found)
+	}
+	if found := ours(deps("api/plan", "./..."), func(p string) bool { return !isPlan(p) }); len(found) != 0 {
+		t.Errorf("the plan document reaches %v", found)
+	}
+}
+
+// TestNestedModules: every module of the repository that requires another
+// of its modules replaces it with that module's directory, so that each
+// builds, tests and measures the code beside it.
+func TestNestedModules(t *testing.T) {
+	repo := root(t)
+	for path, dir := range moduleDirs {
+		mod := readGoMod(t, filepath.Join(repo, dir))
+		if mod.Module.Path != path {
+			t.Errorf("%s/go.mod is module %q, want %q", dir, mod.Module.Path, path)
+			continue
+		}
+		replaced := map[string]string{}
+		for _, r := range mod.Replace {
+			replaced[r.Old.Path] = r.New.Path
+		}
+		for _, r := range mod.Require {
+			target, ours := moduleDirs[r.Path]
+			if !ours {
+				continue
+			}
+			want, err := filepath.Rel(filepath.Join(repo, dir), filepath.Join(repo, target))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := replaced[r.Path]; filepath.Clean(got) != want && got != "./"+want {
+				t.Errorf("%s/go.mod requires %s replaced with %q, want %q", dir, r.Path, got, want)
+			}
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -26,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/writecount"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
@@ -86,13 +84,11 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
+// newScheme returns testenv's scheme, failing the test on error.
 func newScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	scheme, err := testenv.Scheme()
+	if err != nil {
 		t.Fatal(err)
 	}
 	return scheme
@@ -102,25 +98,9 @@ func newScheme(t *testing.T) *runtime.Scheme {
 // client-side rate limit, as config.GetConfig) and a client for the test.
 func startAPIServer(t *testing.T) (*rest.Config, client.Client) {
 	t.Helper()
-	env, err := testenv.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop the API server: %v", err)
-		}
-	})
+	_, cfg := testenv.Start(t)
 	cfg.QPS = -1
-	k8s, err := client.New(cfg, client.Options{Scheme: newScheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, k8s
+	return cfg, testenv.NewClient(t, cfg)
 }
 
 // runningManager is a manager built as cmd/manager builds it, with its

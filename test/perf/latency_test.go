@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
 )
 
 // TestReadyPodsToConfigMapLatency measures the time from a change of the
@@ -193,30 +193,14 @@ func waitFor(ctx context.Context, t *testing.T, what string, done func() (bool, 
 	}
 }
 
+// deployment returns a Deployment of replicas whose pods carry app=<name>.
 func deployment(ns, name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-			},
-		},
-	}
+	return builders.MakeDeployment(ns, name).Replicas(replicas).Obj()
 }
 
+// quota returns a quota of concurrency over the Deployment workload, for a
+// fast downstream: 50 ms typical latency, a 1 s deadline.
 func quota(ns, name, workload string, concurrency int32) *v1alpha1.DownstreamQuota {
-	return &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
-			Downstream:  name + ".example.com",
-			Contract:    &v1alpha1.Contract{Concurrency: concurrency},
-			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 50 * time.Millisecond}},
-			Deadline:    metav1.Duration{Duration: time.Second},
-		},
-	}
+	return builders.MakeQuota(ns, name).Workload("Deployment", workload).Downstream(name + ".example.com").
+		Concurrency(concurrency).Latency(50 * time.Millisecond).Deadline(time.Second).Obj()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/fifo"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/histogram"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/queuewait"
 )
 
 // Dispatcher is a bounded worker pool: at most Limits.Workers worker
@@ -299,7 +300,7 @@ type Stats struct {
 	Rejected map[Reason]uint64
 	// QueueWait holds the time queued tasks waited for a worker. Tasks handed
 	// straight to an idle worker are not in it.
-	QueueWait histogram.Snapshot
+	QueueWait queuewait.Snapshot
 }
 
 // Stats returns the dispatcher's counters. It takes the dispatcher's mutex

@@ -1,6 +1,6 @@
 package gate
 
-import "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/histogram"
+import "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/queuewait"
 
 // Stats is a snapshot of a gate's counters, read at scrape time.
 type Stats struct {
@@ -19,7 +19,7 @@ type Stats struct {
 	Rejected map[Reason]uint64
 	// QueueWait holds the time spent in the waiting room by every call that
 	// waited there, whatever the outcome. Calls admitted at once are not in it.
-	QueueWait histogram.Snapshot
+	QueueWait queuewait.Snapshot
 }
 
 // Stats returns the gate's counters. It takes the gate's mutex briefly, so it

@@ -28,7 +28,10 @@ type Metrics struct {
 // registered. If reg already holds the same collector (another call to
 // NewMetrics with the same registerer), the returned Metrics shares it.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	responses, err := metrics.NewDownstreamResponses(reg)
+	responses, err := metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "backpressure_downstream_http_responses_total",
+		Help: "Responses from the downstream to calls a gate admitted, by gate and HTTP status code.",
+	}, []string{"gate", "code"}))
 	if err != nil {
 		return nil, err
 	}

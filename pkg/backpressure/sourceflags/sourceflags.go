@@ -1,8 +1,15 @@
 // Package sourceflags is the part of a program's command line that says
 // where the pod's plans come from — a ConfigMap read through the API, or a
-// mounted directory — and whether the pod acknowledges them, for the
-// programs that enforce plans outside an application's own code: the
-// sidecar proxy and the example gateway.
+// mounted directory — and whether the pod acknowledges them: the flags of
+// the sidecar proxy and of the example gateway, for any application that
+// wants the same command line.
+//
+//	var sf sourceflags.Flags
+//	sf.Register(flag.CommandLine, os.Getenv)
+//	flag.Parse()
+//	if err := errors.Join(sf.Check()...); err != nil { ... }
+//	src, ack, err := sf.Open("my-service")
+//	rt, err := backpressure.New(ctx, src, backpressure.Options{Ack: ack, ...})
 package sourceflags
 
 import (
@@ -15,7 +22,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
-	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/reload"
 )
 
 // Flags are --configmap, --namespace, --kubeconfig, --plan-dir and
@@ -32,10 +38,10 @@ type Flags struct {
 // the pod's namespace from the downward API.
 func (f *Flags) Register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.ConfigMap, "configmap", "", "read the plans from this ConfigMap through the API")
-	fs.StringVar(&f.Namespace, "namespace", getenv(reload.EnvPodNamespace), "namespace of the ConfigMap (default $"+reload.EnvPodNamespace+")")
+	fs.StringVar(&f.Namespace, "namespace", getenv(backpressure.EnvPodNamespace), "namespace of the ConfigMap (default $"+backpressure.EnvPodNamespace+")")
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig for the API (default: in-cluster config)")
 	fs.StringVar(&f.PlanDir, "plan-dir", "", "read the plans from a mounted directory (one <gate>.json per gate) instead of --configmap")
-	fs.BoolVar(&f.Acknowledge, "acknowledge", false, "annotate the own pod ($"+reload.EnvPodName+", $"+reload.EnvPodNamespace+") with applied.backpressure.dev/<quota>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
+	fs.BoolVar(&f.Acknowledge, "acknowledge", false, "annotate the own pod ($"+backpressure.EnvPodName+", $"+backpressure.EnvPodNamespace+") with applied.backpressure.dev/<quota>: <epoch>/<revision> once its share is enforced, and <epoch>/released on shutdown")
 }
 
 // Check returns the mistakes in the flags: none or one source, or a
@@ -45,7 +51,7 @@ func (f *Flags) Check() []error {
 	case (f.ConfigMap == "") == (f.PlanDir == ""):
 		return []error{errors.New("exactly one of --configmap and --plan-dir is required")}
 	case f.ConfigMap != "" && f.Namespace == "":
-		return []error{errors.New("--configmap needs --namespace or $" + reload.EnvPodNamespace)}
+		return []error{errors.New("--configmap needs --namespace or $" + backpressure.EnvPodNamespace)}
 	}
 	return nil
 }

@@ -6,19 +6,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // ContractName is the DownstreamContract of the two-callers scenario.
@@ -36,12 +36,17 @@ type CallerSpec struct {
 	// spec.demand.inFlight (0: no demand stated, unbounded).
 	Weight         int32
 	DemandInFlight int32
+	// Part is the permits the caller must get once every caller has Ready
+	// pods, worked out by hand from the weights, the demands and the
+	// contract (see TwoCallers): the figure the operator's split is checked
+	// against.
+	Part int64
 	// RequestsPerSecond is the open-loop load over the caller's Ready pods.
 	RequestsPerSecond float64
 	// InitialReplicas run before the load starts; Scale are the caller's
 	// autoscaler's steps.
 	InitialReplicas int32
-	Scale           []ScaleStep
+	Scale           []schedule.ScaleStep
 }
 
 // CallersScenario is several workloads calling one downstream whose
@@ -52,42 +57,26 @@ type CallersScenario struct {
 	PodStartDelay time.Duration
 	Callers       []CallerSpec
 	// Checkpoints are the moments at which each caller's Ready pods must
-	// hold its fair part.
-	Checkpoints []CallersCheckpoint
+	// hold its part.
+	Checkpoints []report.CallersCheckpoint
 }
-
-// CallersCheckpoint is a moment at which each caller's Ready pods must hold
-// its fair part.
-type CallersCheckpoint struct {
-	// At is the moment. With Within zero it must come well after every scale
-	// step before it, and the last sample at or before it is the
-	// checkpoint.
-	At time.Duration
-	// Within, when positive, makes the checkpoint a poll: it is met at the
-	// first sample from At to At+Within at which each caller has as many
-	// Ready pods as its last step before At asked for, they hold its fair
-	// part and the contract's status gives it that part; when no sample
-	// does, the last one of the window is the checkpoint, and it fails. At
-	// must then come after the HPA's decision on every step before it (one
-	// HPASyncPeriod after the step), so that the old pods cannot meet it.
-	Within time.Duration
-}
-
-// End is the last moment the checkpoint looks at.
-func (cp CallersCheckpoint) End() time.Duration { return cp.At + cp.Within }
 
 // replicasAt returns the replicas the caller's autoscaler has been asked
 // for at t.
 func (c CallerSpec) replicasAt(t time.Duration) int32 {
-	return Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
+	return schedule.Schedule{InitialReplicas: c.InitialReplicas, Scale: c.Scale}.ReplicasAt(t)
 }
 
 // TwoCallers is the two-callers scenario, 33 seconds at the typical latency:
 // the search gateway (weight 1, no demand stated, 1,200 requests/s) scales
 // 4 → 8 at 8 s and 8 → 3 at 22 s; the checkout gateway (weight 3, demand 24
-// in flight, 600 requests/s) scales 2 → 6 at 14 s. Of the 40 usable
-// permits, weighted max-min fairness gives checkout its demand, 24 (its
-// weighted share would be 30), and search the other 16.
+// in flight, 600 requests/s) scales 2 → 6 at 14 s.
+//
+// Their parts, by weighted max-min fairness, worked out by hand: the usable
+// permits are floor(50 × 80 / 100) = 40; by weight alone search would get
+// 40 × 1/4 = 10 and checkout 40 × 3/4 = 30, but checkout states a demand of
+// 24 < 30, so it gets 24 and the 40 − 24 = 16 left go to search, which
+// states none. Search 16, checkout 24.
 //
 // The scenario asks the HPAs for those steps; each acts within its sync
 // period (2 s). The first three checkpoints leave every step 5 s or more
@@ -104,14 +93,14 @@ func TwoCallers() CallersScenario {
 		Duration:      33 * time.Second,
 		PodStartDelay: 1500 * time.Millisecond,
 		Callers: []CallerSpec{
-			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, RequestsPerSecond: 1200, InitialReplicas: 4,
-				Scale: []ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
-			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, RequestsPerSecond: 600, InitialReplicas: 2,
-				Scale: []ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
+			{Name: "search-gateway", Namespace: "storm-callers-search", Weight: 1, Part: 16, RequestsPerSecond: 1200, InitialReplicas: 4,
+				Scale: []schedule.ScaleStep{{At: 8 * time.Second, Replicas: 8}, {At: 22 * time.Second, Replicas: 3}}},
+			{Name: "checkout-gateway", Namespace: "storm-callers-checkout", Weight: 3, DemandInFlight: 24, Part: 24, RequestsPerSecond: 600, InitialReplicas: 2,
+				Scale: []schedule.ScaleStep{{At: 14 * time.Second, Replicas: 6}}},
 		},
-		Checkpoints: []CallersCheckpoint{
+		Checkpoints: []report.CallersCheckpoint{
 			{At: 7500 * time.Millisecond}, {At: 15 * time.Second}, {At: 21500 * time.Millisecond},
-			{At: 22*time.Second + HPASyncPeriod, Within: 8 * time.Second},
+			{At: 22*time.Second + cluster.HPASyncPeriod, Within: 8 * time.Second},
 		},
 	}
 }
@@ -125,15 +114,22 @@ func (cs CallersScenario) Validate() error {
 	if len(cs.Callers) < 2 {
 		errs = append(errs, errors.New("at least two callers"))
 	}
+	var parts int64
 	for _, c := range cs.Callers {
-		s := Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
-			Latency: []LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
+		parts += c.Part
+		s := schedule.Schedule{Duration: cs.Duration, RequestsPerSecond: c.RequestsPerSecond, InitialReplicas: c.InitialReplicas,
+			Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Scale: c.Scale}
 		if err := s.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("caller %s: %w", c.Name, err))
 		}
 		if c.Weight < 1 || c.DemandInFlight < 0 {
 			errs = append(errs, fmt.Errorf("caller %s: weight %d must be at least 1, demand %d at least 0", c.Name, c.Weight, c.DemandInFlight))
 		}
+	}
+	// Every usable permit goes to some caller: a part worked out wrong by
+	// hand shows here rather than as a missed goal after a run.
+	if parts != int64(Usable()) {
+		errs = append(errs, fmt.Errorf("the callers' parts add up to %d, not the %d usable permits", parts, Usable()))
 	}
 	for _, cp := range cs.Checkpoints {
 		if cp.At <= 0 || cp.Within < 0 || cp.End() >= cs.Duration {
@@ -144,6 +140,17 @@ func (cs CallersScenario) Validate() error {
 		return fmt.Errorf("storm: invalid callers scenario: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// data returns the scenario's data for its report, yet without what a run
+// records.
+func (cs CallersScenario) data() *report.CallersData {
+	d := &report.CallersData{Downstream: theDownstream, Duration: cs.Duration, Checkpoints: cs.Checkpoints}
+	for _, c := range cs.Callers {
+		d.Callers = append(d.Callers, report.Caller{Name: c.Name, Namespace: c.Namespace, Quota: QuotaName, Weight: c.Weight,
+			DemandInFlight: c.DemandInFlight, Part: c.Part, InitialReplicas: c.InitialReplicas, Scale: c.Scale})
+	}
+	return d
 }
 
 // ContractObject returns the scenario's DownstreamContract: the quota's
@@ -188,7 +195,7 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 	hpa.TypeMeta = metav1.TypeMeta{APIVersion: "autoscaling/v2", Kind: "HorizontalPodAutoscaler"}
 	hpa.Name, hpa.Namespace = c.Name, c.Namespace
 	hpa.Spec.ScaleTargetRef.Name = c.Name
-	DictateHPA(&hpa)
+	cluster.DictateHPA(&hpa)
 
 	q, err := Quota()
 	if err != nil {
@@ -209,273 +216,99 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// callerRun is one caller's state while the scenario runs.
-type callerRun struct {
-	spec      CallerSpec
-	obs       *Observations
-	endpoints *Endpoints
-	w         *Workload
-	load      *LoadResult
-}
-
-// RunCallers runs the scenario: the contract, each caller's objects and
-// pods, one downstream for all, each caller's load and autoscaler, and the
-// sampling of all of it. An error means the harness could not run it.
-func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (rep *CallersReport, err error) {
+// RunCallers runs the scenario (see Play): the contract, each caller's
+// objects and pods, one downstream for all, each caller's load and
+// autoscaler, and the sampling of all of it; it returns the report, judged
+// by the scenario's goals. An error means the harness could not run it.
+func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (*report.CallersReport, error) {
 	if err := cs.Validate(); err != nil {
 		return nil, err
 	}
-	logDir := filepath.Join(h.OutDir, "logs", "two-callers")
-	manifestDir := filepath.Join(h.OutDir, "manifests", "two-callers")
-	if err := os.RemoveAll(logDir); err != nil {
-		return nil, err
-	}
-	for _, d := range []string{logDir, manifestDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := h.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/downstreamcontracts.backpressure.dev"); err != nil {
-		return nil, err
-	}
-	dc, err := ContractObject()
+	sc, err := h.callersScenario(cs)
 	if err != nil {
 		return nil, err
 	}
-	objs := []client.Object{dc}
-	for _, c := range cs.Callers {
-		if err := h.kubectl("create", "namespace", c.Namespace); err != nil {
-			return nil, err
-		}
-		more, err := CallerObjects(c)
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, more...)
-	}
-	h.logf("[two-callers] Applying the DownstreamContract and, per caller, a Deployment, its HPA and a DownstreamQuota naming the contract")
-	for i, obj := range objs {
-		b, err := yaml.Marshal(obj)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(manifestDir, fmt.Sprintf("%02d-%s-%s.yaml", i, obj.GetNamespace(), obj.GetName()))
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return nil, err
-		}
-		if err := h.kubectl("apply", "-f", path); err != nil {
-			return nil, err
-		}
-	}
-	defer func() {
-		// The contract outlives the namespaces otherwise.
-		err = errors.Join(err, h.kubectl("delete", "downstreamcontract", ContractName, "--wait=false"))
-	}()
-
-	ds, err := StartDownstream(Contract, TypicalLatency)
+	h.logf("[%s] The DownstreamContract and, per caller, a Deployment, its HPA and a DownstreamQuota naming the contract", sc.Name)
+	rec, err := h.Play(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = ds.Close() }()
-
-	watchCtx, stopWatches := context.WithCancel(ctx)
-	defer stopWatches()
-	contractObs := &contractObservations{}
-	go contractObs.watch(watchCtx, h.Client)
-
-	runs := make([]*callerRun, len(cs.Callers))
-	for i, c := range cs.Callers {
-		cr := &callerRun{spec: c, obs: &Observations{}, endpoints: &Endpoints{Timeout: RequestTimeout}}
-		defer cr.endpoints.Close()
-		runs[i] = cr
-		cm := c.Name + v1alpha1.ConfigMapSuffix
-		go cr.obs.WatchConfigMap(watchCtx, h.Client, c.Namespace, cm, QuotaName)
-		go cr.obs.WatchQuota(watchCtx, h.Client, c.Namespace, QuotaName)
-		go cr.obs.WatchPods(watchCtx, h.Client, c.Namespace, QuotaName)
-		if err := waitFor(ctx, setupTimeout, "the operator publishing "+c.Name+"'s plan", func() (bool, error) {
-			return len(cr.obs.Published()) > 0, h.ManagerErr()
-		}); err != nil {
-			return nil, err
-		}
-		run := func(pod *corev1.Pod, onLog func(LogLine)) (*Process, error) {
-			args := []string{"--listen", "127.0.0.1:0", "--downstream", ds.URL(), "--gate", QuotaName,
-				"--configmap", cm, "--namespace", c.Namespace, "--kubeconfig", h.Kubectl.Kubeconfig, "--acknowledge",
-				"--metrics-listen", "127.0.0.1:0"}
-			args = append(args, GatewayRetryArgs...)
-			proc, err := h.procs.Start(ProcessSpec{
-				Name:    c.Namespace + "/" + pod.Name,
-				Path:    h.gateway,
-				Args:    args,
-				Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-				LogPath: podLogPath(logDir, pod),
-				OnLog: func(l LogLine) {
-					switch l.Msg {
-					case MsgAppliedPlan:
-						cr.obs.Applied(pod.Name, l)
-					case MsgServingMetrics:
-						cr.obs.ServingMetrics(pod.Name, l.Address)
-					}
-					onLog(l)
-				},
-			})
-			if err != nil {
-				return nil, err
-			}
-			go func() {
-				<-proc.Done()
-				cr.obs.Exited(pod.Name)
-			}()
-			return proc, nil
-		}
-		w, err := NewWorkload(ctx, WorkloadOptions{
-			Client: h.Client, Config: h.Config, Metrics: h.Metrics, Namespace: c.Namespace, Name: c.Name, HPA: c.Name,
-			Run: run, Endpoints: cr.endpoints, StartDelay: cs.PodStartDelay, PreStop: preStop,
-		})
-		if err != nil {
-			return nil, err
-		}
-		cr.w = w
-		defer func() {
-			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-			defer cancel()
-			err = errors.Join(err, w.Close(tctx))
-		}()
-		h.logf("[two-callers] Starting %d pods of %s in %s", c.InitialReplicas, c.Name, c.Namespace)
-		if err := w.Start(ctx, c.InitialReplicas); err != nil {
-			return nil, err
-		}
+	d := cs.data()
+	d.Samples, d.Final, d.Status = rec.Samples, rec.Final, rec.Contract
+	for _, c := range rec.Callers {
+		d.Loads = append(d.Loads, c.Load)
+		d.Rollouts = append(d.Rollouts, report.Rollout(c.Published, c.Rollout, c.Alive, c.Acks))
+		d.PermitsChecks = append(d.PermitsChecks, c.PermitsCheck)
 	}
-	for _, cr := range runs {
-		if err := cr.w.WaitReady(ctx, int(cr.spec.InitialReplicas), setupTimeout); err != nil {
-			return nil, err
-		}
-	}
-	// Start from a settled handover: every caller's pods acknowledged its
-	// last plan and hold its part.
-	fair := FairParts(cs)
-	if err := waitFor(ctx, setupTimeout, "every caller's pods acknowledging their plan and holding its part", func() (bool, error) {
-		for i, cr := range runs {
-			held, _ := cr.obs.PermitsOf(cr.w.Ready(), "")
-			if !rolledOut(cr.obs, cr.w.Running()) || int64(held) != fair[i] {
-				return false, h.ManagerErr()
-			}
-		}
-		return true, h.ManagerErr()
-	}); err != nil {
-		return nil, err
-	}
-
-	h.logf("[two-callers] Running the scenario: %v", cs.Duration)
-	start := time.Now().Add(50 * time.Millisecond)
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	loadDone := make(chan struct{})
-	remaining := len(runs)
-	doneOne := make(chan struct{}, len(runs))
-	for _, cr := range runs {
-		l := &Load{Rate: cr.spec.RequestsPerSecond, Endpoints: cr.endpoints, MaxOutstanding: MaxOutstanding}
-		go func() {
-			cr.load = l.Run(loadCtx, start, cs.Duration)
-			doneOne <- struct{}{}
-		}()
-	}
-	go func() {
-		for range remaining {
-			<-doneOne
-		}
-		close(loadDone)
-	}()
-
-	samples := make(chan []CallersSample, 1)
-	stopSampling := make(chan struct{})
-	go func() {
-		var out []CallersSample
-		for i := 0; ; i++ {
-			off := time.Duration(i) * SampleInterval
-			select {
-			case <-stopSampling:
-				samples <- out
-				return
-			case <-time.After(time.Until(start.Add(off))):
-			}
-			sm := CallersSample{At: off, Downstream: ds.Sample()}
-			for _, cr := range runs {
-				ready := cr.w.Ready()
-				rp, _ := cr.obs.PermitsOf(ready, "")
-				sm.Callers = append(sm.Callers, CallerSample{Pods: cr.w.Counts(), ReadyPermits: rp, Permits: cr.obs.TotalPermits()})
-			}
-			sm.Parts = contractObs.parts()
-			out = append(out, sm)
-			if off >= cs.Duration {
-				<-stopSampling
-				samples <- out
-				return
-			}
-		}
-	}()
-
-	type event struct {
-		at     time.Duration
-		caller *callerRun
-		to     int32
-	}
-	var events []event
-	for _, cr := range runs {
-		for _, st := range cr.spec.Scale {
-			events = append(events, event{st.At, cr, st.Replicas})
-		}
-	}
-	slices.SortStableFunc(events, func(a, b event) int { return int(a.at - b.at) })
-	var runErr error
-	for _, ev := range events {
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Until(start.Add(ev.at))):
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		h.logf("[two-callers] %5.1fs the scenario asks the HPA of %s for %d replicas (it has %d)", time.Since(start).Seconds(), ev.caller.spec.Name, ev.to, ev.caller.w.Counts().Desired)
-		if err := ev.caller.w.Scale(ctx, ev.to); err != nil {
-			runErr = err
-			stopLoad()
-			break
-		}
-	}
-	<-loadDone
-	close(stopSampling)
-	data := &CallersData{Scenario: cs, Samples: <-samples, Final: ds.Sample()}
-	for _, cr := range runs {
-		data.Loads = append(data.Loads, cr.load)
-	}
-	if err := errors.Join(runErr, ctx.Err()); err != nil {
-		return nil, err
-	}
-	// Let the last handover finish before reading the acknowledgements.
-	_ = waitFor(ctx, 10*time.Second, "the rollout of every caller's last plan", func() (bool, error) {
-		for _, cr := range runs {
-			if !rolledOut(cr.obs, cr.w.Running()) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	for _, cr := range runs {
-		data.Rollouts = append(data.Rollouts, rolloutOf(cr.obs, cr.w.Running()))
-		data.PermitsChecks = append(data.PermitsChecks, cr.obs.CheckPermits(ctx, QuotaName, cr.w.Running()))
-		if err := cr.w.Err(); err != nil {
-			return nil, err
-		}
-	}
-	data.Status = contractObs.last()
-	if err := errors.Join(h.ManagerErr(), h.ControllersErr()); err != nil {
-		return nil, err
-	}
-	return AnalyzeCallers(data), nil
+	return analyzeCallers(d), nil
 }
 
-// rolloutOf returns the rollout report of a caller's observations, with
-// running naming its pods alive now.
-func rolloutOf(obs *Observations, running []string) *RolloutReport {
-	return rollout(&RunData{Published: obs.Published(), Rollout: obs.Rollout(), Alive: running, Acks: obs.LastAcks()})
+// callersScenario is the scenario of cs: the shared contract and each
+// caller's objects, its pods running examples/gateway on the operator's
+// plan, each holding its part once settled.
+func (h *Harness) callersScenario(cs CallersScenario) (Scenario, error) {
+	dc, err := ContractObject()
+	if err != nil {
+		return Scenario{}, err
+	}
+	sc := Scenario{Name: "two-callers", Duration: cs.Duration, PodStartDelay: cs.PodStartDelay,
+		Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Objects: []client.Object{dc}, Contract: ContractName}
+	for _, c := range cs.Callers {
+		objs, err := CallerObjects(c)
+		if err != nil {
+			return Scenario{}, err
+		}
+		sc.Objects = append(sc.Objects, objs...)
+		sc.Callers = append(sc.Callers, Caller{Name: c.Name, Namespace: c.Namespace, Gate: QuotaName,
+			ConfigMap: c.Name + v1alpha1.ConfigMapSuffix, Program: h.gateway, RequestsPerSecond: c.RequestsPerSecond,
+			InitialReplicas: c.InitialReplicas, Scale: c.Scale, Holds: int(c.Part)})
+	}
+	return sc, nil
+}
+
+// analyzeCallers turns the scenario's data into its report and judges its
+// goals.
+func analyzeCallers(d *report.CallersData) *report.CallersReport {
+	r := report.AnalyzeCallers(d)
+	r.Goals = callersGoals(r)
+	return r
+}
+
+// callersGoals are the goals of the two-callers scenario: the shared
+// contract kept, and each caller given its part, in the contract's status
+// and in its Ready pods' gates at every checkpoint, acknowledged.
+func callersGoals(r *report.CallersReport) report.Goals {
+	const name = "two-callers"
+	var gs report.Goals
+	add := func(goal, want, got string, met, asserted bool) { gs.Add(name, goal, want, got, met, asserted) }
+	add("peak in-flight at the shared downstream within the contract", fmt.Sprintf("≤ %d", r.Contract),
+		fmt.Sprint(r.PeakInFlight), r.PeakInFlight <= int64(r.Contract), true)
+	add("downstream 429s", "0", fmt.Sprint(r.Downstream429), r.Downstream429 == 0, true)
+	for _, c := range r.Callers {
+		add(c.Name+"'s part in the contract's status", fmt.Sprintf("%d (its weighted max-min part)", c.FairPart),
+			fmt.Sprint(c.StatusPart), int64(c.StatusPart) == c.FairPart, true)
+		var got []string
+		met := len(c.Checkpoints) > 0
+		for _, cp := range c.Checkpoints {
+			got = append(got, cp.String())
+			met = met && cp.Met(c.FairPart)
+		}
+		add(c.Name+"'s Ready pods hold its fair part at every checkpoint", fmt.Sprintf("%d", c.FairPart), strings.Join(got, "; "), met, true)
+		if ro := c.Rollout; ro != nil {
+			add(c.Name+"'s running pods acknowledged its last plan", "acknowledged = total, 0 stale pods, at "+ro.Last,
+				fmt.Sprintf("%d/%d acknowledged, %d stale, status current: %t", ro.Acknowledged, ro.Total, ro.StalePods, ro.Current),
+				ro.Current && ro.Acknowledged == ro.Total && ro.StalePods == 0, true)
+		}
+		if pc := c.PermitsCheck; pc != nil {
+			got := fmt.Sprintf("%d of %d pods agree", pc.Agree, pc.Pods)
+			if len(pc.Disagreements) > 0 {
+				got += ": " + strings.Join(pc.Disagreements, "; ")
+			}
+			add(c.Name+"'s pods' backpressure_gate_permits metric equals their logged permits", "every running pod", got,
+				pc.Pods > 0 && pc.Agree == pc.Pods, true)
+		}
+		add(c.Name+": the harness kept up with the load", fmt.Sprintf("≥ %.0f%% of %.0f/s", 100*report.LoadGoalFraction, c.LoadTargetPerSecond),
+			fmt.Sprintf("%.0f/s", c.LoadAchievedPerSecond), c.LoadAchievedPerSecond >= report.LoadGoalFraction*c.LoadTargetPerSecond, false)
+	}
+	return gs
 }

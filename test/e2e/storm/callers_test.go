@@ -10,6 +10,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
 func TestTwoCallers(t *testing.T) {
@@ -17,9 +20,12 @@ func TestTwoCallers(t *testing.T) {
 	if err := cs.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// The scenario's doc comment: checkout's demand is met, search gets the rest.
-	if diff := cmp.Diff([]int64{16, 24}, FairParts(cs)); diff != "" {
-		t.Errorf("FairParts (-want +got):\n%s", diff)
+	// A part worked out wrong, so that the parts do not add up to the
+	// usable permits, is refused before a run.
+	wrong := TwoCallers()
+	wrong.Callers[0].Part = 10
+	if err := wrong.Validate(); err == nil || !strings.Contains(err.Error(), "add up to 34, not the 40 usable permits") {
+		t.Errorf("Validate() with parts 10 and 24 = %v", err)
 	}
 	for _, c := range cs.Callers {
 		objs, err := CallerObjects(c)
@@ -45,43 +51,44 @@ func TestTwoCallers(t *testing.T) {
 
 func TestAnalyzeCallers(t *testing.T) {
 	cs := TwoCallers()
-	d := &CallersData{Scenario: cs, Final: DownstreamCounts{OK: 5000, Peak: 40},
-		Status: &v1alpha1.DownstreamContractStatus{Callers: []v1alpha1.CallerStatus{
-			{Namespace: cs.Callers[0].Namespace, Quota: QuotaName, Permits: 16},
-			{Namespace: cs.Callers[1].Namespace, Quota: QuotaName, Permits: 24},
-		}}}
-	parts := map[string]int32{callerKey(cs.Callers[0]): 16, callerKey(cs.Callers[1]): 24}
+	d := cs.data()
+	d.Final = traffic.DownstreamCounts{OK: 5000, Peak: 40}
+	d.Status = &v1alpha1.DownstreamContractStatus{Callers: []v1alpha1.CallerStatus{
+		{Namespace: cs.Callers[0].Namespace, Quota: QuotaName, Permits: 16},
+		{Namespace: cs.Callers[1].Namespace, Quota: QuotaName, Permits: 24},
+	}}
+	parts := map[string]int32{cs.Callers[0].Namespace + "/" + QuotaName: 16, cs.Callers[1].Namespace + "/" + QuotaName: 24}
 	// Each caller's Ready pods follow its steps 2 s late; search's 3 pods
 	// left after its scale-down at 22 s hold only 14 of its 16 permits
 	// until searchSettled.
 	searchSettled := 27 * time.Second
-	samples := func() []CallersSample {
-		var out []CallersSample
-		for off := time.Duration(0); off <= cs.Duration; off += SampleInterval {
-			sm := CallersSample{At: off, Parts: parts, Downstream: DownstreamCounts{WindowPeak: 40}}
+	samples := func() []report.CallersSample {
+		var out []report.CallersSample
+		for off := time.Duration(0); off <= cs.Duration; off += report.SampleInterval {
+			sm := report.CallersSample{At: off, Parts: parts, Downstream: traffic.DownstreamCounts{WindowPeak: 40}}
 			for i, c := range cs.Callers {
 				ready := int(c.replicasAt(off - 2*time.Second))
 				permits := []int{16, 24}[i]
 				if i == 0 && off >= 24*time.Second && off < searchSettled {
 					permits = 14
 				}
-				sm.Callers = append(sm.Callers, CallerSample{Pods: PodCounts{Ready: ready}, ReadyPermits: permits})
+				sm.Callers = append(sm.Callers, report.CallerSample{Pods: cluster.PodCounts{Ready: ready}, ReadyPermits: permits})
 			}
 			out = append(out, sm)
 		}
 		return out
 	}
 	d.Samples = samples()
-	r := AnalyzeCallers(d)
+	r := analyzeCallers(d)
 	if f := r.Failed(); len(f) != 0 {
 		t.Errorf("goals failed on a run that meets them: %+v", f)
 	}
 	// The polling checkpoint took the first sample that met it.
 	last := r.Callers[0].Checkpoints[len(cs.Checkpoints)-1]
-	if want := (CallerCheckpoint{At: 27, ReadyPods: 3, ReadyPermits: 16, StatusPart: 16, From: 24, Within: 8, WantReadyPods: 3}); last != want {
+	if want := (report.CallerCheckpoint{At: 27, ReadyPods: 3, ReadyPermits: 16, StatusPart: 16, From: 24, Within: 8, WantReadyPods: 3}); last != want {
 		t.Errorf("search's last checkpoint = %+v, want %+v", last, want)
 	}
-	failedGoals := func(r *CallersReport) []string {
+	failedGoals := func(r *report.CallersReport) []string {
 		var failed []string
 		for _, g := range r.Failed() {
 			failed = append(failed, g.Goal)
@@ -92,14 +99,14 @@ func TestAnalyzeCallers(t *testing.T) {
 	// checkpoint goal, as does reaching it on more pods than the step left.
 	for _, tc := range []struct {
 		name   string
-		change func(sm *CallersSample)
+		change func(sm *report.CallersSample)
 	}{
-		{"never within the bound", func(sm *CallersSample) {
+		{"never within the bound", func(sm *report.CallersSample) {
 			if sm.At >= 24*time.Second && sm.At <= 32*time.Second {
 				sm.Callers[0].ReadyPermits = 14
 			}
 		}},
-		{"the old pods, not the step's", func(sm *CallersSample) {
+		{"the old pods, not the step's", func(sm *report.CallersSample) {
 			if sm.At >= 24*time.Second {
 				sm.Callers[0].Pods.Ready = 8
 			}
@@ -109,7 +116,7 @@ func TestAnalyzeCallers(t *testing.T) {
 		for i := range d.Samples {
 			tc.change(&d.Samples[i])
 		}
-		if diff := cmp.Diff([]string{"search-gateway's Ready pods hold its fair part at every checkpoint"}, failedGoals(AnalyzeCallers(d))); diff != "" {
+		if diff := cmp.Diff([]string{"search-gateway's Ready pods hold its fair part at every checkpoint"}, failedGoals(analyzeCallers(d))); diff != "" {
 			t.Errorf("%s: failed goals (-want +got):\n%s", tc.name, diff)
 		}
 	}
@@ -118,18 +125,18 @@ func TestAnalyzeCallers(t *testing.T) {
 	// search's checkpoint goal only.
 	for i := range d.Samples {
 		if d.Samples[i].At > 14*time.Second && d.Samples[i].At <= 15*time.Second {
-			d.Samples[i].Callers = []CallerSample{{ReadyPermits: 20}, {ReadyPermits: 24}}
+			d.Samples[i].Callers = []report.CallerSample{{ReadyPermits: 20}, {ReadyPermits: 24}}
 		}
 	}
-	r = AnalyzeCallers(d)
+	r = analyzeCallers(d)
 	if diff := cmp.Diff([]string{"search-gateway's Ready pods hold its fair part at every checkpoint"}, failedGoals(r)); diff != "" {
 		t.Errorf("failed goals (-want +got):\n%s", diff)
 	}
 	var b strings.Builder
-	if err := WriteCallersTable(&b, r); err != nil || !strings.Contains(b.String(), "checkout-gateway") {
+	if err := report.WriteCallersTable(&b, r); err != nil || !strings.Contains(b.String(), "checkout-gateway") {
 		t.Errorf("table: %v\n%s", err, b.String())
 	}
-	if err := WriteCallersPlot(r, t.TempDir()+"/p.png"); err != nil {
+	if err := report.WriteCallersPlot(r, t.TempDir()+"/p.png"); err != nil {
 		t.Error(err)
 	}
 }

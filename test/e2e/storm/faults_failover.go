@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The leader election timings of the failover scenario: short, so that the
@@ -40,10 +44,8 @@ const failoverFrom, failoverTo = 4, 8
 // the leading manager publishes the first plan of the handover (the old
 // pods shrink to 5) and is killed; the new pods become Ready while no
 // replica leads, and their shares can only come from the new leader.
-func FailoverSchedule() Schedule {
-	return faultSchedule(16*time.Second, failoverFrom, []ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}},
-		Phase{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt},
-		Phase{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second})
+func FailoverSchedule() schedule.Schedule {
+	return faultSchedule(16*time.Second, failoverFrom, []schedule.ScaleStep{{At: FailoverScaleAt, Replicas: failoverTo}}, schedule.Phase{Name: "4 pods, two managers", From: 0, To: FailoverScaleAt}, schedule.Phase{Name: "4→8 pods, leader killed", From: FailoverScaleAt, To: 16 * time.Second})
 }
 
 // FailoverReport is what the failover scenario measured.
@@ -72,7 +74,7 @@ type FailoverReport struct {
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // RunFailover runs the failover scenario: two replicas of the manager with
@@ -83,8 +85,8 @@ type FailoverReport struct {
 func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 	rep := &FailoverReport{}
 	lead := newLeadership()
-	restore := h.replaceManager("failover")
-	var replicas []*Process
+	restore := h.ReplaceManager("failover")
+	var replicas []*cluster.Process
 	defer func() {
 		for _, p := range replicas {
 			_ = p.Terminate(10 * time.Second)
@@ -94,14 +96,14 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 		}
 	}()
 	for _, name := range []string{"manager-a", "manager-b"} {
-		p, err := h.startManager(name, lead.observe(name), failoverFlags()...)
+		p, err := h.StartManagerReplica(name, lead.observe(name), failoverFlags()...)
 		if err != nil {
 			return nil, err
 		}
 		replicas = append(replicas, p)
 	}
 	err := func() error {
-		byName := map[string]*Process{}
+		byName := map[string]*cluster.Process{}
 		for _, p := range replicas {
 			byName[p.Name()] = p
 		}
@@ -111,16 +113,16 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 			return err
 		}
 		var mu sync.Mutex
-		kill := Fault{
+		kill := Event{
 			At:   FailoverScaleAt,
 			Name: "SIGKILL the leading manager once it published the scale-up's first plan",
-			Inject: func(ctx context.Context, fr *FaultRun) error {
-				scaled := fr.Start.Add(FailoverScaleAt)
+			Do: func(ctx context.Context, st *Stage) error {
+				scaled := st.Start.Add(FailoverScaleAt)
 				// The HPA decides the scale-up within its sync period, then
 				// the first new pod is bound, started and Ready: its plan
 				// comes seconds after the scenario asks.
-				_ = waitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
-					pub := fr.Observations.Published()
+				_ = cluster.WaitFor(ctx, 15*time.Second, "the scale-up's first plan", func() (bool, error) {
+					pub := st.Observations().Published()
 					return len(pub) > 0 && pub[len(pub)-1].Seen.After(scaled), nil
 				})
 				leader, _ := lead.current()
@@ -131,18 +133,18 @@ func (h *Harness) RunFailover(ctx context.Context) (*FailoverReport, error) {
 				p.Kill()
 				killed := time.Now()
 				plans := 0
-				for _, pub := range fr.Observations.Published() {
+				for _, pub := range st.Observations().Published() {
 					if pub.Seen.After(scaled) {
 						plans++
 					}
 				}
 				mu.Lock()
-				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, fr.Offset(killed).Seconds(), plans
+				rep.Killed, rep.KilledAtSeconds, rep.PlansBeforeKill = leader, st.Offset(killed).Seconds(), plans
 				mu.Unlock()
-				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", fr.Offset(killed).Seconds(), leader, plans)
+				h.logf("[failover] %5.1fs killed %s, the leader, after %d plan(s) of the scale-up", st.Offset(killed).Seconds(), leader, plans)
 				// Measured here, before the rest of the timeline: the run must
 				// not end, and its pods go, before the new leader's plan came.
-				if err := measureFailover(ctx, fr, lead, leader, killed, rep, &mu); err != nil {
+				if err := measureFailover(ctx, st, lead, leader, killed, rep, &mu); err != nil {
 					mu.Lock()
 					rep.Err = err.Error()
 					mu.Unlock()
@@ -182,7 +184,7 @@ func failoverFlags() []string {
 
 // measureFailover waits for the survivor to lead and publish, and records
 // the times from the kill.
-func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed string, at time.Time, rep *FailoverReport, mu *sync.Mutex) error {
+func measureFailover(ctx context.Context, st *Stage, lead *leadership, killed string, at time.Time, rep *FailoverReport, mu *sync.Mutex) error {
 	const timeout = 30 * time.Second
 	survivor, since, err := lead.await(killed, timeout)
 	if err != nil {
@@ -192,8 +194,8 @@ func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed
 	rep.Survivor, rep.TakeoverSeconds = survivor, since.Sub(at).Seconds()
 	mu.Unlock()
 	var first time.Time
-	err = waitFor(ctx, timeout, "the new leader's first plan", func() (bool, error) {
-		pub := fr.Observations.Published()
+	err = cluster.WaitFor(ctx, timeout, "the new leader's first plan", func() (bool, error) {
+		pub := st.Observations().Published()
 		if n := len(pub); n > 0 && pub[n-1].Seen.After(at) {
 			for _, p := range pub {
 				if p.Seen.After(at) {
@@ -207,7 +209,7 @@ func measureFailover(ctx context.Context, fr *FaultRun, lead *leadership, killed
 	if err != nil {
 		return err
 	}
-	published, _, perr := waitForPlan(ctx, fr, at, failoverTo, false, timeout)
+	published, _, perr := waitForPlan(ctx, st, at, failoverTo, false, timeout)
 	mu.Lock()
 	defer mu.Unlock()
 	rep.FirstPlanSeconds = first.Sub(at).Seconds()

@@ -9,13 +9,13 @@ import (
 	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The finished pods scenario's timeline.
@@ -33,10 +33,8 @@ const (
 // appear and stay, as they do until the pod garbage collector's threshold;
 // at 6 s the autoscaler asks for 6 pods. The two hold no calls: the usable
 // permits must stay divided over the Ready pods alone.
-func FinishedPodsSchedule() Schedule {
-	return faultSchedule(14*time.Second, finishedFrom, []ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}},
-		Phase{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt},
-		Phase{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second})
+func FinishedPodsSchedule() schedule.Schedule {
+	return faultSchedule(14*time.Second, finishedFrom, []schedule.ScaleStep{{At: finishedScaleAt, Replicas: finishedTo}}, schedule.Phase{Name: "4 pods, one evicted and one completed beside them", From: 0, To: finishedScaleAt}, schedule.Phase{Name: "4→6 pods", From: finishedScaleAt, To: 14 * time.Second})
 }
 
 // FinishedCheckpoint is the division as the quota's status and the
@@ -69,7 +67,7 @@ type FinishedPodsReport struct {
 	// Checkpoints are taken before the scale-up and at the end.
 	Checkpoints []FinishedCheckpoint `json:"checkpoints"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // RunFinishedPods runs the finished pods scenario (see
@@ -77,12 +75,12 @@ type FinishedPodsReport struct {
 func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, error) {
 	rep := &FinishedPodsReport{}
 	var mu sync.Mutex
-	checkpoint := func(at time.Duration, want int) Fault {
-		return Fault{
+	checkpoint := func(at time.Duration, want int) Event {
+		return Event{
 			At:   at,
 			Name: fmt.Sprintf("read the division once the %d Ready pods hold every usable permit", want),
-			Inject: func(ctx context.Context, fr *FaultRun) error {
-				cp := h.finishedCheckpoint(ctx, fr, want, rep.Evicted, rep.Completed)
+			Do: func(ctx context.Context, st *Stage) error {
+				cp := h.finishedCheckpoint(ctx, st, want, rep.Evicted, rep.Completed)
 				mu.Lock()
 				rep.Checkpoints = append(rep.Checkpoints, cp)
 				mu.Unlock()
@@ -90,24 +88,24 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 			},
 		}
 	}
-	finished := Fault{
+	finished := Event{
 		At:   FinishedPodsAt,
 		Name: "an evicted and a completed pod of the ReplicaSet appear",
-		Inject: func(ctx context.Context, fr *FaultRun) error {
-			w := fr.Workload
-			rs, err := w.replicaSet(ctx)
+		Do: func(ctx context.Context, st *Stage) error {
+			w := st.Workload()
+			rs, err := w.ReplicaSet(ctx)
 			if err != nil {
 				return err
 			}
 			rep.Evicted, rep.Completed = rs.Name+"-evicted", rs.Name+"-completed"
-			if err := w.createFinishedPod(ctx, rs, rep.Evicted, corev1.PodStatus{
+			if err := w.CreateFinishedPod(ctx, rs, rep.Evicted, corev1.PodStatus{
 				Phase: corev1.PodFailed, Reason: "Evicted",
 				Message: "The node was low on resource: memory. Threshold quantity: 100Mi, available: 91Mi.",
 			}); err != nil {
 				return err
 			}
 			now := metav1.Now()
-			return w.createFinishedPod(ctx, rs, rep.Completed, corev1.PodStatus{
+			return w.CreateFinishedPod(ctx, rs, rep.Completed, corev1.PodStatus{
 				Phase: corev1.PodSucceeded,
 				ContainerStatuses: []corev1.ContainerStatus{{Name: rs.Spec.Template.Spec.Containers[0].Name, State: corev1.ContainerState{
 					Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now},
@@ -129,17 +127,17 @@ func (h *Harness) RunFinishedPods(ctx context.Context) (*FinishedPodsReport, err
 // finishedCheckpoint waits, up to 10 s, for a plan (published at any time)
 // that gives the want running pods every usable permit, acknowledged, and
 // reads the quota's status.
-func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int, finished ...string) FinishedCheckpoint {
-	_, _, err := waitForPlan(ctx, fr, time.Time{}, want, true, 10*time.Second)
-	cp := FinishedCheckpoint{AtSeconds: fr.Offset(time.Now()).Seconds()}
+func (h *Harness) finishedCheckpoint(ctx context.Context, st *Stage, want int, finished ...string) FinishedCheckpoint {
+	_, _, err := waitForPlan(ctx, st, time.Time{}, want, true, 10*time.Second)
+	cp := FinishedCheckpoint{AtSeconds: st.Offset(time.Now()).Seconds()}
 	if err != nil {
 		cp.Err = err.Error()
 	}
-	ready := fr.Workload.Ready()
+	ready := st.Workload().Ready()
 	cp.ReadyPods = len(ready)
-	cp.ReadyPermits, _ = fr.Observations.PermitsOf(ready, "")
+	cp.ReadyPermits, _ = st.Observations().PermitsOf(ready, "")
 	var q v1alpha1.DownstreamQuota
-	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: fr.Namespace, Name: QuotaName}, &q); err != nil {
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: st.Namespace(), Name: QuotaName}, &q); err != nil {
 		cp.Err = err.Error()
 		return cp
 	}
@@ -154,7 +152,7 @@ func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int
 			}
 		}
 	}
-	if pub := fr.Observations.Published(); len(pub) > 0 {
+	if pub := st.Observations().Published(); len(pub) > 0 {
 		for _, name := range finished {
 			if _, ok := pub[len(pub)-1].Pods[name]; ok {
 				cp.FinishedNamed = append(cp.FinishedNamed, "the published plan: "+name)
@@ -162,82 +160,4 @@ func (h *Harness) finishedCheckpoint(ctx context.Context, fr *FaultRun, want int
 		}
 	}
 	return cp
-}
-
-// replicaSet returns the ReplicaSet the Deployment controller made for the
-// workload's current template: the newest one the Deployment owns.
-func (w *Workload) replicaSet(ctx context.Context) (*appsv1.ReplicaSet, error) {
-	var list appsv1.ReplicaSetList
-	if err := w.c.List(ctx, &list, client.InNamespace(w.opts.Namespace)); err != nil {
-		return nil, fmt.Errorf("storm: list replicasets: %w", err)
-	}
-	var newest *appsv1.ReplicaSet
-	for i := range list.Items {
-		rs := &list.Items[i]
-		if ref := metav1.GetControllerOf(rs); ref == nil || ref.Kind != "Deployment" || ref.Name != w.opts.Name {
-			continue
-		}
-		if newest == nil || rs.CreationTimestamp.After(newest.CreationTimestamp.Time) {
-			newest = rs
-		}
-	}
-	if newest == nil {
-		return nil, fmt.Errorf("storm: deployment %s owns no replicaset", w.opts.Name)
-	}
-	return newest, nil
-}
-
-// createFinishedPod creates a pod of rs that ran on the node and finished
-// with status, as an evicted or completed pod stays behind: the kubelet
-// wrote its final phase, and nothing deletes it (the ReplicaSet controller
-// counts only active pods, and its owner exists). The harness's kubelet is
-// told first to leave it alone.
-//
-// A pod is created Pending, whatever status the request carries, and a
-// Pending pod of rs is active: the ReplicaSet controller, finding one pod
-// too many, would delete it before its final status is written. So it is
-// created outside rs (neither its labels nor its owner reference), given its
-// final status, and only then made rs's, finished.
-func (w *Workload) createFinishedPod(ctx context.Context, rs *appsv1.ReplicaSet, name string, status corev1.PodStatus) error {
-	w.mu.Lock()
-	if w.finished == nil {
-		w.finished = map[string]bool{}
-	}
-	w.finished[name] = true
-	w.mu.Unlock()
-	t := rs.Spec.Template.DeepCopy()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:   w.opts.Namespace,
-			Name:        name,
-			Annotations: t.Annotations,
-		},
-		Spec: t.Spec,
-	}
-	pod.Spec.NodeName = w.opts.Node
-	if err := w.c.Create(ctx, pod); err != nil {
-		return fmt.Errorf("storm: create pod %s: %w", name, err)
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := w.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
-		pod.Status = status
-		return w.c.Status().Update(ctx, pod)
-	})
-	if err != nil {
-		return fmt.Errorf("storm: set pod %s %s: %w", name, status.Phase, err)
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := w.c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return err
-		}
-		pod.Labels = t.Labels
-		pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
-		return w.c.Update(ctx, pod)
-	})
-	if err != nil {
-		return fmt.Errorf("storm: make pod %s replicaset %s's: %w", name, rs.Name, err)
-	}
-	return nil
 }

@@ -1,12 +1,11 @@
 package storm
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"text/tabwriter"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
 )
 
 // FaultsReport collects the fault scenarios' figures. Its JSON form is the
@@ -24,25 +23,13 @@ func (r *FaultsReport) Empty() bool {
 }
 
 // WriteJSON writes the report to path, creating its directory.
-func (r *FaultsReport) WriteJSON(path string) error { return writeJSON(path, r) }
-
-// writeJSON writes v, indented, to path, creating its directory.
-func writeJSON(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (r *FaultsReport) WriteJSON(path string) error { return report.WriteJSON(path, r) }
 
 // WriteFaultsTable writes the fault scenarios' figures for a terminal.
 func WriteFaultsTable(w io.Writer, r *FaultsReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tfigure\tvalue")
-	run := func(name string, v *VariantReport) {
+	run := func(name string, v *report.VariantReport) {
 		if v != nil {
 			fmt.Fprintf(tw, "%s\tpeak in-flight, downstream 429s\t%d (contract %d), %d\n", name, v.PeakInFlight, Contract, v.Downstream429)
 		}

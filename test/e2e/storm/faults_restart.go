@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The API server restart scenario's timeline.
@@ -36,10 +39,8 @@ const restartFrom, restartTo = 6, 8
 // RestartSchedule is the API server restart scenario, 24 seconds at the
 // typical latency: 6 pods; at 4 s kube-apiserver stops, and is started again
 // a second later; the moment it answers, the autoscaler asks for 8 pods.
-func RestartSchedule() Schedule {
-	return faultSchedule(24*time.Second, restartFrom, nil,
-		Phase{Name: "6 pods", From: 0, To: RestartAt},
-		Phase{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second})
+func RestartSchedule() schedule.Schedule {
+	return faultSchedule(24*time.Second, restartFrom, nil, schedule.Phase{Name: "6 pods", From: 0, To: RestartAt}, schedule.Phase{Name: "API server restarted, then 6→8 pods", From: RestartAt, To: 24 * time.Second})
 }
 
 // RestartReport is what the API server restart scenario measured.
@@ -72,7 +73,7 @@ type RestartReport struct {
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // RunAPIServerRestart runs the API server restart scenario (see
@@ -81,8 +82,8 @@ type RestartReport struct {
 // Deployment would. An error means the harness could not run the scenario.
 func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, error) {
 	rep := &RestartReport{}
-	restore := h.replaceManager("apiserver-restart")
-	sm, err := h.superviseManager("manager-restart", failoverFlags()...)
+	restore := h.ReplaceManager("apiserver-restart")
+	sm, err := h.SuperviseManager("manager-restart", failoverFlags()...)
 	defer func() {
 		if sm != nil {
 			sm.Stop()
@@ -96,22 +97,22 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 	}
 	var mu sync.Mutex
 	var stopped, back, loadStart time.Time
-	restart := Fault{
+	restart := Event{
 		At:   RestartAt,
 		Name: fmt.Sprintf("restart kube-apiserver (%v down), then scale to %d pods", RestartDown, restartTo),
-		Inject: func(ctx context.Context, fr *FaultRun) error {
+		Do: func(ctx context.Context, st *Stage) error {
 			var err error
-			loadStart = fr.Start
+			loadStart = st.Start
 			stopped, back, err = h.RestartAPIServer(RestartDown)
 			if err != nil {
 				return err
 			}
-			h.logf("[%s] %5.1fs kube-apiserver back after %.2fs", fr.Namespace, fr.Offset(back).Seconds(), back.Sub(stopped).Seconds())
+			h.logf("[%s] %5.1fs kube-apiserver back after %.2fs", st.Namespace(), st.Offset(back).Seconds(), back.Sub(stopped).Seconds())
 			// The first requests after /healthz may still meet a server
 			// finishing its start: retry the scale briefly.
 			var scaleErr error
 			for range 10 {
-				if scaleErr = fr.Workload.RaiseFloor(ctx, restartTo); scaleErr == nil {
+				if scaleErr = st.Workload().RaiseFloor(ctx, restartTo); scaleErr == nil {
 					break
 				}
 				time.Sleep(200 * time.Millisecond)
@@ -121,7 +122,7 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 			}
 			// Measured here, before the rest of the timeline: the run must
 			// not end, and its pods go, before they recovered.
-			if err := measureRestart(ctx, fr, stopped, back, rep, &mu); err != nil {
+			if err := measureRestart(ctx, st, stopped, back, rep, &mu); err != nil {
 				mu.Lock()
 				rep.Err = err.Error()
 				mu.Unlock()
@@ -155,21 +156,21 @@ func (h *Harness) RunAPIServerRestart(ctx context.Context) (*RestartReport, erro
 }
 
 // measureRestart records the outage and the time to recover from it.
-func measureRestart(ctx context.Context, fr *FaultRun, stopped, back time.Time, rep *RestartReport, mu *sync.Mutex) error {
-	_, done, err := waitForPlan(ctx, fr, back, restartTo, true, 2*RestartRecoveryLimit)
+func measureRestart(ctx context.Context, st *Stage, stopped, back time.Time, rep *RestartReport, mu *sync.Mutex) error {
+	_, done, err := waitForPlan(ctx, st, back, restartTo, true, 2*RestartRecoveryLimit)
 	mu.Lock()
 	defer mu.Unlock()
-	rep.StoppedAtSeconds = fr.Offset(stopped).Seconds()
+	rep.StoppedAtSeconds = st.Offset(stopped).Seconds()
 	rep.DownSeconds = back.Sub(stopped).Seconds()
-	for _, p := range fr.Observations.Published() {
+	for _, p := range st.Observations().Published() {
 		if p.Seen.After(back) {
 			rep.FirstPlanSeconds = p.Seen.Sub(back).Seconds()
 			break
 		}
 	}
-	for _, a := range fr.Observations.AppliedPlans() {
+	for _, a := range st.Observations().AppliedPlans() {
 		if a.Time.After(stopped) && a.Time.Before(back) && (a.Permits < 1 || a.Permits > Usable()) {
-			rep.BadPlans = append(rep.BadPlans, fmt.Sprintf("%s applied %d permits at %.1fs", a.Pod, a.Permits, fr.Offset(a.Time).Seconds()))
+			rep.BadPlans = append(rep.BadPlans, fmt.Sprintf("%s applied %d permits at %.1fs", a.Pod, a.Permits, st.Offset(a.Time).Seconds()))
 		}
 	}
 	if err != nil {

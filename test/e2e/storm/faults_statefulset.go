@@ -14,6 +14,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // The StatefulSet scenario's replica counts.
@@ -56,11 +60,8 @@ const (
 // search-gateway-1 is deleted and comes back under its name; at 30 s the
 // autoscaler asks for 3. 7 and 3 do not divide the 40 usable permits:
 // the exact division gives some pods one more.
-func StatefulSetSchedule() Schedule {
-	return faultSchedule(stsDuration, StatefulSetFrom, []ScaleStep{{At: stsUpAt, Replicas: StatefulSetUp}, {At: stsDownAt, Replicas: StatefulSetDown}},
-		Phase{Name: "4→7 pods, one at a time", From: 0, To: StatefulSetRecreateAt},
-		Phase{Name: StatefulSetRecreated + " deleted and created again", From: StatefulSetRecreateAt, To: stsDownAt},
-		Phase{Name: "7→3 pods, one at a time", From: stsDownAt, To: stsDuration})
+func StatefulSetSchedule() schedule.Schedule {
+	return faultSchedule(stsDuration, StatefulSetFrom, []schedule.ScaleStep{{At: stsUpAt, Replicas: StatefulSetUp}, {At: stsDownAt, Replicas: StatefulSetDown}}, schedule.Phase{Name: "4→7 pods, one at a time", From: 0, To: StatefulSetRecreateAt}, schedule.Phase{Name: StatefulSetRecreated + " deleted and created again", From: StatefulSetRecreateAt, To: stsDownAt}, schedule.Phase{Name: "7→3 pods, one at a time", From: stsDownAt, To: stsDuration})
 }
 
 // StatefulSetStep is the workload once one step of the scenario settled:
@@ -133,7 +134,7 @@ type StatefulSetReport struct {
 	// Err is set when a measurement did not complete.
 	Err string `json:"err,omitempty"`
 	// Run is the scenario's run, as the storm reports a variant.
-	Run *VariantReport `json:"run"`
+	Run *report.VariantReport `json:"run"`
 }
 
 // The bounds of the steps' settling: each must be done before the next
@@ -148,29 +149,29 @@ const (
 func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error) {
 	rep := &StatefulSetReport{}
 	var mu sync.Mutex
-	var lives []PodLife
+	var lives []cluster.PodLife
 	var start time.Time
 	addStep := func(st StatefulSetStep) {
 		mu.Lock()
 		rep.Steps = append(rep.Steps, st)
 		mu.Unlock()
 	}
-	scaleStep := func(at time.Duration, want int, last bool) Fault {
-		return Fault{
+	scaleStep := func(at time.Duration, want int, last bool) Event {
+		return Event{
 			At:   at,
 			Name: fmt.Sprintf("wait for the %d pods %s Ready, on the plan for them", want, ordinals(want)),
-			Inject: func(ctx context.Context, fr *FaultRun) error {
+			Do: func(ctx context.Context, stage *Stage) error {
 				timeout := stsUpTimeout
 				if last {
 					timeout = stsDownTimeout
 				}
-				since := fr.Start.Add(at)
-				st := h.stsSettle(ctx, fr, fmt.Sprintf("→ %d pods", want), since, since, ordinals(want), timeout)
+				since := stage.Start.Add(at)
+				st := h.stsSettle(ctx, stage, fmt.Sprintf("→ %d pods", want), since, since, ordinals(want), timeout)
 				addStep(st)
 				if last {
 					mu.Lock()
-					lives, start = fr.Workload.Lives(), fr.Start
-					for _, ro := range fr.Observations.Rollout() {
+					lives, start = stage.Workload().Lives(), stage.Start
+					for _, ro := range stage.Observations().Rollout() {
 						rep.PeakHeld = max(rep.PeakHeld, ro.Held)
 					}
 					mu.Unlock()
@@ -179,19 +180,19 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 			},
 		}
 	}
-	recreate := Fault{
+	recreate := Event{
 		At:   StatefulSetRecreateAt,
 		Name: "delete " + StatefulSetRecreated + " and wait for the StatefulSet controller's new one on the plan",
-		Inject: func(ctx context.Context, fr *FaultRun) error {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fr.Namespace, Name: StatefulSetRecreated}}
+		Do: func(ctx context.Context, stage *Stage) error {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: stage.Namespace(), Name: StatefulSetRecreated}}
 			deleted := time.Now()
 			if err := h.Client.Delete(ctx, pod); err != nil {
 				return fmt.Errorf("storm: delete pod %s: %w", StatefulSetRecreated, err)
 			}
 			// The plan need not change: the pod comes back under its name.
-			st := h.stsSettle(ctx, fr, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(StatefulSetUp), stsRecreateTimeout, func() bool {
+			st := h.stsSettle(ctx, stage, StatefulSetRecreated+" created again", deleted, time.Time{}, ordinals(StatefulSetUp), stsRecreateTimeout, func() bool {
 				n := 0
-				for _, l := range fr.Workload.Lives() {
+				for _, l := range stage.Workload().Lives() {
 					if l.Name == StatefulSetRecreated && l.Seen.After(deleted) && !l.Ready.IsZero() {
 						n++
 					}
@@ -205,7 +206,7 @@ func (h *Harness) RunStatefulSet(ctx context.Context) (*StatefulSetReport, error
 	s := StatefulSetSchedule()
 	v := faultVariant("statefulset", "the operator, the calling workload a StatefulSet (OrderedReady) scaled by the real HPA", s,
 		scaleStep(stsUpAt, StatefulSetUp, false), recreate, scaleStep(stsDownAt, StatefulSetDown, true))
-	v.Kind = KindStatefulSet
+	v.Kind = cluster.KindStatefulSet
 	run, err := h.Run(ctx, v, s)
 	if err != nil {
 		return nil, err
@@ -243,25 +244,25 @@ func ordinal(name string) int {
 // waiting for its share in a handover), every one of them enforces and
 // acknowledged it, and every extra condition holds; then it reads the step,
 // which began at since.
-func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, since, planSince time.Time, want []string, timeout time.Duration, extra ...func() bool) StatefulSetStep {
-	st := StatefulSetStep{Name: name, Want: len(want), AtSeconds: fr.Offset(since).Seconds()}
+func (h *Harness) stsSettle(ctx context.Context, stage *Stage, name string, since, planSince time.Time, want []string, timeout time.Duration, extra ...func() bool) StatefulSetStep {
+	st := StatefulSetStep{Name: name, Want: len(want), AtSeconds: stage.Offset(since).Seconds()}
 	from := since
-	if sc := fr.Workload.Scales(since); len(sc) > 0 {
+	if sc := stage.Workload().Scales(since); len(sc) > 0 {
 		from = sc[0].At
 		st.DecidedSeconds = from.Sub(since).Seconds()
 	}
 	deadline := time.Now().Add(timeout)
-	_, _, err := waitForPlan(ctx, fr, planSince, len(want), true, timeout)
+	_, _, err := waitForPlan(ctx, stage, planSince, len(want), true, timeout)
 	if err == nil {
-		err = waitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
-			w := fr.Workload
-			held, _ := fr.Observations.PermitsOf(w.Ready(), "")
-			pub := fr.Observations.Published()
+		err = cluster.WaitFor(ctx, time.Until(deadline), "the pods "+strings.Join(want, ", ")+" Ready with every usable permit", func() (bool, error) {
+			w := stage.Workload()
+			held, _ := stage.Observations().PermitsOf(w.Ready(), "")
+			pub := stage.Observations().Published()
 			ok := slices.Equal(w.Running(), sortedNames(want)) && slices.Equal(w.Ready(), sortedNames(want)) &&
-				w.Counts().Existing == len(want) && held == Usable() && rolledOut(fr.Observations, want) &&
-				len(pub) > 0 && planFor(pub[len(pub)-1], want)
+				w.Counts().Existing == len(want) && held == Usable() && stage.Observations().RolledOut(want) &&
+				len(pub) > 0 && pub[len(pub)-1].Divides(want, Usable())
 			for _, pod := range want {
-				n, _ := fr.Observations.PermitsOf([]string{pod}, "")
+				n, _ := stage.Observations().PermitsOf([]string{pod}, "")
 				ok = ok && len(pub) > 0 && n == pub[len(pub)-1].PermitsOf(pod)
 			}
 			for _, cond := range extra {
@@ -274,21 +275,21 @@ func (h *Harness) stsSettle(ctx context.Context, fr *FaultRun, name string, sinc
 		st.Err = err.Error()
 	}
 	// The moment the harness saw it settled: the decision's time to it.
-	if sc := fr.Workload.Scales(since); st.DecidedSeconds == 0 && len(sc) > 0 {
+	if sc := stage.Workload().Scales(since); st.DecidedSeconds == 0 && len(sc) > 0 {
 		from = sc[0].At
 		st.DecidedSeconds = from.Sub(since).Seconds()
 	}
 	st.SettledSeconds = time.Since(from).Seconds()
-	running := fr.Workload.Running()
+	running := stage.Workload().Running()
 	slices.SortFunc(running, func(a, b string) int { return ordinal(a) - ordinal(b) })
 	st.Pods = running
 	for _, p := range running {
-		n, _ := fr.Observations.PermitsOf([]string{p}, "")
+		n, _ := stage.Observations().PermitsOf([]string{p}, "")
 		st.Shares = append(st.Shares, n)
 	}
-	ready := fr.Workload.Ready()
+	ready := stage.Workload().Ready()
 	st.ReadyPods = len(ready)
-	st.ReadyPermits, _ = fr.Observations.PermitsOf(ready, "")
+	st.ReadyPermits, _ = stage.Observations().PermitsOf(ready, "")
 	return st
 }
 
@@ -300,7 +301,7 @@ func sortedNames(names []string) []string {
 }
 
 // analyze reads the pods' lives (offsets from start) and the run's samples.
-func (r *StatefulSetReport) analyze(lives []PodLife, start time.Time) {
+func (r *StatefulSetReport) analyze(lives []cluster.PodLife, start time.Time) {
 	if len(lives) == 0 {
 		r.Err = errors.Join(errors.New("storm: the pods' lives were not read (the scale-down's step did not run)"), errorOf(r.Err)).Error()
 		return
@@ -324,7 +325,7 @@ func (r *StatefulSetReport) analyze(lives []PodLife, start time.Time) {
 	if r.Run == nil {
 		return
 	}
-	r.PeakRunningPermits = peakPermits(r.Run)
+	r.PeakRunningPermits = report.PeakPermits(r.Run)
 	r.RecreateReadyPermitsMin = Usable()
 	for _, p := range r.Run.Timeline {
 		if p.At < StatefulSetRecreateAt.Seconds() || p.At >= stsDownAt.Seconds() {
@@ -332,7 +333,7 @@ func (r *StatefulSetReport) analyze(lives []PodLife, start time.Time) {
 		}
 		r.RecreateReadyPermitsMin = min(r.RecreateReadyPermitsMin, p.ReadyPermits)
 		if p.ReadyPermits < Usable() {
-			r.RecreateBelowUsableSeconds += SampleInterval.Seconds()
+			r.RecreateBelowUsableSeconds += report.SampleInterval.Seconds()
 		}
 	}
 }
@@ -347,9 +348,9 @@ func errorOf(msg string) error {
 
 // creationOrder checks the scale-up's pods (ordinals from to to-1, seen
 // after since): each appeared once, after the one below it was Ready.
-func creationOrder(lives []PodLife, since time.Time, from, to int) []string {
+func creationOrder(lives []cluster.PodLife, since time.Time, from, to int) []string {
 	var bad []string
-	byOrdinal := map[int]PodLife{}
+	byOrdinal := map[int]cluster.PodLife{}
 	for _, l := range lives {
 		if l.Seen.After(since) {
 			if _, dup := byOrdinal[ordinal(l.Name)]; dup {
@@ -374,9 +375,9 @@ func creationOrder(lives []PodLife, since time.Time, from, to int) []string {
 // deletionOrder checks the scale-down's pods (ordinals to-1 down to from,
 // their deletion begun after since): each was deleted once the one above it
 // had exited, and every other pod was left alone.
-func deletionOrder(lives []PodLife, since time.Time, from, to int) []string {
+func deletionOrder(lives []cluster.PodLife, since time.Time, from, to int) []string {
 	var bad []string
-	byOrdinal := map[int]PodLife{}
+	byOrdinal := map[int]cluster.PodLife{}
 	for _, l := range lives {
 		if l.Stopping.After(since) {
 			o := ordinal(l.Name)

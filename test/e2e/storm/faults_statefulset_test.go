@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 func TestStatefulSetTimeline(t *testing.T) {
@@ -34,8 +35,8 @@ func TestStatefulSetTimeline(t *testing.T) {
 func TestStatefulSetOrder(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	life := func(o int, seen, ready, stopping, exited float64) PodLife {
-		l := PodLife{Name: ordinals(o + 1)[o], UID: types.UID(ordinals(o + 1)[o] + "-uid"), Seen: at(seen), Started: at(seen + 0.1)}
+	life := func(o int, seen, ready, stopping, exited float64) cluster.PodLife {
+		l := cluster.PodLife{Name: ordinals(o + 1)[o], UID: types.UID(ordinals(o + 1)[o] + "-uid"), Seen: at(seen), Started: at(seen + 0.1)}
 		if ready > 0 {
 			l.Ready = at(ready)
 		}
@@ -46,7 +47,7 @@ func TestStatefulSetOrder(t *testing.T) {
 	}
 	// 2 pods from the start; 2 → 4 from 1 s, one at a time; 4 → 1 from
 	// 10 s, from the highest ordinal, one at a time.
-	ordered := []PodLife{
+	ordered := []cluster.PodLife{
 		life(0, -5, -4, 0, 0), life(1, -4, -3, 11.5, 12),
 		life(2, 2, 3, 11, 11.4), life(3, 3.1, 4, 10.2, 10.8),
 	}
@@ -59,7 +60,7 @@ func TestStatefulSetOrder(t *testing.T) {
 
 	// Parallel: pod 3 created before pod 2 was Ready, pod 2 deleted while
 	// pod 3 still ran, pod 0 deleted too.
-	parallel := []PodLife{
+	parallel := []cluster.PodLife{
 		life(0, -5, -4, 10.1, 10.5), life(1, -4, -3, 10.1, 10.5),
 		life(2, 2, 3, 10.1, 10.5), life(3, 2.1, 3, 10.1, 10.6),
 	}
@@ -108,11 +109,11 @@ func TestStatefulSetManifests(t *testing.T) {
 		t.Errorf("statefulset %s: podManagementPolicy %q", sts.Name, sts.Spec.PodManagementPolicy)
 	}
 	target := hpa.Spec.ScaleTargetRef
-	if target.Kind != KindStatefulSet || target.Name != WorkloadName || len(hpa.Spec.Metrics) != 1 || hpa.Spec.Metrics[0].Object == nil ||
-		hpa.Spec.Metrics[0].Object.DescribedObject.Kind != KindStatefulSet || hpa.Spec.Metrics[0].Object.Metric.Name != ReplicasMetric {
+	if target.Kind != cluster.KindStatefulSet || target.Name != WorkloadName || len(hpa.Spec.Metrics) != 1 || hpa.Spec.Metrics[0].Object == nil ||
+		hpa.Spec.Metrics[0].Object.DescribedObject.Kind != cluster.KindStatefulSet || hpa.Spec.Metrics[0].Object.Metric.Name != cluster.ReplicasMetric {
 		t.Errorf("hpa: target %+v, metrics %+v", target, hpa.Spec.Metrics)
 	}
-	if ref := q.Spec.WorkloadRef; ref.Kind != KindStatefulSet || ref.Name != WorkloadName || q.Name != QuotaName || q.Spec.HPAName != WorkloadName {
+	if ref := q.Spec.WorkloadRef; ref.Kind != cluster.KindStatefulSet || ref.Name != WorkloadName || q.Name != QuotaName || q.Spec.HPAName != WorkloadName {
 		t.Errorf("quota %s: workloadRef %+v, hpaName %q", q.Name, ref, q.Spec.HPAName)
 	}
 
@@ -122,8 +123,8 @@ func TestStatefulSetManifests(t *testing.T) {
 		want               []string
 	}{
 		{"", false, true, []string{"deployment.yaml", "hpa.yaml", QuotaManifest}},
-		{KindDeployment, true, false, []string{"deployment.yaml", DictatedHPAManifest}},
-		{KindStatefulSet, true, true, []string{StatefulSetManifest, StatefulSetHPAManifest, StatefulSetQuotaManifest}},
+		{cluster.KindDeployment, true, false, []string{"deployment.yaml", DictatedHPAManifest}},
+		{cluster.KindStatefulSet, true, true, []string{StatefulSetManifest, StatefulSetHPAManifest, StatefulSetQuotaManifest}},
 	} {
 		got, err := VariantManifests(tc.kind, tc.dictated, tc.operator)
 		if err != nil || !cmp.Equal(got, tc.want) {
@@ -135,7 +136,7 @@ func TestStatefulSetManifests(t *testing.T) {
 			}
 		}
 	}
-	if _, err := VariantManifests(KindStatefulSet, false, true); err == nil {
+	if _, err := VariantManifests(cluster.KindStatefulSet, false, true); err == nil {
 		t.Error("a StatefulSet variant without scale steps of its own was accepted")
 	}
 	if _, err := VariantManifests("DaemonSet", true, true); err == nil {

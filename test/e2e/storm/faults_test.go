@@ -5,13 +5,15 @@ package storm
 import (
 	"testing"
 	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // Every fault scenario's timeline is one the harness can run, and its
 // faults come before the load ends.
 func TestFaultSchedules(t *testing.T) {
 	for name, tc := range map[string]struct {
-		s      Schedule
+		s      schedule.Schedule
 		faults []time.Duration
 	}{
 		"failover":      {FailoverSchedule(), []time.Duration{FailoverScaleAt}},

@@ -12,12 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-)
-
-// The workload kinds a variant, and a Workload, may run.
-const (
-	KindDeployment  = "Deployment"
-	KindStatefulSet = "StatefulSet"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 // The objects of the scenario, as in manifests/.
@@ -62,7 +57,7 @@ const (
 func VariantManifests(kind string, dictated, operator bool) ([]string, error) {
 	var out []string
 	switch kind {
-	case "", KindDeployment:
+	case "", cluster.KindDeployment:
 		out = slices.Clone(WorkloadManifests)
 		if dictated {
 			out[1] = DictatedHPAManifest
@@ -70,7 +65,7 @@ func VariantManifests(kind string, dictated, operator bool) ([]string, error) {
 		if operator {
 			out = append(out, QuotaManifest)
 		}
-	case KindStatefulSet:
+	case cluster.KindStatefulSet:
 		if !dictated {
 			return nil, errors.New("storm: a StatefulSet variant needs a schedule with scale steps of its own")
 		}
@@ -79,7 +74,7 @@ func VariantManifests(kind string, dictated, operator bool) ([]string, error) {
 			out = append(out, StatefulSetQuotaManifest)
 		}
 	default:
-		return nil, fmt.Errorf("storm: workload kind %q: must be %s or %s", kind, KindDeployment, KindStatefulSet)
+		return nil, fmt.Errorf("storm: workload kind %q: must be %s or %s", kind, cluster.KindDeployment, cluster.KindStatefulSet)
 	}
 	return out, nil
 }
@@ -114,14 +109,14 @@ func WriteManifests(dir string) error {
 	if err := yaml.UnmarshalStrict(b, &hpa); err != nil {
 		return fmt.Errorf("storm: hpa.yaml: %w", err)
 	}
-	DictateHPA(&hpa)
+	cluster.DictateHPA(&hpa)
 	if err := write(DictatedHPAManifest, "# hpa.yaml for a scenario with scale steps of its own: the HPA follows the\n# replica count the scenario sets (storm.DictateHPA).\n", &hpa); err != nil {
 		return err
 	}
 	// The StatefulSet's: the same, aimed at it. DictateHPA describes the
 	// metric's object from the target.
-	hpa.Spec.ScaleTargetRef.Kind = KindStatefulSet
-	DictateHPA(&hpa)
+	hpa.Spec.ScaleTargetRef.Kind = cluster.KindStatefulSet
+	cluster.DictateHPA(&hpa)
 	if err := write(StatefulSetHPAManifest, "# "+DictatedHPAManifest+" aimed at "+StatefulSetManifest+"'s StatefulSet: the real HPA controller scales it\n# through its scale subresource.\n", &hpa); err != nil {
 		return err
 	}
@@ -129,7 +124,7 @@ func WriteManifests(dir string) error {
 	if err != nil {
 		return err
 	}
-	q.Spec.WorkloadRef.Kind = KindStatefulSet
+	q.Spec.WorkloadRef.Kind = cluster.KindStatefulSet
 	return write(StatefulSetQuotaManifest, "# quota.yaml aimed at "+StatefulSetManifest+"'s StatefulSet.\n", q)
 }
 

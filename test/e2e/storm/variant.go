@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 // Variant is one way of configuring the pods' gates, run on the same
@@ -22,27 +24,32 @@ type Variant struct {
 	// a directory.
 	Plan *plan.Document
 	// Laggard, when positive, makes the first pod started apply every new
-	// plan that much later (examples/gateway --apply-delay), as a pod whose
-	// reload is slow: a paused or CPU-starved process, a lost watch.
+	// plan that much later (test/e2e/storm/laggardpod --apply-delay), as a
+	// pod whose reload is slow: a mounted ConfigMap the kubelet refreshes
+	// late, a paused or CPU-starved process, a lost watch. It needs the
+	// operator: the laggard follows the published ConfigMap.
 	Laggard time.Duration
 	// Schedule, when set, is the variant's own scenario: it runs on it
 	// instead of the common schedule, and is reported apart.
-	Schedule *Schedule
+	Schedule *schedule.Schedule
 	// Sidecar variants run every pod as examples/gateway without a gate of
 	// its own in front of backpressure-proxy, which enforces the pod's
 	// share instead of the library (see proxypod).
 	Sidecar bool
-	// Faults are injected at their offsets while the schedule runs (see
-	// faults.go).
-	Faults []Fault
-	// Kind is the calling workload's kind: KindDeployment (when empty) or
-	// KindStatefulSet, which needs a schedule with scale steps of its own
+	// Events happen at their offsets while the schedule runs: the faults
+	// of faults.go, and their measurements.
+	Events []Event
+	// Goals judge the variant's run, besides the figure of the load every
+	// run reports; nil for none.
+	Goals func(*report.VariantReport) report.Goals
+	// Kind is the calling workload's kind: cluster.KindDeployment (when empty) or
+	// cluster.KindStatefulSet, which needs a schedule with scale steps of its own
 	// (see VariantManifests).
 	Kind string
 }
 
 // ScheduleOr returns the variant's own schedule, or common.
-func (v Variant) ScheduleOr(common Schedule) Schedule {
+func (v Variant) ScheduleOr(common schedule.Schedule) schedule.Schedule {
 	if v.Schedule != nil {
 		return *v.Schedule
 	}
@@ -62,7 +69,7 @@ const GatewayMaxRetries = 1
 // hand-tuned static share for 8 pods, the naive full contract per pod, and
 // the operator with pods calling through the sidecar proxy, on the common
 // schedule; then the laggard scenario on its own.
-func Variants(s Schedule) ([]Variant, error) {
+func Variants(s schedule.Schedule) ([]Variant, error) {
 	static, err := StaticPlan(s.InitialReplicas)
 	if err != nil {
 		return nil, err
@@ -77,16 +84,19 @@ func Variants(s Schedule) ([]Variant, error) {
 			Name:        "operator",
 			Description: "the operator divides the usable permits exactly over the Ready pods and hands them over as pods acknowledge",
 			Operator:    true,
+			Goals:       operatorGoals,
 		},
 		{
 			Name:        "static",
 			Description: "every pod keeps the share computed for 8 pods, as a hand-tuned config would",
 			Plan:        &static,
+			Goals:       staticGoals,
 		},
 		{
 			Name:        "naive",
 			Description: "every pod may hold the whole contract, and retries once on 429",
 			Plan:        &naive,
+			Goals:       naiveGoals,
 		},
 		ProxyVariant(),
 		{
@@ -95,6 +105,7 @@ func Variants(s Schedule) ([]Variant, error) {
 			Operator:    true,
 			Laggard:     LaggardDelay,
 			Schedule:    &laggard,
+			Goals:       laggardGoals,
 		},
 	}, nil
 }

@@ -1,4 +1,4 @@
-// Package runtimemetrics exports the runtime's gates, dispatchers and retry
+// Package metrics exports the library's gates, dispatchers and retry
 // budgets to Prometheus.
 //
 // Each collector reads its sources' Stats at scrape time, so admitting a
@@ -30,7 +30,8 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// register registers c with reg unless reg is nil.
+// register registers c with reg unless reg is nil. Unlike Register, it
+// refuses a second collector of the same kind: one serves every source.
 func register(reg prometheus.Registerer, c prometheus.Collector) error {
 	if reg == nil {
 		return nil

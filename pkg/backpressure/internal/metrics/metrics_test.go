@@ -14,6 +14,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/histogram"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/metrics"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/queuewait"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/retry"
 )
 
@@ -34,7 +35,7 @@ type fakeDispatcher struct {
 func (f fakeDispatcher) Name() string          { return f.name }
 func (f fakeDispatcher) Stats() dispatch.Stats { return f.stats }
 
-func waits(ds ...time.Duration) histogram.Snapshot {
+func waits(ds ...time.Duration) queuewait.Snapshot {
 	var h histogram.Histogram
 	for _, d := range ds {
 		h.Observe(d)

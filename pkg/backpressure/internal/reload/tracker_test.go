@@ -11,17 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sourcetest"
 )
 
-func newTestTracker(t *testing.T) (*tracker, *prometheus.Registry, *logSink) {
+func newTestTracker(t *testing.T) (*tracker, *prometheus.Registry, *sourcetest.LogSink) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m, err := newMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logSink{}
-	return newTracker(logs.logger(), m), reg, logs
+	logs := &sourcetest.LogSink{}
+	return newTracker(logs.Logger(), m), reg, logs
 }
 
 func snap(kv ...string) map[string]entry {
@@ -39,7 +40,7 @@ func reloads(t *testing.T, tr *tracker, result string) int {
 
 func TestTrackerSequence(t *testing.T) {
 	tr, _, logs := newTestTracker(t)
-	a1, a2, b1 := doc("a", 1), doc("a", 2), doc("b", 1)
+	a1, a2, b1 := sourcetest.Doc("a", 1), sourcetest.Doc("a", 2), sourcetest.Doc("b", 1)
 
 	steps := []struct {
 		name         string
@@ -49,22 +50,22 @@ func TestTrackerSequence(t *testing.T) {
 		wantErrors   int     // cumulative reloads_total{result="error"}
 		wantRejected int     // rejected documents returned by this step
 	}{
-		{"first read", snap("a.json", encode(t, a1), "b.json", encode(t, b1), "README", "hi"),
+		{"first read", snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, b1), "README", "hi"),
 			&Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a", "b"}}, 2, 0, 0},
-		{"same content", snap("a.json", encode(t, a1), "b.json", encode(t, b1)), nil, 2, 0, 0},
-		{"same plan, other bytes", snap("a.json", " "+encode(t, a1)+"\n", "b.json", encode(t, b1)), nil, 2, 0, 0},
-		{"a changes", snap("a.json", encode(t, a2), "b.json", encode(t, b1)),
+		{"same content", snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, b1)), nil, 2, 0, 0},
+		{"same plan, other bytes", snap("a.json", " "+sourcetest.Encode(t, a1)+"\n", "b.json", sourcetest.Encode(t, b1)), nil, 2, 0, 0},
+		{"a changes", snap("a.json", sourcetest.Encode(t, a2), "b.json", sourcetest.Encode(t, b1)),
 			&Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Changed: []string{"a"}}, 3, 0, 0},
-		{"a goes bad", snap("a.json", `{"version":1`, "b.json", encode(t, b1)), nil, 3, 1, 1},
-		{"a still bad, same bytes", snap("a.json", `{"version":1`, "b.json", encode(t, b1)), nil, 3, 1, 0},
-		{"a bad differently", snap("a.json", `{"version":7}`, "b.json", encode(t, b1)), nil, 3, 2, 1},
-		{"a out of range", snap("a.json", strings.Replace(encode(t, a2), `"permits":2`, `"permits":-2`, 1), "b.json", encode(t, b1)), nil, 3, 3, 1},
-		{"a holds b's plan", snap("a.json", encode(t, b1), "b.json", encode(t, b1)), nil, 3, 4, 1},
-		{"key not naming a gate", snap("a.json", encode(t, b1), "b.json", encode(t, b1), "Bad_Key.json", "{}"), nil, 3, 5, 1},
-		{"b disappears", snap("a.json", encode(t, b1)),
+		{"a goes bad", snap("a.json", `{"version":1`, "b.json", sourcetest.Encode(t, b1)), nil, 3, 1, 1},
+		{"a still bad, same bytes", snap("a.json", `{"version":1`, "b.json", sourcetest.Encode(t, b1)), nil, 3, 1, 0},
+		{"a bad differently", snap("a.json", `{"version":7}`, "b.json", sourcetest.Encode(t, b1)), nil, 3, 2, 1},
+		{"a out of range", snap("a.json", strings.Replace(sourcetest.Encode(t, a2), `"permits":2`, `"permits":-2`, 1), "b.json", sourcetest.Encode(t, b1)), nil, 3, 3, 1},
+		{"a holds b's plan", snap("a.json", sourcetest.Encode(t, b1), "b.json", sourcetest.Encode(t, b1)), nil, 3, 4, 1},
+		{"key not naming a gate", snap("a.json", sourcetest.Encode(t, b1), "b.json", sourcetest.Encode(t, b1), "Bad_Key.json", "{}"), nil, 3, 5, 1},
+		{"b disappears", snap("a.json", sourcetest.Encode(t, b1)),
 			&Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Orphaned: []string{"b"}}, 3, 5, 0},
-		{"b still gone", snap("a.json", encode(t, b1)), nil, 3, 5, 0},
-		{"b back, a good again", snap("a.json", encode(t, a1), "b.json", encode(t, b1)),
+		{"b still gone", snap("a.json", sourcetest.Encode(t, b1)), nil, 3, 5, 0},
+		{"b back, a good again", snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, b1)),
 			&Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a"}}, 4, 5, 0},
 		{"everything gone", snap(),
 			&Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Orphaned: []string{"a", "b"}}, 4, 5, 0},
@@ -91,19 +92,19 @@ func TestTrackerSequence(t *testing.T) {
 		}
 	}
 	// One log line per rejection, not per read.
-	if got := logs.count("Rejected plan document"); got != 5 {
+	if got := logs.Count("Rejected plan document"); got != 5 {
 		t.Errorf("logged %d rejections, want 5:\n%s", got, logs)
 	}
-	if got := logs.count("disappeared"); got != 3 {
+	if got := logs.Count("disappeared"); got != 3 {
 		t.Errorf("logged %d disappearances, want 3:\n%s", got, logs)
 	}
 }
 
 func TestTrackerMetrics(t *testing.T) {
 	tr, reg, _ := newTestTracker(t)
-	a1, a2 := doc("a", 1), doc("a", 2)
-	tr.apply(snap("a.json", encode(t, a1), "b.json", encode(t, doc("b", 3))))
-	tr.apply(snap("a.json", encode(t, a2)))
+	a1, a2 := sourcetest.Doc("a", 1), sourcetest.Doc("a", 2)
+	tr.apply(snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, sourcetest.Doc("b", 3))))
+	tr.apply(snap("a.json", sourcetest.Encode(t, a2)))
 
 	want := fmt.Sprintf(`
 # HELP backpressure_config_gate_orphaned 1 when the gate's document has disappeared from the config source and the gate keeps its last plan until the process restarts, else 0.
@@ -118,7 +119,7 @@ backpressure_config_plan_info{gate="b",hash="%s"} 1
 # TYPE backpressure_config_reloads_total counter
 backpressure_config_reloads_total{result="error"} 0
 backpressure_config_reloads_total{result="success"} 3
-`, a2.Hash, doc("b", 3).Hash)
+`, a2.Hash, sourcetest.Doc("b", 3).Hash)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"backpressure_config_gate_orphaned", "backpressure_config_plan_info", "backpressure_config_reloads_total"); err != nil {
 		t.Error(err)
@@ -127,7 +128,7 @@ backpressure_config_reloads_total{result="success"} 3
 
 func TestTrackerSourceFailure(t *testing.T) {
 	tr, _, logs := newTestTracker(t)
-	tr.apply(snap("a.json", encode(t, doc("a", 1))))
+	tr.apply(snap("a.json", sourcetest.Encode(t, sourcetest.Doc("a", 1))))
 	for range 3 {
 		tr.sourceFailed(errors.New("open /etc/backpressure: permission denied"))
 	}
@@ -135,14 +136,14 @@ func TestTrackerSourceFailure(t *testing.T) {
 	if got := reloads(t, tr, ResultError); got != 2 {
 		t.Errorf("reloads{error} = %d, want 2 (one per distinct failure)", got)
 	}
-	if got := logs.count("Could not read the config source"); got != 2 {
+	if got := logs.Count("Could not read the config source"); got != 2 {
 		t.Errorf("logged %d failures, want 2", got)
 	}
 	if _, ok := tr.plansCopy()["a"]; !ok {
 		t.Error("a source failure dropped a plan")
 	}
 	// Reading again clears the failure, so the same failure later is new.
-	tr.apply(snap("a.json", encode(t, doc("a", 1))))
+	tr.apply(snap("a.json", sourcetest.Encode(t, sourcetest.Doc("a", 1))))
 	tr.sourceFailed(errors.New("open /etc/backpressure: no such file or directory"))
 	if got := reloads(t, tr, ResultError); got != 3 {
 		t.Errorf("reloads{error} = %d, want 3", got)

@@ -12,25 +12,25 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sourcetest"
 )
 
 // With WaitForPlan, a volume that stays empty (an optional ConfigMap that
 // does not exist yet) yields an empty source once the wait has passed, and
 // the kubelet's later update is delivered by fsnotify.
 func TestDirSourceWaitForPlanThenFollows(t *testing.T) {
-	vol := newVolume(t, nil)
-	rec := newRecorder()
-	logs := &logSink{}
+	vol := sourcetest.NewVolume(t, nil)
+	rec := sourcetest.NewRecorder[Update]()
+	logs := &sourcetest.LogSink{}
 	const wait = 300 * time.Millisecond
 	began := time.Now()
-	s, err := NewDirSource(vol.dir, DirOptions{
-		Options:      Options{Subscriber: rec.subscribe, Logger: logs.logger(), WaitForPlan: wait},
+	s, err := NewDirSource(vol.Dir, DirOptions{
+		Options:      Options{Subscriber: rec.Subscribe, Logger: logs.Logger(), WaitForPlan: wait},
 		PollInterval: time.Hour, // only fsnotify can deliver
 	})
 	if err != nil {
@@ -42,17 +42,17 @@ func TestDirSourceWaitForPlanThenFollows(t *testing.T) {
 	if got := s.Plans(); len(got) != 0 {
 		t.Fatalf("Plans = %v, want none", got)
 	}
-	if logs.count("No valid plan within the wait") != 1 {
+	if logs.Count("No valid plan within the wait") != 1 {
 		t.Errorf("the empty start is not logged once:\n%s", logs)
 	}
 
-	startDir(t, s)
-	if u := rec.next(t); len(u.Plans) != 0 || len(u.Changed) != 0 {
+	sourcetest.Start(t, s.Start)
+	if u := rec.Next(t); len(u.Plans) != 0 || len(u.Changed) != 0 {
 		t.Fatalf("first update = %+v, want an empty one", u)
 	}
-	a := doc("a", 3)
-	vol.write(map[string]string{"a.json": encode(t, a)})
-	u := rec.next(t)
+	a := sourcetest.Doc("a", 3)
+	vol.Write(map[string]string{"a.json": sourcetest.Encode(t, a)})
+	u := rec.Next(t)
 	if diff := cmp.Diff(map[string]plan.Document{"a": a}, u.Plans); diff != "" || !cmp.Equal(u.Changed, []string{"a"}) {
 		t.Errorf("update after the volume was filled: changed %v, plans (-want +got):\n%s", u.Changed, diff)
 	}
@@ -60,14 +60,14 @@ func TestDirSourceWaitForPlanThenFollows(t *testing.T) {
 
 // A plan that appears during the wait ends it at once.
 func TestDirSourceWaitForPlanEndsWhenAPlanAppears(t *testing.T) {
-	vol := newVolume(t, nil)
-	a := doc("a", 2)
+	vol := sourcetest.NewVolume(t, nil)
+	a := sourcetest.Doc("a", 2)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		vol.write(map[string]string{"a.json": encode(t, a)})
+		vol.Write(map[string]string{"a.json": sourcetest.Encode(t, a)})
 	}()
 	began := time.Now()
-	s, err := NewDirSource(vol.dir, DirOptions{Options: Options{Subscriber: func(Update) {}, WaitForPlan: time.Minute}})
+	s, err := NewDirSource(vol.Dir, DirOptions{Options: Options{Subscriber: func(Update) {}, WaitForPlan: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,37 +109,6 @@ backpressure_config_reloads_total{result="success"} 0
 	_, err = NewConfigMapSource(ctx, fake.NewClientset(), "shop", "plans", Options{Subscriber: func(Update) {}, WaitForPlan: time.Minute})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("NewConfigMapSource with a context ending during the wait: %v, want DeadlineExceeded", err)
-	}
-}
-
-// A ConfigMap created after the wait, read under the narrow Role a pod is
-// given, is delivered by the informer.
-func TestConfigMapSourceWaitForPlanThenFollows(t *testing.T) {
-	admin, ns := testNamespace(t)
-	client := restrictedClient(t, admin, ns, "app", "plans")
-	rec := newRecorder()
-	s, err := NewConfigMapSource(context.Background(), client, ns, "plans", Options{
-		Subscriber: rec.subscribe, WaitForPlan: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(s.Plans()) != 0 {
-		t.Fatalf("Plans = %v, want none", s.Plans())
-	}
-	startSource(t, s.Start)
-	if u := rec.next(t); len(u.Plans) != 0 {
-		t.Fatalf("first update = %+v, want an empty one", u)
-	}
-
-	a := doc("a", 4)
-	cm := configMap("plans", map[string]string{"a.json": encode(t, a)})
-	if _, err := admin.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	u := rec.waitFor(t, func(u Update) bool { return len(u.Plans) > 0 })
-	if diff := cmp.Diff(map[string]plan.Document{"a": a}, u.Plans); diff != "" {
-		t.Errorf("plans once the ConfigMap exists (-want +got):\n%s", diff)
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
 )
 
 func main() {
@@ -66,12 +66,12 @@ func run(ctx context.Context, dir string) (err error) {
 	if _, err := env.Start(); err != nil {
 		return fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
-	procs := &storm.Processes{}
+	procs := &cluster.Processes{}
 	defer func() {
 		procs.StopAll()
 		err = errors.Join(err, env.Stop(), removeIfExists(kubeconfig))
 	}()
-	kcm, err := storm.StartControllerManager(env, procs, dir)
+	kcm, err := cluster.StartControllerManager(env, procs, dir)
 	if err != nil {
 		return err
 	}

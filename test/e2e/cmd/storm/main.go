@@ -41,6 +41,8 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/schedule"
 )
 
 func main() {
@@ -59,49 +61,67 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
-	scale := 1.0
+// options are the command line's.
+type options struct {
+	scale     float64
+	variants  string
+	callers   bool
+	out       string
+	schedule  schedule.Schedule
+	selection []storm.Variant
+}
+
+// parseOptions reads the command line, and $STORM_TIME_SCALE, and picks
+// the variants to run.
+func parseOptions() (*options, error) {
+	o := &options{scale: 1}
 	if v := os.Getenv(storm.TimeScaleEnv); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			return fmt.Errorf("storm: %s=%q: %w", storm.TimeScaleEnv, v, err)
+			return nil, fmt.Errorf("storm: %s=%q: %w", storm.TimeScaleEnv, v, err)
 		}
-		scale = f
+		o.scale = f
 	}
-	flag.Float64Var(&scale, "time-scale", scale, "multiply the schedule's offsets by this factor (below 1 for a quicker run; also $"+storm.TimeScaleEnv+")")
-	only := flag.String("variants", "operator,static,naive", "the variants to run, in order (operator, static, naive, laggard; empty for none)")
-	callers := flag.Bool("two-callers", false, "also run the two-callers scenario: two workloads sharing one DownstreamContract")
-	out := flag.String("out", "", "output directory (default <repo>/_output/storm)")
+	flag.Float64Var(&o.scale, "time-scale", o.scale, "multiply the schedule's offsets by this factor (below 1 for a quicker run; also $"+storm.TimeScaleEnv+")")
+	flag.StringVar(&o.variants, "variants", "operator,static,naive", "the variants to run, in order (operator, static, naive, laggard; empty for none)")
+	flag.BoolVar(&o.callers, "two-callers", false, "also run the two-callers scenario: two workloads sharing one DownstreamContract")
+	flag.StringVar(&o.out, "out", "", "output directory (default <repo>/_output/storm)")
 	flag.Parse()
 
-	ctrllog.SetLogger(logr.Discard())
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	o.schedule = storm.DefaultSchedule()
+	if o.scale != 1 {
+		o.schedule = o.schedule.Scaled(o.scale)
 	}
-	began := time.Now()
-
-	s := storm.DefaultSchedule()
-	if scale != 1 {
-		s = s.Scaled(scale)
+	if err := o.schedule.Validate(); err != nil {
+		return nil, err
 	}
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	all, err := storm.Variants(s)
+	all, err := storm.Variants(o.schedule)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var variants []storm.Variant
-	for _, name := range strings.Split(*only, ",") {
+	for _, name := range strings.Split(o.variants, ",") {
 		if strings.TrimSpace(name) == "" {
 			continue
 		}
 		i := slices.IndexFunc(all, func(v storm.Variant) bool { return v.Name == strings.TrimSpace(name) })
 		if i < 0 {
-			return fmt.Errorf("storm: unknown variant %q (want operator, static, naive or laggard)", name)
+			return nil, fmt.Errorf("storm: unknown variant %q (want operator, static, naive or laggard)", name)
 		}
-		variants = append(variants, all[i])
+		o.selection = append(o.selection, all[i])
 	}
+	return o, nil
+}
+
+func run(ctx context.Context) error {
+	o, err := parseOptions()
+	if err != nil {
+		return err
+	}
+	ctrllog.SetLogger(logr.Discard())
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	began := time.Now()
 
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -111,78 +131,31 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	h, err := storm.Setup(ctx, storm.Options{Root: root, OutDir: *out, Logf: logf})
+	h, err := storm.Setup(ctx, storm.Options{Root: root, OutDir: o.out, Logf: logf})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
 
-	// The variants of the common schedule share one report; a variant with
-	// its own schedule has a report of its own.
-	type output struct {
-		report         *storm.Report
-		jsonPath, plot string
-	}
-	var outputs []*output
-	byName := map[string]*output{}
-	outFor := func(v storm.Variant) *output {
-		key, suffix := "", ""
-		if v.Schedule != nil {
-			key, suffix = v.Name, "-"+v.Name
-		}
-		if o, ok := byName[key]; ok {
-			return o
-		}
-		o := &output{report: storm.NewReport(v.ScheduleOr(s)),
-			jsonPath: filepath.Join(h.OutDir, "report"+suffix+".json"), plot: filepath.Join(h.OutDir, "storm"+suffix+".png")}
-		byName[key] = o
-		outputs = append(outputs, o)
-		return o
+	outputs, err := runVariants(ctx, h, o, logf)
+	if err != nil {
+		return err
 	}
 	var failed int
-	for _, v := range variants {
-		o := outFor(v)
-		r, err := h.Run(ctx, v, v.ScheduleOr(s))
+	if o.callers {
+		n, err := runCallers(ctx, h)
 		if err != nil {
-			return fmt.Errorf("storm: variant %s: %w", v.Name, err)
-		}
-		o.report.Add(r)
-		// Keep what has been measured even if a later variant fails.
-		if err := o.report.WriteJSON(o.jsonPath); err != nil {
 			return err
 		}
-		if err := storm.WritePlot(o.report, o.plot); err != nil {
-			return err
-		}
-		logf("[%s] Done: %d downstream 429s, peak in-flight %d, goodput %.1f/s", v.Name, r.Downstream429, r.PeakInFlight, r.GoodputPerSecond)
+		failed += n
 	}
-	if *callers {
-		o := &output{jsonPath: filepath.Join(h.OutDir, "report-two-callers.json"), plot: filepath.Join(h.OutDir, "storm-two-callers.png")}
-		cr, err := h.RunCallers(ctx, storm.TwoCallers())
-		if err != nil {
-			return fmt.Errorf("storm: two callers: %w", err)
-		}
-		if err := cr.WriteJSON(o.jsonPath); err != nil {
-			return err
-		}
-		if err := storm.WriteCallersPlot(cr, o.plot); err != nil {
-			return err
-		}
+	for _, out := range outputs {
 		fmt.Println()
-		if err := storm.WriteCallersTable(os.Stdout, cr); err != nil {
+		if err := report.WriteTable(os.Stdout, out.report); err != nil {
 			return err
 		}
-		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)
-		failed += len(cr.Failed())
-	}
-
-	for _, o := range outputs {
-		fmt.Println()
-		if err := storm.WriteTable(os.Stdout, o.report); err != nil {
-			return err
-		}
-		fmt.Printf("\nReport: %s\nPlot:   %s\n", o.jsonPath, o.plot)
-		failed += len(o.report.Failed())
+		fmt.Printf("\nReport: %s\nPlot:   %s\n", out.jsonPath, out.plot)
+		failed += len(out.report.Failed())
 	}
 	fmt.Printf("Logs:   %s\n", filepath.Join(h.OutDir, "logs"))
 	if failed > 0 {
@@ -190,6 +163,73 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("Took %v.\n", time.Since(began).Round(time.Second))
 	return nil
+}
+
+// output is a report and the files it is written to.
+type output struct {
+	report         *report.Report
+	jsonPath, plot string
+}
+
+// runVariants runs the selected variants in turn. The variants of the
+// common schedule share one report; a variant with its own schedule has a
+// report of its own. Every report is written after each run, so that what
+// has been measured is kept even if a later variant fails.
+func runVariants(ctx context.Context, h *storm.Harness, o *options, logf func(string, ...any)) ([]*output, error) {
+	var outputs []*output
+	byName := map[string]*output{}
+	outFor := func(v storm.Variant) *output {
+		key, suffix := "", ""
+		if v.Schedule != nil {
+			key, suffix = v.Name, "-"+v.Name
+		}
+		if out, ok := byName[key]; ok {
+			return out
+		}
+		out := &output{report: storm.NewReport(v.ScheduleOr(o.schedule)),
+			jsonPath: filepath.Join(h.OutDir, "report"+suffix+".json"), plot: filepath.Join(h.OutDir, "storm"+suffix+".png")}
+		byName[key] = out
+		outputs = append(outputs, out)
+		return out
+	}
+	for _, v := range o.selection {
+		out := outFor(v)
+		r, err := h.Run(ctx, v, v.ScheduleOr(o.schedule))
+		if err != nil {
+			return nil, fmt.Errorf("storm: variant %s: %w", v.Name, err)
+		}
+		out.report.Add(r)
+		if err := out.report.WriteJSON(out.jsonPath); err != nil {
+			return nil, err
+		}
+		if err := report.WritePlot(out.report, out.plot); err != nil {
+			return nil, err
+		}
+		logf("[%s] Done: %d downstream 429s, peak in-flight %d, goodput %.1f/s", v.Name, r.Downstream429, r.PeakInFlight, r.GoodputPerSecond)
+	}
+	return outputs, nil
+}
+
+// runCallers runs the two-callers scenario, writes its report and plot and
+// prints its table; it returns the number of goals not met.
+func runCallers(ctx context.Context, h *storm.Harness) (int, error) {
+	jsonPath, plot := filepath.Join(h.OutDir, "report-two-callers.json"), filepath.Join(h.OutDir, "storm-two-callers.png")
+	cr, err := h.RunCallers(ctx, storm.TwoCallers())
+	if err != nil {
+		return 0, fmt.Errorf("storm: two callers: %w", err)
+	}
+	if err := cr.WriteJSON(jsonPath); err != nil {
+		return 0, err
+	}
+	if err := report.WriteCallersPlot(cr, plot); err != nil {
+		return 0, err
+	}
+	fmt.Println()
+	if err := report.WriteCallersTable(os.Stdout, cr); err != nil {
+		return 0, err
+	}
+	fmt.Printf("\nReport: %s\nPlot:   %s\n", jsonPath, plot)
+	return len(cr.Failed()), nil
 }
 
 // controlPlane makes sure kube-apiserver, kube-controller-manager, etcd and

@@ -35,12 +35,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/internal/podmain"
 )
 
 // Log messages renamed so that the harness does not read them as the pod's.
@@ -93,18 +93,7 @@ func parse(args []string) (config, error) {
 	return c, nil
 }
 
-func main() {
-	c, err := parse(os.Args[1:])
-	if err == nil {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		err = run(ctx, c)
-		stop()
-	}
-	if err != nil {
-		logLine("Proxy pod failed", err.Error())
-		os.Exit(1)
-	}
-}
+func main() { podmain.Main(parse, run, "Proxy pod failed") }
 
 // run starts the proxy and the gateway and stops them in order when ctx
 // ends, or both as soon as either ends.
@@ -259,10 +248,4 @@ func stopInOrder(gateway *exec.Cmd, gatewayDone <-chan error, proxy *exec.Cmd, p
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// logLine writes one JSON log line of its own.
-func logLine(msg, err string) {
-	b, _ := json.Marshal(map[string]string{"time": time.Now().Format(time.RFC3339Nano), "level": "ERROR", "msg": msg, "err": err})
-	_, _ = os.Stderr.Write(append(b, '\n'))
 }
