@@ -24,9 +24,11 @@ func script(t *testing.T, body string) string {
 	return p
 }
 
-const serveThenWait = `echo '{"time":"2026-05-01T10:00:00Z","level":"INFO","msg":"Serving","address":"127.0.0.1:1"}' >&2
+// serveThenWait traps SIGTERM and writes its stdout line before it says it
+// serves: the test signals it as soon as it reads "Serving".
+const serveThenWait = `trap 'echo "{\"time\":\"2026-05-01T10:00:01Z\",\"level\":\"INFO\",\"msg\":\"Stopped\"}" >&2; exit 0' TERM
 echo "plain stdout"
-trap 'echo "{\"time\":\"2026-05-01T10:00:01Z\",\"level\":\"INFO\",\"msg\":\"Stopped\"}" >&2; exit 0' TERM
+echo '{"time":"2026-05-01T10:00:00Z","level":"INFO","msg":"Serving","address":"127.0.0.1:1"}' >&2
 while :; do sleep 0.05; done
 `
 
