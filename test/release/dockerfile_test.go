@@ -99,6 +99,13 @@ func TestDockerfileStagesBuild(t *testing.T) {
 				"TARGETOS="+runtime.GOOS, "TARGETARCH="+runtime.GOARCH, "VERSION="+version, "COMMIT="+commit)
 			for _, s := range chain {
 				for _, cp := range s.copies {
+					// A destination that ends in / is a directory, as in
+					// docker build, whether or not it exists yet.
+					if strings.HasSuffix(cp[1], "/") {
+						if err := os.MkdirAll(filepath.Join(work, cp[1]), 0o755); err != nil {
+							t.Fatal(err)
+						}
+					}
 					copyInto(t, ignore, filepath.Join(root, cp[0]), filepath.Join(work, cp[1]), cp[0])
 				}
 				for _, run := range s.runs {
