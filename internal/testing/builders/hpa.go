@@ -45,5 +45,5 @@ func (w *HPAWrapper) Status(current, desired int32) *HPAWrapper {
 
 // Obj returns the HPA.
 func (w *HPAWrapper) Obj() *autoscalingv2.HorizontalPodAutoscaler {
-	return w.HorizontalPodAutoscaler.DeepCopy()
+	return w.DeepCopy()
 }

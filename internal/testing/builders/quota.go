@@ -150,7 +150,7 @@ func (w *QuotaWrapper) Retry(maxRetries, budgetPerSecond int32) *QuotaWrapper {
 }
 
 // Obj returns the quota.
-func (w *QuotaWrapper) Obj() *v1alpha1.DownstreamQuota { return w.DownstreamQuota.DeepCopy() }
+func (w *QuotaWrapper) Obj() *v1alpha1.DownstreamQuota { return w.DeepCopy() }
 
 // ContractWrapper wraps a DownstreamContract while a test builds it.
 type ContractWrapper struct{ v1alpha1.DownstreamContract }
@@ -186,4 +186,4 @@ func (w *ContractWrapper) Safety(percent int32) *ContractWrapper {
 }
 
 // Obj returns the contract.
-func (w *ContractWrapper) Obj() *v1alpha1.DownstreamContract { return w.DownstreamContract.DeepCopy() }
+func (w *ContractWrapper) Obj() *v1alpha1.DownstreamContract { return w.DeepCopy() }

@@ -47,7 +47,7 @@ func (w *DeploymentWrapper) Replicas(n int32) *DeploymentWrapper {
 }
 
 // Obj returns the Deployment.
-func (w *DeploymentWrapper) Obj() *appsv1.Deployment { return w.Deployment.DeepCopy() }
+func (w *DeploymentWrapper) Obj() *appsv1.Deployment { return w.DeepCopy() }
 
 // StatefulSetWrapper wraps a StatefulSet while a test builds it.
 type StatefulSetWrapper struct{ appsv1.StatefulSet }
@@ -73,7 +73,7 @@ func (w *StatefulSetWrapper) Replicas(n int32) *StatefulSetWrapper {
 }
 
 // Obj returns the StatefulSet.
-func (w *StatefulSetWrapper) Obj() *appsv1.StatefulSet { return w.StatefulSet.DeepCopy() }
+func (w *StatefulSetWrapper) Obj() *appsv1.StatefulSet { return w.DeepCopy() }
 
 // PodWrapper wraps a Pod while a test builds it.
 type PodWrapper struct{ corev1.Pod }
@@ -106,10 +106,10 @@ func (w *PodWrapper) Labels(labels map[string]string) *PodWrapper {
 
 // Annotation sets an annotation.
 func (w *PodWrapper) Annotation(key, value string) *PodWrapper {
-	if w.ObjectMeta.Annotations == nil {
-		w.ObjectMeta.Annotations = map[string]string{}
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
 	}
-	w.ObjectMeta.Annotations[key] = value
+	w.Annotations[key] = value
 	return w
 }
 
@@ -133,4 +133,4 @@ func (w *PodWrapper) Running(ready bool) *PodWrapper {
 }
 
 // Obj returns the Pod.
-func (w *PodWrapper) Obj() *corev1.Pod { return w.Pod.DeepCopy() }
+func (w *PodWrapper) Obj() *corev1.Pod { return w.DeepCopy() }
