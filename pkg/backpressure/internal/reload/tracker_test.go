@@ -188,11 +188,11 @@ func TestInitialError(t *testing.T) {
 // 4 permits has a base share of 0.
 func TestLoadedPlanLogsTheBaseShare(t *testing.T) {
 	tr, _, logs := newTestTracker(t)
-	d := doc("a", 0)
+	d := sourcetest.Doc("a", 0)
 	d.RetryBudgetPerSecond = 0
 	d.Pods = map[string]plan.PodShare{"gateway-1": {Permits: 4, Workers: 4}, "gateway-2": {Permits: 4, Workers: 4}}
 	d.Hash = plan.Hash(d)
-	if _, ok, rejected := tr.apply(snap("a.json", encode(t, d))); !ok || len(rejected) > 0 {
+	if _, ok, rejected := tr.apply(snap("a.json", sourcetest.Encode(t, d))); !ok || len(rejected) > 0 {
 		t.Fatalf("the document was not loaded: %v", rejected)
 	}
 	line := logs.String()
