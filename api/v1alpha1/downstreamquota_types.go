@@ -222,6 +222,7 @@ type RetryPolicy struct {
 // is divided over.
 // +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given",fieldPath=".contract"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
+// +kubebuilder:validation:XValidation:rule="!has(self.configMapName) || self.configMapName == '' || (self.configMapName.startsWith(self.workloadRef.name + '-') && self.configMapName.endsWith('-backpressure'))",message="must be <workload>-backpressure or <workload>-<name>-backpressure, where <workload> is workloadRef.name: the only names the operator may write to",fieldPath=".configMapName"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
 	// contract.
@@ -322,7 +323,10 @@ type DownstreamQuotaSpec struct {
 
 	// ConfigMapName is the ConfigMap the plan is published to. Every quota of
 	// a workload must name the same one; when empty it is
-	// <workload>-backpressure.
+	// <workload>-backpressure. It is <workload>-backpressure or
+	// <workload>-<name>-backpressure: the operator's admission policy lets it
+	// write no other name, so that it cannot be made to write a ConfigMap
+	// another component reads by name.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional

@@ -50,6 +50,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
+	"github.com/backpressure-dev/backpressure-operator/internal/policycheck"
 	"github.com/backpressure-dev/backpressure-operator/internal/version"
 )
 
@@ -100,6 +101,8 @@ type options struct {
 	workers                 int
 	conflictRecheck         time.Duration
 	watchNamespaces         []string
+	policies                []string
+	policyCheckInterval     time.Duration
 	zap                     zap.Options
 }
 
@@ -129,6 +132,13 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 		o.watchNamespaces = namespaces
 		return err
 	})
+	o.policies = policycheck.Policies
+	fs.Func("admission-policies", "Comma-separated admission policies the install holds, which the manager checks at start and every --admission-policy-check-interval and reports in its readiness, a metric and events: "+strings.Join(policycheck.Policies, ", ")+"; empty checks none.", func(v string) error {
+		policies, err := parsePolicies(v)
+		o.policies = policies
+		return err
+	})
+	fs.DurationVar(&o.policyCheckInterval, "admission-policy-check-interval", policycheck.DefaultInterval, "How often the manager checks the admission policies.")
 	fs.BoolVar(&printVersion, "version", false, "Print the version and exit.")
 	o.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -149,6 +159,9 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	}
 	if o.conflictRecheck <= 0 {
 		return nil, fmt.Errorf("manager: --conflict-recheck must be positive, got %s", o.conflictRecheck)
+	}
+	if o.policyCheckInterval <= 0 {
+		return nil, fmt.Errorf("manager: --admission-policy-check-interval must be positive, got %s", o.policyCheckInterval)
 	}
 	return o, nil
 }
@@ -227,6 +240,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := mgr.AddReadyzCheck("informers", informersSynced(mgr)); err != nil {
 		return fmt.Errorf("manager: add readiness check: %w", err)
 	}
+	if err := addPolicyCheck(mgr, cfg, o, probeNamespace(o, leNamespace)); err != nil {
+		return err
+	}
 
 	log.Info("Starting manager", "metrics", o.metricsAddr, "probes", o.probeAddr, "workers", o.workers)
 	if err := mgr.Start(ctx); err != nil {
@@ -274,6 +290,22 @@ func parseNamespaces(v string) ([]string, error) {
 		namespaces = append(namespaces, ns)
 	}
 	return namespaces, nil
+}
+
+// probeNamespace is where the admission policy check may try a ConfigMap:
+// the first watched namespace, else the leader election lease's, else the
+// pod's or the kubeconfig context's.
+func probeNamespace(o *options, leNamespace string) string {
+	if len(o.watchNamespaces) > 0 {
+		return o.watchNamespaces[0]
+	}
+	if leNamespace != "" {
+		return leNamespace
+	}
+	if ns, err := leaderElectionNamespace(o.leaderElectionNamespace, o.kubeconfig); err == nil {
+		return ns
+	}
+	return "default"
 }
 
 // metricsOptions configures the metrics server from the flags.

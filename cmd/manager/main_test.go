@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +54,19 @@ func TestParseFlags(t *testing.T) {
 	if o.kubeconfig != "/tmp/kc" || o.metricsAddr != "0" || o.probeAddr != "0" || o.leaderElect {
 		t.Errorf("parsed: %+v", o)
 	}
+	if !slices.Equal(o.policies, []string{"operator-configmaps", "pod-writes"}) || o.policyCheckInterval != time.Minute {
+		t.Errorf("admission policies %q checked every %s, want both every minute", o.policies, o.policyCheckInterval)
+	}
+	o, err = parseFlags([]string{"--admission-policies=", "--admission-policy-check-interval=10s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.policies) != 0 || o.policyCheckInterval != 10*time.Second {
+		t.Errorf("--admission-policies= gives %q every %s, want none every 10s", o.policies, o.policyCheckInterval)
+	}
 	for _, args := range [][]string{
+		{"--admission-policies=configmaps"},
+		{"--admission-policy-check-interval=0s"},
 		{"--max-concurrent-reconciles=0"},
 		{"--conflict-recheck=0s"},
 		{"--leader-election-retry-period=0s"},
@@ -168,8 +182,20 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		}
 	}()
 
-	eventually(t, "readyz", func() error { return httpStatus(http.DefaultClient, "http://"+probeAddr+"/readyz", "", http.StatusOK) })
+	eventually(t, "readyz/informers", func() error {
+		return httpStatus(http.DefaultClient, "http://"+probeAddr+"/readyz/informers", "", http.StatusOK)
+	})
 	if err := httpStatus(http.DefaultClient, "http://"+probeAddr+"/healthz", "", http.StatusOK); err != nil {
+		t.Error(err)
+	}
+	// No admission policy is installed here, and the kubeconfig's user is
+	// no ServiceAccount: the manager is not ready, and says why.
+	eventually(t, "readyz/admission-policies", func() error {
+		return httpBody(http.DefaultClient, "http://"+probeAddr+"/readyz/admission-policies", http.StatusInternalServerError,
+			"admission policy operator-configmaps is not enforced", "admission policy pod-writes is not enforced",
+			"no ValidatingAdmissionPolicy labelled backpressure.dev/policy=operator-configmaps exists")
+	})
+	if err := httpStatus(http.DefaultClient, "http://"+probeAddr+"/readyz", "", http.StatusInternalServerError); err != nil {
 		t.Error(err)
 	}
 
@@ -276,10 +302,31 @@ func httpStatus(c *http.Client, url, token string, want int) error {
 	if want == http.StatusOK && strings.HasSuffix(url, "/metrics") {
 		// The controller's own metrics, and the per-quota ones the dashboard
 		// and alerts query, served once this manager leads.
-		for _, series := range []string{"controller_runtime_reconcile_total", `backpressure_quota_permits{namespace="default",quota="payments"}`} {
+		for _, series := range []string{"controller_runtime_reconcile_total", `backpressure_quota_permits{namespace="default",quota="payments"}`,
+			`backpressure_admission_policy_enforced{policy="operator-configmaps"} 0`} {
 			if !strings.Contains(string(body), series) {
 				return errString("metrics lack " + series)
 			}
+		}
+	}
+	return nil
+}
+
+// httpBody checks that GET url answers with status want and a body that
+// holds every one of parts.
+func httpBody(c *http.Client, url string, want int, parts ...string) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return errString(url + ": status " + resp.Status + ", want " + http.StatusText(want) + ": " + string(body))
+	}
+	for _, p := range parts {
+		if !strings.Contains(string(body), p) {
+			return errString(url + ": body lacks " + strconv.Quote(p) + ": " + string(body))
 		}
 	}
 	return nil

@@ -335,13 +335,13 @@ var _ = Describe("DownstreamQuota controller", func() {
 		Eventually(func(g Gomega) { publishedDocument(ctx, g, ns, "api-backpressure", "payments") }).Should(Succeed())
 
 		patch := client.MergeFrom(q.DeepCopy())
-		q.Spec.ConfigMapName = "api-gates"
+		q.Spec.ConfigMapName = "api-gates-backpressure"
 		Expect(k8s.Patch(ctx, q, patch)).To(Succeed())
 		Eventually(func(g Gomega) {
-			doc, _ := publishedDocument(ctx, g, ns, "api-gates", "payments")
+			doc, _ := publishedDocument(ctx, g, ns, "api-gates-backpressure", "payments")
 			g.Expect(doc.Generation).To(BeEquivalentTo(2))
 			g.Expect(configMapGone(ctx, g, ns, "api-backpressure")).To(BeTrue())
-			g.Expect(getQuota(ctx, g, ns, "payments").Status.ConfigMap).To(HaveValue(HaveField("Name", "api-gates")))
+			g.Expect(getQuota(ctx, g, ns, "payments").Status.ConfigMap).To(HaveValue(HaveField("Name", "api-gates-backpressure")))
 		}).Should(Succeed())
 	})
 

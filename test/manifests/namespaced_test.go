@@ -98,8 +98,9 @@ func TestNamespacedInstallRendered(t *testing.T) {
 					fromUnstructured(t, o, &role)
 					for _, r := range role.Rules {
 						for _, res := range r.Resources {
-							if res != "downstreamcontracts" && res != "downstreamcontracts/status" && res != "namespaces" {
-								t.Errorf("%s grants %v on %s, want only contracts and namespaces", o.GetName(), r.Verbs, res)
+							if !slices.Contains([]string{"downstreamcontracts", "downstreamcontracts/status", "namespaces",
+								"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, res) {
+								t.Errorf("%s grants %v on %s, want only contracts, namespaces and admission policies", o.GetName(), r.Verbs, res)
 							}
 						}
 						for _, v := range r.Verbs {

@@ -133,6 +133,8 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			{true, "create tokenreviews.authentication.k8s.io"},
 			{true, "create subjectaccessreviews.authorization.k8s.io"},
 			{true, "update leases.coordination.k8s.io -n " + operatorNamespace},
+			{true, "list validatingadmissionpolicybindings.admissionregistration.k8s.io"},
+			{true, "create events.events.k8s.io -n " + operatorNamespace},
 
 			{false, "get secrets -n shop"},
 			{false, "list secrets -A"},
@@ -150,6 +152,10 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			{false, "update configmaps -n shop"},
 			{false, "create leases.coordination.k8s.io -n shop"},
 			{false, "create rolebindings.rbac.authorization.k8s.io -n shop"},
+			// It checks its admission policies, and cannot loosen them.
+			{false, "delete validatingadmissionpolicybindings.admissionregistration.k8s.io"},
+			{false, "update validatingadmissionpolicies.admissionregistration.k8s.io"},
+			{false, "create validatingadmissionpolicybindings.admissionregistration.k8s.io"},
 		} {
 			c.check(t, kubectl, operatorUser)
 		}
@@ -193,7 +199,11 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 		}, appDenials...) {
 			c.check(t, kubectl, appUser)
 		}
-		s := followConfigMap(ctx, t, app, &backpressure.AckOptions{})
+		// With the token the pod mounts, bound to it: config/default's
+		// pod-writes policy applies to shop, as to every namespace, and lets
+		// the pod acknowledge on its own pod and nothing more.
+		bound := podIdentity(admin, "shop", "search-gateway", samplePod, pod.UID)
+		s := followConfigMap(ctx, t, bound, &backpressure.AckOptions{})
 		want := plan.Ack{Epoch: s.Epoch, Revision: s.Revision}.String()
 		waitFor(ctx, t, "the pod's acknowledgement", func() (bool, error) {
 			var p corev1.Pod
@@ -202,6 +212,20 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 			}
 			return p.Annotations[v1alpha1.AppliedAnnotationPrefix+sampleQuota] == want, nil
 		})
+		other := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: samplePod + "-other"},
+			Spec:       pod.Spec,
+		}
+		if err := k8s.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		_, err := kubernetes.NewForConfigOrDie(bound).CoreV1().Pods("shop").Patch(ctx, other.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AppliedAnnotationPrefix+sampleQuota+`":"`+want+`"}}}`), metav1.PatchOptions{})
+		denied(t, err, "own-pod-only")
+		unbound := impersonate(admin, appUser)
+		_, err = kubernetes.NewForConfigOrDie(unbound).CoreV1().Pods("shop").Patch(ctx, samplePod, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AppliedAnnotationPrefix+sampleQuota+`":"`+want+`"}}}`), metav1.PatchOptions{})
+		denied(t, err, "pod-bound-token-only")
 		// The operator counts the acknowledgement in the rollout status.
 		waitFor(ctx, t, "status.rollout to count the acknowledgement", func() (bool, error) {
 			r := reconcile(t).Status.Rollout
