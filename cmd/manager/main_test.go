@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -162,6 +169,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	defer cancel()
 
 	metricsAddr, probeAddr := freePort(t), freePort(t)
+	certDir, roots := servingCertificate(t, "127.0.0.1")
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -169,6 +177,7 @@ func TestRunAgainstAPIServer(t *testing.T) {
 			"--kubeconfig=" + kubectl.Kubeconfig,
 			"--leader-election-namespace=default",
 			"--metrics-bind-address=" + metricsAddr,
+			"--metrics-cert-dir=" + certDir,
 			"--health-probe-bind-address=" + probeAddr,
 		}, io.Discard)
 	}()
@@ -230,20 +239,25 @@ func TestRunAgainstAPIServer(t *testing.T) {
 		return nil
 	})
 
-	// Metrics: HTTPS, and only for callers the API server authenticates and
-	// authorizes.
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the metrics server's certificate is self-signed
+	// Metrics: HTTPS with the certificate of --metrics-cert-dir, which a
+	// scraper verifies before it sends its token, and only for callers the
+	// API server authenticates and authorizes.
+	verifying := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	metricsURL := "https://" + metricsAddr + "/metrics"
-	if err := httpStatus(insecure, metricsURL, "", http.StatusUnauthorized); err != nil {
+	if err := httpStatus(verifying, metricsURL, "", http.StatusUnauthorized); err != nil {
 		t.Error(err)
+	}
+	otherName := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "elsewhere.example.com", MinVersion: tls.VersionTLS12}}}
+	if err := httpStatus(otherName, metricsURL, "", http.StatusUnauthorized); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("a scraper expecting another name got %v, want a certificate error", err)
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	grantMetrics(ctx, t, k8s, "scraper")
-	if err := httpStatus(insecure, metricsURL, serviceAccountToken(ctx, t, k8s, cs, "stranger"), http.StatusForbidden); err != nil {
+	if err := httpStatus(verifying, metricsURL, serviceAccountToken(ctx, t, k8s, cs, "stranger"), http.StatusForbidden); err != nil {
 		t.Error(err)
 	}
 	scraper := serviceAccountToken(ctx, t, k8s, cs, "scraper")
-	eventually(t, "authorized metrics", func() error { return httpStatus(insecure, metricsURL, scraper, http.StatusOK) })
+	eventually(t, "authorized metrics", func() error { return httpStatus(verifying, metricsURL, scraper, http.StatusOK) })
 
 	stop()
 	stopped = true
@@ -261,6 +275,53 @@ func TestRunAgainstAPIServer(t *testing.T) {
 	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != "" {
 		t.Errorf("lease still held by %q after shutdown", h)
 	}
+}
+
+// servingCertificate writes tls.crt and tls.key for ip, issued by a CA of
+// its own, as cert-manager writes them into the metrics Secret, and returns
+// their directory and a pool holding the CA.
+func servingCertificate(t *testing.T, ip string) (string, *x509.CertPool) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "metrics CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.ParseIP(ip)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, block := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return dir, pool
 }
 
 type errString string

@@ -19,7 +19,8 @@ import (
 func TestChartLints(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
-		{"metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"},
+		{"metrics.certManager.enabled=true", "metrics.serviceMonitor.enabled=true", "prometheusRule.enabled=true", "grafanaDashboard.enabled=true"},
+		{"metrics.certSecret=metrics-tls", "metrics.serviceMonitor.enabled=true"},
 		{"metrics.secure=false", "metrics.serviceMonitor.enabled=true", "serviceAccount.create=false", "serviceAccount.name=existing"},
 	} {
 		args := []string{"lint", "--strict", chartDir, "--kube-version", kubeVersion}

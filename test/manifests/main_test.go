@@ -163,9 +163,10 @@ func kustomize(t *testing.T, dir string) []byte {
 	return run(t, kubectlBinary(t), "kustomize", dir)
 }
 
-// kustomizeWithMonitoring renders config/default with the config/prometheus
-// component enabled the way its kustomization.yaml tells users to: by
-// uncommenting the component lines, here in a copy of config/.
+// kustomizeWithMonitoring renders config/default with the config/certmanager
+// and config/prometheus components enabled the way its kustomization.yaml
+// tells users to: by uncommenting the component lines, here in a copy of
+// config/.
 func kustomizeWithMonitoring(t *testing.T) []byte {
 	t.Helper()
 	dir := t.TempDir()
@@ -177,7 +178,7 @@ func kustomizeWithMonitoring(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const commented, enabled = "#components:\n#- ../prometheus\n", "components:\n- ../prometheus\n"
+	const commented, enabled = "#components:\n#- ../certmanager\n#- ../prometheus\n", "components:\n- ../certmanager\n- ../prometheus\n"
 	if !bytes.Contains(data, []byte(commented)) {
 		t.Fatalf("config/default/kustomization.yaml no longer holds the lines its comment tells users to uncomment:\n%s", commented)
 	}

@@ -142,7 +142,7 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 	}
 	renders := map[string][]byte{
 		"kustomize config/default with config/prometheus": kustomizeWithMonitoring(t),
-		"helm template, every option on": helmTemplateIn(t, helmNamespace, "metrics.serviceMonitor.enabled=true",
+		"helm template, every option on": helmTemplateIn(t, helmNamespace, "metrics.certManager.enabled=true", "metrics.serviceMonitor.enabled=true",
 			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true"),
 		"helm template, metrics off": helmTemplateIn(t, helmNamespace, "metrics.enabled=false", "replicas=1",
 			"leaderElection.enabled=false"),

@@ -53,3 +53,17 @@ app.kubernetes.io/component: manager
 {{- define "backpressure-operator.metricsPortName" -}}
 {{- if .Values.metrics.secure }}https{{ else }}http{{ end }}
 {{- end }}
+
+{{/* The Secret holding the metrics certificate, or "" when there is none. */}}
+{{- define "backpressure-operator.metricsCertSecret" -}}
+{{- if .Values.metrics.certSecret }}
+{{- .Values.metrics.certSecret }}
+{{- else if .Values.metrics.certManager.enabled }}
+{{- include "backpressure-operator.fullname" . }}-metrics-cert
+{{- end }}
+{{- end }}
+
+{{/* The metrics Service's DNS name, which its certificate is for. */}}
+{{- define "backpressure-operator.metricsServiceHost" -}}
+{{- include "backpressure-operator.fullname" . }}-metrics.{{ .Release.Namespace }}.svc
+{{- end }}
