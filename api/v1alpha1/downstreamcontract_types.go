@@ -30,9 +30,21 @@ type DownstreamContractSpec struct {
 	// +optional
 	RetryBudgetPerSecond int32 `json:"retryBudgetPerSecond,omitempty"`
 	// NamespaceSelector selects the namespaces whose quotas may share this
-	// contract. When absent, quotas of every namespace may.
+	// contract. When absent, no namespace may: a contract names who may use
+	// it, and {} admits every namespace, explicitly.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// MaxWeightPerNamespace caps the weight the quotas of one namespace hold
+	// together on this contract, whatever weights they state and however
+	// many they are. A namespace's quotas are taken oldest first; each gets
+	// its weight, or what is left of the cap, and those left with nothing
+	// get no part. It keeps one tenant from shrinking the others' parts by
+	// raising its weight or by creating more quotas.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=1
+	// +optional
+	MaxWeightPerNamespace int32 `json:"maxWeightPerNamespace,omitempty"`
 	// Handover bounds how capacity moves between the callers' pods.
 	// +optional
 	Handover Handover `json:"handover,omitempty"`

@@ -201,10 +201,10 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 }
 
 // contractAdmits reports whether dc's namespace selector admits namespace;
-// no selector admits every namespace.
+// no selector admits none (a contract names who may use it), {} every one.
 func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamContract, namespace string) (bool, error) {
 	if dc.Spec.NamespaceSelector == nil {
-		return true, nil
+		return false, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(dc.Spec.NamespaceSelector)
 	if err != nil {
@@ -310,7 +310,7 @@ func (r *DownstreamQuotaReconciler) contractMissing(ctx context.Context, q *v1al
 
 // notAdmitted says that contract's namespace selector turns namespace away.
 func notAdmitted(contract, namespace string) string {
-	return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match)", contract, namespace)
+	return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match, or it has none and admits no namespace)", contract, namespace)
 }
 
 // reportContractMissing writes a shared quota's Ready condition when its

@@ -22,8 +22,9 @@ var _ = Describe("DownstreamContract controller", func() {
 		contract := &v1alpha1.DownstreamContract{
 			ObjectMeta: metav1.ObjectMeta{Name: "shared-" + nsA},
 			Spec: v1alpha1.DownstreamContractSpec{
-				Downstream: "ledger-" + nsA + ".example.com",
-				Contract:   v1alpha1.Contract{Concurrency: 50}, // 40 usable at 80%
+				NamespaceSelector: &metav1.LabelSelector{}, // every namespace
+				Downstream:        "ledger-" + nsA + ".example.com",
+				Contract:          v1alpha1.Contract{Concurrency: 50}, // 40 usable at 80%
 			},
 		}
 		Expect(k8s.Create(ctx, contract)).To(Succeed())
@@ -193,7 +194,7 @@ var _ = Describe("DownstreamContract controller", func() {
 		// says so itself.
 		dc := &v1alpha1.DownstreamContract{
 			ObjectMeta: metav1.ObjectMeta{Name: "also-" + ns},
-			Spec:       v1alpha1.DownstreamContractSpec{Downstream: downstream, Contract: v1alpha1.Contract{Concurrency: 50}},
+			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: downstream, Contract: v1alpha1.Contract{Concurrency: 50}},
 		}
 		Expect(k8s.Create(ctx, dc)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
@@ -215,8 +216,9 @@ var _ = Describe("DownstreamContract with a caller whose workload is missing", f
 		contract := &v1alpha1.DownstreamContract{
 			ObjectMeta: metav1.ObjectMeta{Name: "orphaned-" + ns},
 			Spec: v1alpha1.DownstreamContractSpec{
-				Downstream: "orphaned-" + ns + ".example.com",
-				Contract:   v1alpha1.Contract{Concurrency: 10}, // 8 usable
+				NamespaceSelector: &metav1.LabelSelector{}, // every namespace
+				Downstream:        "orphaned-" + ns + ".example.com",
+				Contract:          v1alpha1.Contract{Concurrency: 10}, // 8 usable
 			},
 		}
 		Expect(k8s.Create(ctx, contract)).To(Succeed())

@@ -75,13 +75,16 @@
 // A quota with spec.contractRef names a cluster-scoped DownstreamContract
 // instead of a contract of its own. Its own reconcile only checks that the
 // contract exists and that the contract's namespaceSelector admits the
-// quota's namespace, and otherwise sets Ready False with reason
+// quota's namespace (a contract without one admits none), and otherwise
+// sets Ready False with reason
 // ContractNotFound (the last published plan stays). The
 // DownstreamContractReconciler does the rest, per contract: it lists the
 // quotas naming it (through the contract index), leaving out those being
 // deleted and those of namespaces its selector does not admit, reads each
 // one's facts, and splits the contract's usable permits over them with
-// quota.Split: weighted max-min fairness (spec.weight) capped at each
+// quota.Split: over their namespaces first, each weighing its quotas'
+// weights together capped at the contract's maxWeightPerNamespace, then
+// within each namespace, each time by weighted max-min fairness capped at each
 // caller's demand (spec.demand.inFlight, or demand.ratePerSecond × typical
 // latency rounded up; none stated is unbounded), a caller without serving
 // pods getting nothing. The rate is split the same way; each caller's burst

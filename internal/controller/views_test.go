@@ -317,7 +317,7 @@ var _ = Describe("kubectl views", func() {
 		name := "wide-" + newNamespace(ctx)
 		dc := &v1alpha1.DownstreamContract{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       v1alpha1.DownstreamContractSpec{Downstream: name + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
+			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: name + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
 		}
 		Expect(k8s.Create(ctx, dc)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
@@ -337,7 +337,7 @@ var _ = Describe("kubectl views", func() {
 		ns := newNamespace(ctx)
 		dc := &v1alpha1.DownstreamContract{
 			ObjectMeta: metav1.ObjectMeta{Name: "applied-" + ns},
-			Spec:       v1alpha1.DownstreamContractSpec{Downstream: "applied-" + ns + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
+			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: "applied-" + ns + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
 		}
 		Expect(k8s.Create(ctx, dc)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })

@@ -77,6 +77,8 @@ var QuotaMaximums = []Maximum{
 var ContractMaximums = []Maximum{
 	maxConcurrency, maxContractRate, maxContractBurst, maxClusterConcurrency, maxClusterPercent, maxSafety,
 	{"spec.retryBudgetPerSecond", plan.MaxPerSecond, nil},
+	// The most a namespace's quotas weigh together: as much as one quota.
+	{"spec.maxWeightPerNamespace", 1000, nil},
 }
 
 // validateBounds checks a quota's spec and its contract against the

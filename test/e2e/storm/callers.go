@@ -168,6 +168,10 @@ func ContractObject() (*v1alpha1.DownstreamContract, error) {
 			Contract:             *q.Spec.Contract,
 			SafetyPercent:        q.Spec.SafetyPercent,
 			RetryBudgetPerSecond: q.Spec.Retry.BudgetPerSecond,
+			// Every namespace, and each weighs what its one caller states:
+			// the scenario measures the weighted split, not the tenancy cap.
+			NamespaceSelector:     &metav1.LabelSelector{},
+			MaxWeightPerNamespace: 1000,
 		},
 	}, nil
 }
