@@ -7,15 +7,21 @@
 # `make docker-build IMG=<image>` and `make docker-build-proxy
 # PROXY_IMG=<image>` run them.
 #
-# The Go version matches go.mod's toolchain; BUILDPLATFORM, TARGETOS and
-# TARGETARCH are set by BuildKit, so `docker buildx build --platform ...`
-# cross-compiles without emulation. VERSION and COMMIT are stamped into the
+# Both base images are pinned by digest, the multi-platform index of the tag
+# beside it, so that a build takes the very images that were reviewed;
+# test/release fails on a FROM without one. A digest changes only here, in
+# a commit of its own: `docker buildx imagetools inspect <image>:<tag>` shows
+# the current one. golang:1.26.8 is the toolchain the project is built and
+# tested with.
+#
+# BUILDPLATFORM, TARGETOS and TARGETARCH are set by BuildKit, so `docker
+# buildx build --platform ...` cross-compiles without emulation. VERSION and COMMIT are stamped into the
 # binaries as hack/release.sh stamps them (`--version`, and the manager logs
 # them); the make targets pass them. Without them the binaries say "dev" and
 # "unknown": the build context has no .git for the go command to read.
 # test/release runs each stage's go build as written here, from a directory
 # holding only what the stage copies.
-FROM --platform=$BUILDPLATFORM golang:1.26 AS modules
+FROM --platform=$BUILDPLATFORM golang:1.26.8@sha256:3c3e25a4da13fd0478eed2df1eb35a0e667094a7124d3993a6a1d30f71c17e79 AS modules
 WORKDIR /workspace
 # Modules first, so that a source change does not download them again. The
 # plan document and the library are modules of their own that go.mod
@@ -59,7 +65,7 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
       -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
     -o backpressure-proxy ./cmd/backpressure-proxy
 
-FROM gcr.io/distroless/static:nonroot AS proxy
+FROM gcr.io/distroless/static:nonroot@sha256:e2e927ec666bae08560abb3c55d0659eceabb657f56b6782ab500a9fc7f555e3 AS proxy
 WORKDIR /
 COPY --from=proxy-builder /workspace/backpressure-proxy .
 USER 65532:65532
@@ -69,7 +75,7 @@ ENTRYPOINT ["/backpressure-proxy"]
 
 # The manager stays the last stage: `docker build .` without --target
 # builds it.
-FROM gcr.io/distroless/static:nonroot AS manager
+FROM gcr.io/distroless/static:nonroot@sha256:e2e927ec666bae08560abb3c55d0659eceabb657f56b6782ab500a9fc7f555e3 AS manager
 WORKDIR /
 COPY --from=builder /workspace/manager .
 USER 65532:65532

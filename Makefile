@@ -83,9 +83,10 @@ vet: ## Run go vet, here and in the nested modules.
 	for m in $(NESTED_MODULES); do (cd $$m && $(GO) vet ./...); done
 
 .PHONY: lint
-lint: ## Run golangci-lint (formatting, vet, staticcheck, doc comments, ...), here and in the nested modules.
+lint: ## Run golangci-lint (formatting, vet, staticcheck, doc comments, ...), here and in the nested modules, and govulncheck (skipped offline unless GOVULNDB_DIR names a copy of its database).
 	$(GOLANGCI_LINT) run ./...
 	for m in $(NESTED_MODULES); do (cd $$m && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml ./...); done
+	hack/govulncheck.sh
 
 .PHONY: envtest
 envtest: ## Build the control plane for tests (kube-apiserver, kube-controller-manager, etcd, kubectl) if not cached nor given as KUBEBUILDER_ASSETS.
@@ -204,8 +205,11 @@ dev-cluster-stop: ## Stop the local cluster of make dev-cluster.
 # (RELEASE_PLATFORMS="linux/amd64"), or name the image repository
 # (RELEASE_IMAGE) and where the archives will be downloaded from
 # (RELEASE_URL) — hack/release.sh says more.
+# The release is signed with the minisign secret key RELEASE_SIGNING_KEY
+# names (and RELEASE_SIGNING_PASSWORD, when it has one); without it the
+# release fails.
 .PHONY: release
-release: ## Build release VERSION into dist/: archives of the manager and the plugin, checksums, install.yaml, chart, krew manifest.
+release: ## Build release VERSION into dist/: archives of the binaries, their SBOMs, install.yaml, chart, krew manifest, provenance, checksums, signatures.
 	@if [[ -z "$(VERSION)" ]]; then echo "release: give the version, such as make release VERSION=v0.1.0" >&2; exit 2; fi
 	$(if $(call assets_given,kubectl),KUBEBUILDER_ASSETS="$(call assets_given,kubectl)") DIST=dist hack/release.sh "$(VERSION)"
 
@@ -252,10 +256,13 @@ chart-sync: ## Copy the CRDs, the manager's role, the alerts and the dashboard i
 	cp config/prometheus/dashboard.json $(CHART)/files/dashboard.json
 
 .PHONY: tools
-tools: ## Build the pinned tools the manifest tests run (helm and promtool take minutes the first time).
+tools: ## Build the pinned tools the manifest and release tests run (helm and promtool take minutes the first time).
 	$(HELM) version >/dev/null
 	$(PROMTOOL) --version >/dev/null
 	$(CRD_REF_DOCS) --version >/dev/null
+	$(GO) tool -modfile=hack/tools/minisign/go.mod minisign -v >/dev/null
+	$(GO) tool -modfile=hack/tools/cyclonedx-gomod/go.mod cyclonedx-gomod version >/dev/null
+	$(GO) tool -modfile=hack/tools/govulncheck/go.mod govulncheck -version >/dev/null
 
 .PHONY: docker-build
 docker-build: ## Build the manager image IMG (needs a Docker engine, or CONTAINER_TOOL=podman).

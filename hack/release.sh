@@ -8,11 +8,20 @@
 #   install.yaml            CRDs, RBAC and the manager (config/default), image tagged <version>
 #   backpressure-operator-<version without v>.tgz                the Helm chart
 #   backpressure.yaml       the krew manifest of the plugin, from its archives
+#   <archive without .tar.gz>.cdx.json                           the SBOM of each archive's binary (CycloneDX)
+#   provenance.intoto.json  the build's provenance: an in-toto Statement of SLSA provenance over every file above
 #   checksums.txt           sha256 of every file above
+#   <file>.minisig          a minisign signature of every file above, checksums.txt included
 #
 # Each archive holds the binary, LICENSE and README.md. The binaries are
 # static (CGO_ENABLED=0), built with -trimpath, and carry the version and the
-# commit in internal/version; `--version` prints them.
+# commit in internal/version; `--version` prints them. The SBOMs list the
+# modules each binary was built from, as its build information records them
+# (cyclonedx-gomod bin); the signatures are made with the release's secret
+# key (minisign); both tools run at the versions pinned in hack/tools. A user
+# verifies a download with the release's public key:
+#
+#   minisign -Vm backpressure-proxy_v0.1.0_linux_amd64.tar.gz -P <public key>
 #
 # The Go modules are released by their git tags, not by this script: the
 # root module by vX.Y.Z, and the two nested modules an application requires
@@ -22,8 +31,14 @@
 #
 # Usage: hack/release.sh VERSION        (make release VERSION=v0.1.0)
 #
-# VERSION is a semantic version with a leading v, as krew requires. The
-# environment may set:
+# VERSION is a semantic version with a leading v, as krew requires.
+# RELEASE_SIGNING_KEY must name the minisign secret key that signs the
+# release; the release fails without it, rather than publish unsigned files.
+# The environment may set:
+#   RELEASE_SIGNING_PASSWORD  the password of that key, when it has one (read
+#                      from the environment, never from a file here)
+#   RELEASE_BUILDER    who runs the build, for the provenance: a CI job's URL
+#                      (default: the user and host)
 #   DIST               output directory, emptied first (default: dist)
 #   RELEASE_PLATFORMS  GOOS/GOARCH pairs to build (default: linux and darwin on
 #                      amd64 and arm64)
@@ -36,9 +51,13 @@
 #   KUBEBUILDER_ASSETS a directory holding kubectl, whose built-in kustomize
 #                      renders install.yaml (default: hack/setup-envtest.sh's)
 set -euo pipefail
-# A relative KUBEBUILDER_ASSETS is relative to where the script was called.
+# A relative KUBEBUILDER_ASSETS or RELEASE_SIGNING_KEY is relative to where
+# the script was called.
 if [[ -n "${KUBEBUILDER_ASSETS:-}" && -d "${KUBEBUILDER_ASSETS}" ]]; then
   KUBEBUILDER_ASSETS="$(cd "${KUBEBUILDER_ASSETS}" && pwd)"
+fi
+if [[ -n "${RELEASE_SIGNING_KEY:-}" && -f "${RELEASE_SIGNING_KEY}" ]]; then
+  RELEASE_SIGNING_KEY="$(cd "$(dirname "${RELEASE_SIGNING_KEY}")" && pwd)/$(basename "${RELEASE_SIGNING_KEY}")"
 fi
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -65,6 +84,11 @@ fi
 # Archive entries carry the commit's time, so the same commit gives the
 # same archives.
 EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
+if [[ -z "${RELEASE_SIGNING_KEY:-}" || ! -f "${RELEASE_SIGNING_KEY}" ]]; then
+  echo "release: RELEASE_SIGNING_KEY must name the minisign secret key that signs the release (got '${RELEASE_SIGNING_KEY:-}'); see docs/installing.md#verifying-a-release" >&2
+  exit 2
+fi
+STARTED="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 for platform in ${PLATFORMS}; do
   if [[ ! "${platform}" =~ ^[a-z0-9]+/[a-z0-9]+$ ]]; then
     echo "release: RELEASE_PLATFORMS holds '${platform}', not GOOS/GOARCH" >&2
@@ -102,7 +126,11 @@ else
   archive() { local dir="$1" out="$2"; shift 2; tar -C "${dir}" -cf - "$@" | gzip -9n > "${out}"; }
 fi
 
-# 1. The binaries, one archive per binary and platform.
+MINISIGN=(go tool -modfile=hack/tools/minisign/go.mod minisign)
+CYCLONEDX=(go tool -modfile=hack/tools/cyclonedx-gomod/go.mod cyclonedx-gomod)
+
+# 1. The binaries, one archive per binary and platform, and the SBOM of each
+# binary, from the build information the go command recorded in it.
 LDFLAGS="-s -w -X ${MODULE}/internal/version.Version=${VERSION} -X ${MODULE}/internal/version.Commit=${RELEASE_COMMIT}"
 for platform in ${PLATFORMS}; do
   os="${platform%/*}" arch="${platform#*/}"
@@ -118,6 +146,11 @@ for platform in ${PLATFORMS}; do
     name="${bin}"
     [[ "${bin}" == manager ]] && name=backpressure-operator-manager
     archive "${dir}" "${DIST}/${name}_${VERSION}_${os}_${arch}.tar.gz" "${bin}" LICENSE README.md
+    # No timestamp and no random serial number: the same binary gives the
+    # same SBOM.
+    "${CYCLONEDX[@]}" bin -json -noserial -notimestamp -version "${VERSION}" \
+      -output "${DIST}/${name}_${VERSION}_${os}_${arch}.cdx.json" "${dir}/${bin}" 2>"${WORK}/cyclonedx.log" \
+      || { cat "${WORK}/cyclonedx.log" >&2; exit 1; }
   done
 done
 
@@ -200,7 +233,18 @@ PLATFORM
   done
 } > "${DIST}/backpressure.yaml"
 
-# 5. The checksums, in the format sha256sum -c reads.
-(cd "${DIST}" && sha256 *.tar.gz *.tgz install.yaml backpressure.yaml > checksums.txt)
+# 5. The provenance of every file so far, then the checksums, in the format
+# sha256sum -c reads, then a signature of each.
+log "writing the provenance"
+go run ./hack/provenance -version "${VERSION}" -commit "${RELEASE_COMMIT}" -started "${STARTED}" \
+  -platforms "${PLATFORMS}" -image "${IMAGE}" -builder "${RELEASE_BUILDER:-}" -out "${DIST}/provenance.intoto.json" \
+  "${DIST}"/*.tar.gz "${DIST}"/*.cdx.json "${DIST}"/*.tgz "${DIST}/install.yaml" "${DIST}/backpressure.yaml"
+(cd "${DIST}" && sha256 *.tar.gz *.cdx.json *.tgz install.yaml backpressure.yaml provenance.intoto.json > checksums.txt)
+log "signing"
+# minisign reads the key's password, when it has one, from stdin; each
+# signature's trusted comment names the file it signs.
+printf '%s\n' "${RELEASE_SIGNING_PASSWORD:-}" | "${MINISIGN[@]}" -S -s "${RELEASE_SIGNING_KEY}" \
+  -m "${DIST}"/*.tar.gz "${DIST}"/*.cdx.json "${DIST}"/*.tgz "${DIST}/install.yaml" "${DIST}/backpressure.yaml" \
+  "${DIST}/provenance.intoto.json" "${DIST}/checksums.txt" >/dev/null
 log "release ${VERSION} (${RELEASE_COMMIT}) in ${DIST}:"
 ls -1 "${DIST}" >&2

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -206,4 +207,47 @@ func dockerignore(t *testing.T, root string) *patternmatcher.PatternMatcher {
 		t.Fatalf(".dockerignore: %v", err)
 	}
 	return pm
+}
+
+// pinnedImage is an image reference with a tag and the digest of what the
+// tag named when it was pinned.
+var pinnedImage = regexp.MustCompile(`^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)*:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$`)
+
+// Every base image of the Dockerfile is pinned by digest, beside the tag it
+// was taken from, so that a build takes the images that were reviewed and
+// not whatever the tag names that day. A FROM that names an earlier stage
+// is not an image.
+func TestDockerfileBasesArePinned(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(readFile(t, filepath.Join(root, "Dockerfile"))), "\\\n", " ")
+	stages := map[string]bool{}
+	bases := 0
+	for line := range strings.Lines(text) {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.EqualFold(f[0], "FROM") {
+			continue
+		}
+		args := f[1:]
+		for len(args) > 0 && strings.HasPrefix(args[0], "--") {
+			args = args[1:]
+		}
+		if len(args) == 0 {
+			t.Fatalf("Dockerfile: FROM without an image: %s", line)
+		}
+		if !stages[args[0]] {
+			bases++
+			if !pinnedImage.MatchString(args[0]) {
+				t.Errorf("Dockerfile: FROM %s is not pinned: want <image>:<tag>@sha256:<digest>", args[0])
+			}
+		}
+		if len(args) == 3 && strings.EqualFold(args[1], "AS") {
+			stages[args[2]] = true
+		}
+	}
+	if bases < 2 {
+		t.Errorf("found %d base images in the Dockerfile, want the builder's and the runtime's", bases)
+	}
 }

@@ -64,6 +64,11 @@ func (p platform) archiveName(bin string) string {
 	return fmt.Sprintf("%s_%s_%s_%s.tar.gz", name, version, p.os, p.arch)
 }
 
+// sbomName is the file name hack/release.sh gives the SBOM of bin.
+func (p platform) sbomName(bin string) string {
+	return strings.TrimSuffix(p.archiveName(bin), ".tar.gz") + ".cdx.json"
+}
+
 func TestRelease(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -74,12 +79,18 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	platforms := releasePlatforms(t)
-	dist := buildRelease(t, root, assets, platforms)
+	key := newSigningKey(t, root)
+	dist := buildRelease(t, root, assets, platforms, key.secret)
 
 	t.Run("files", func(t *testing.T) {
-		want := []string{"backpressure-operator-" + chartVersion + ".tgz", "backpressure.yaml", "checksums.txt", "install.yaml"}
+		want := []string{"backpressure-operator-" + chartVersion + ".tgz", "backpressure.yaml", "checksums.txt", "install.yaml", "provenance.intoto.json"}
 		for _, p := range platforms {
-			want = append(want, p.archiveName(manager), p.archiveName(plugin), p.archiveName(proxy))
+			for _, bin := range []string{manager, plugin, proxy} {
+				want = append(want, p.archiveName(bin), p.sbomName(bin))
+			}
+		}
+		for _, f := range slices.Clone(want) {
+			want = append(want, f+".minisig")
 		}
 		slices.Sort(want)
 		entries, err := os.ReadDir(dist)
@@ -99,6 +110,9 @@ func TestRelease(t *testing.T) {
 	t.Run("install.yaml", func(t *testing.T) { checkInstall(t, root, dist) })
 	t.Run("chart", func(t *testing.T) { checkChart(t, root, dist) })
 	t.Run("krew", func(t *testing.T) { checkKrew(t, dist, platforms) })
+	t.Run("signatures", func(t *testing.T) { checkSignatures(t, root, dist, key.public) })
+	t.Run("SBOMs", func(t *testing.T) { checkSBOMs(t, dist, platforms) })
+	t.Run("provenance", func(t *testing.T) { checkProvenance(t, dist) })
 }
 
 // releasePlatforms is the host's platform, or RELEASE_TEST_PLATFORMS.
@@ -119,9 +133,9 @@ func releasePlatforms(t *testing.T) []platform {
 	return out
 }
 
-// buildRelease runs hack/release.sh into a temporary directory and returns
-// that directory.
-func buildRelease(t *testing.T, root, assets string, platforms []platform) string {
+// buildRelease runs hack/release.sh into a temporary directory, signing
+// with the minisign secret key at key, and returns that directory.
+func buildRelease(t *testing.T, root, assets string, platforms []platform, key string) string {
 	t.Helper()
 	dist := t.TempDir()
 	var names []string
@@ -138,6 +152,8 @@ func buildRelease(t *testing.T, root, assets string, platforms []platform) strin
 		"RELEASE_IMAGE="+image,
 		"RELEASE_URL="+releaseURL+"/", // the trailing slash must not double
 		"RELEASE_COMMIT="+commit,
+		"RELEASE_SIGNING_KEY="+key,
+		"RELEASE_BUILDER=test/release",
 		testenv.AssetsEnv+"="+assets,
 	)
 	var stderr bytes.Buffer
@@ -311,7 +327,8 @@ func checkChecksums(t *testing.T, dist string) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.Name() == "checksums.txt" {
+		// The signatures come after the checksums, and sign them.
+		if e.Name() == "checksums.txt" || strings.HasSuffix(e.Name(), ".minisig") {
 			continue
 		}
 		sum, ok := listed[e.Name()]
