@@ -69,8 +69,9 @@ FROM gcr.io/distroless/static:nonroot@sha256:e2e927ec666bae08560abb3c55d0659ecea
 WORKDIR /
 COPY --from=proxy-builder /workspace/backpressure-proxy .
 USER 65532:65532
-# The metrics, /healthz and /readyz port; the routes' ports are loopback.
-EXPOSE 9090
+# The /healthz and /readyz port. The metrics listen on 127.0.0.1:9090 and
+# the routes on loopback unless flags say otherwise.
+EXPOSE 9091
 ENTRYPOINT ["/backpressure-proxy"]
 
 # The manager stays the last stage: `docker build .` without --target

@@ -242,8 +242,8 @@ func checkLocalRejection(t *testing.T, client string, a answer, status int, reas
 
 // startForClients starts an upstream with a large body and a proxy with
 // room for every call: a route to the upstream's URL with path appended, and
-// a forwarding port admitting 127.0.0.1. It returns the upstream and the
-// route's and the forwarding port's URLs.
+// a forwarding port admitting the upstream's host and port. It returns the
+// upstream and the route's and the forwarding port's URLs.
 func startForClients(t *testing.T, path string) (u *upstream, route, fwd string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -251,7 +251,7 @@ func startForClients(t *testing.T, path string) (u *upstream, route, fwd string)
 	u = startUpstream(t, bigSize)
 	p := startProxy(t, nil, "--plan-dir", dir,
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL+path,
-		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
+		"--forward-listen", "127.0.0.1:0", "--forward-host", strings.TrimPrefix(u.URL, "http://")+"="+testGate)
 	t.Cleanup(func() {
 		if v, ok := p.metric(t, `backpressure_gate_admitted_total{gate="`+testGate+`"}`); !ok || v == "0" {
 			t.Errorf("backpressure_gate_admitted_total = %q, %v after the calls", v, ok)

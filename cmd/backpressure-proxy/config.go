@@ -21,8 +21,15 @@ type config struct {
 	forwardHosts      map[string]string // lower-case host or host:port → gate
 	sourceflags.Flags                   // where the plans come from, and acknowledgement
 	metricsListen     string
-	shutdownTimeout   time.Duration
-	version           bool
+	probeListen       string
+	// listenAnywhere lets --route and --forward-listen bind addresses
+	// other than loopback.
+	listenAnywhere bool
+	// maxCallDuration bounds one call's request and response on the
+	// application's side; zero derives it from the plan's deadline.
+	maxCallDuration time.Duration
+	shutdownTimeout time.Duration
+	version         bool
 }
 
 // route is one local port standing for one downstream.
@@ -126,7 +133,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.forwardListen, "forward-listen", "", "serve HTTP_PROXY-style forwarding (absolute-form requests) on this address; CONNECT is declined")
 	fs.Var(hostFlag{c.forwardHosts}, "forward-host", "a host the forwarding port admits, and its gate: HOST[:PORT]=GATE (repeatable); other hosts are refused with 403")
 	c.Register(fs, getenv)
-	fs.StringVar(&c.metricsListen, "metrics-listen", ":9090", "serve /metrics, /healthz and /readyz on this address (empty: off)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "127.0.0.1:9090", "serve /metrics on this address (empty: off); loopback by default, \":9090\" for a scraper outside the pod")
+	fs.StringVar(&c.probeListen, "probe-listen", ":9091", "serve /healthz and /readyz, and nothing else, on this address for the kubelet's probes (empty: off)")
+	fs.BoolVar(&c.listenAnywhere, "listen-non-loopback", false, "let --route and --forward-listen listen on addresses other than loopback, where other pods can reach them; off: only 127.0.0.0/8, ::1 or localhost")
+	fs.DurationVar(&c.maxCallDuration, "max-call-duration", 0, "the longest one call may take on the application's side, its request body and its whole answer, an upgraded connection included; 0: twice the plan's deadline (20s without one)")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
 
@@ -161,12 +171,34 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 			errs = append(errs, fmt.Errorf("listen address %q is used twice", l))
 		}
 		listens[l] = true
+		if !c.listenAnywhere && !loopback(l) {
+			errs = append(errs, fmt.Errorf("listen address %q is not loopback: other pods could send calls through this pod's share; "+
+				"listen on 127.0.0.1, or give --listen-non-loopback", l))
+		}
+	}
+	if c.maxCallDuration < 0 {
+		errs = append(errs, fmt.Errorf("--max-call-duration %v must not be negative", c.maxCallDuration))
 	}
 	errs = append(errs, c.Check()...)
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
 	}
 	return c, errors.Join(errs...)
+}
+
+// loopback reports whether the listen address hostport binds loopback
+// only: an IP in 127.0.0.0/8, ::1, or localhost. An empty host binds every
+// interface.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func routeListens(rs []route) []string {

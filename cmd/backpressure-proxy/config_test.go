@@ -23,8 +23,13 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Namespace != "shop" || c.ConfigMap != "search-gateway-backpressure" || c.metricsListen != ":9090" {
-		t.Errorf("namespace %q, configmap %q, metrics %q", c.Namespace, c.ConfigMap, c.metricsListen)
+	if c.Namespace != "shop" || c.ConfigMap != "search-gateway-backpressure" {
+		t.Errorf("namespace %q, configmap %q", c.Namespace, c.ConfigMap)
+	}
+	// The metrics stay in the pod; the probes have a port of their own.
+	if c.metricsListen != "127.0.0.1:9090" || c.probeListen != ":9091" || c.listenAnywhere || c.maxCallDuration != 0 {
+		t.Errorf("metrics %q, probes %q, non-loopback listens %v, max call %v; want 127.0.0.1:9090, :9091, false, 0",
+			c.metricsListen, c.probeListen, c.listenAnywhere, c.maxCallDuration)
 	}
 	if len(c.routes) != 2 || c.routes[0].listen != "127.0.0.1:9001" || c.routes[0].gate != "logistics-api" ||
 		c.routes[0].upstream.String() != "https://logistics.example.com/v2" {
@@ -55,15 +60,38 @@ func TestParseConfigErrorsNameTheFlag(t *testing.T) {
 		{[]string{"--route", route, "--route", route, "--plan-dir", "/p"}, `listen address "127.0.0.1:9001" is used twice`},
 		{[]string{"--forward-listen", "127.0.0.1:3128", "--plan-dir", "/p"}, "--forward-listen and --forward-host go together"},
 		{[]string{"--forward-host", "a=b", "--route", route, "--plan-dir", "/p"}, "--forward-listen and --forward-host go together"},
-		{[]string{"--forward-listen", ":1", "--forward-host", "a", "--plan-dir", "/p"}, `"a" is not HOST[:PORT]=GATE`},
-		{[]string{"--forward-listen", ":1", "--forward-host", "http://a=b", "--plan-dir", "/p"}, "must be a host name or host:port"},
-		{[]string{"--forward-listen", ":1", "--forward-host", "a=b", "--forward-host", "A=c", "--plan-dir", "/p"}, `host "a" is mapped to both "b" and "c"`},
+		{[]string{"--forward-listen", "127.0.0.1:1", "--forward-host", "a", "--plan-dir", "/p"}, `"a" is not HOST[:PORT]=GATE`},
+		{[]string{"--forward-listen", "127.0.0.1:1", "--forward-host", "http://a=b", "--plan-dir", "/p"}, "must be a host name or host:port"},
+		{[]string{"--forward-listen", "127.0.0.1:1", "--forward-host", "a=b", "--forward-host", "A=c", "--plan-dir", "/p"}, `host "a" is mapped to both "b" and "c"`},
 		{[]string{"--route", route, "--plan-dir", "/p", "--shutdown-timeout", "0s"}, "--shutdown-timeout 0s must be positive"},
+		{[]string{"--route", route, "--plan-dir", "/p", "--max-call-duration", "-1s"}, "--max-call-duration -1s must not be negative"},
+		// Routes and the forwarding port listen on loopback unless told.
+		{[]string{"--route", "listen=:9001,gate=a,upstream=http://a", "--plan-dir", "/p"}, `listen address ":9001" is not loopback`},
+		{[]string{"--route", "listen=0.0.0.0:9001,gate=a,upstream=http://a", "--plan-dir", "/p"}, `listen address "0.0.0.0:9001" is not loopback`},
+		{[]string{"--route", "listen=10.1.2.3:9001,gate=a,upstream=http://a", "--plan-dir", "/p"}, "give --listen-non-loopback"},
+		{[]string{"--forward-listen", "[::]:3128", "--forward-host", "a=b", "--plan-dir", "/p"}, `listen address "[::]:3128" is not loopback`},
 		{[]string{"--route", route, "--plan-dir", "/p", "extra"}, "unexpected arguments"},
 	} {
 		_, err := parseConfig(c.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("parseConfig(%q) = %v, want an error containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// With --listen-non-loopback a route may listen where other pods reach it;
+// loopback in any of its spellings needs no flag.
+func TestParseConfigListens(t *testing.T) {
+	for _, c := range []struct {
+		listen string
+		extra  []string
+	}{
+		{"127.0.0.1:9001", nil}, {"127.0.0.2:9001", nil}, {"[::1]:9001", nil}, {"localhost:9001", nil},
+		{":9001", []string{"--listen-non-loopback"}}, {"10.1.2.3:9001", []string{"--listen-non-loopback"}},
+	} {
+		args := append([]string{"--route", "listen=" + c.listen + ",gate=a,upstream=http://a", "--plan-dir", "/p"}, c.extra...)
+		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("parseConfig(%q): %v", args, err)
 		}
 	}
 }

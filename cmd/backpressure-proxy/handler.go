@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -49,17 +50,71 @@ var rejectedValue = []string{"true"}
 // the permit when the client leaves would let a new call in while the
 // downstream still holds the abandoned one, and exceed the contract
 // whenever callers time out.
-func gated(g *gate.Gate, rp http.Handler, linger func() time.Duration) http.Handler {
+//
+// A client that stays but never finishes sending its body, or never reads
+// the answer, would hold the permit as long as it likes: every admitted
+// call gets a read and a write deadline on its connection, limit() from
+// admission, and is cancelled then. An upgraded connection (a WebSocket)
+// loses the connection's deadlines when it is hijacked, but the reverse
+// proxy closes it when the call's context ends: a tunnel holds its permit
+// for that long at most. An h2c upgrade is refused by leaving the Upgrade out:
+// over one HTTP/2 connection the client would send any number of calls on
+// one permit, and an h2c client goes on in HTTP/1.1 when not upgraded.
+func gated(g *gate.Gate, rp http.Handler, linger, limit func() time.Duration) http.Handler {
 	admitted := httpmw.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		delete(w.Header(), RejectedHeader)
+		end := time.Now().Add(limit())
+		rc := http.NewResponseController(w)
+		// Errors mean the connection has no deadlines (HTTP/2 from a
+		// client that spoke it directly): the linger still bounds the call
+		// once the client leaves.
+		_ = rc.SetReadDeadline(end)
+		_ = rc.SetWriteDeadline(end)
 		ctx, cancel := httpmw.Detach(r.Context(), linger)
 		defer cancel()
+		// An upgrade hijacks the connection, which clears its deadlines;
+		// the reverse proxy closes the tunnel when the call's context ends.
+		ctx, stop := context.WithDeadline(ctx, end)
+		defer stop()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dropH2C(r)
 		w.Header()[RejectedHeader] = rejectedValue
 		admitted.ServeHTTP(w, r)
 	})
+}
+
+// dropH2C removes an upgrade to h2c from r, which then goes on as
+// HTTP/1.1.
+func dropH2C(r *http.Request) {
+	if !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
+		return
+	}
+	r.Header.Del("Upgrade")
+	r.Header.Del("HTTP2-Settings")
+	var keep []string
+	for _, v := range r.Header.Values("Connection") {
+		for tok := range strings.SplitSeq(v, ",") {
+			if tok = strings.TrimSpace(tok); tok != "" && !strings.EqualFold(tok, "upgrade") && !strings.EqualFold(tok, "http2-settings") {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	r.Header.Del("Connection")
+	if len(keep) > 0 {
+		r.Header.Set("Connection", strings.Join(keep, ", "))
+	}
+}
+
+// callLimit returns the limit of gated for the gate name: maxCall when
+// set, else twice the plan's deadline in force (the linger's), since a call
+// that took twice its deadline is over by any account.
+func callLimit(maxCall time.Duration, linger func() time.Duration) func() time.Duration {
+	if maxCall > 0 {
+		return func() time.Duration { return maxCall }
+	}
+	return func() time.Duration { return 2 * linger() }
 }
 
 // defaultLinger bounds how long a call whose client has left may keep its
@@ -119,7 +174,8 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // port: target, when not nil, replaces the scheme, host and path prefix of
 // each request (a route); nil keeps the absolute-form URL the client sent
 // (forwarding). Responses are flushed as they arrive (FlushInterval -1), so
-// streams stay streams; no X-Forwarded-* header is added.
+// streams stay streams; no X-Forwarded-* header is added. The proxy's own
+// headers are taken out of the downstream's answers (scrubResponse).
 func newReverseProxy(target *url.URL, t http.RoundTripper, log *slog.Logger) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -127,11 +183,50 @@ func newReverseProxy(target *url.URL, t http.RoundTripper, log *slog.Logger) *ht
 				pr.SetURL(target)
 			}
 		},
-		Transport:     t,
-		FlushInterval: -1,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		ErrorHandler:  proxyError(log),
+		Transport:      t,
+		FlushInterval:  -1,
+		ModifyResponse: scrubResponse,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler:   proxyError(log),
 	}
+}
+
+// ownHeaders are the headers only the proxy may write: a downstream that
+// sent X-Backpressure-Rejected would pass its 503 off as a local rejection,
+// which the application must not retry and the dashboards count as this
+// pod's share running out.
+var ownHeaders = []string{RejectedHeader, ProxyErrorHeader}
+
+// scrubResponse removes the proxy's own headers from a downstream's answer,
+// from its header and, once the body has been read, its trailers.
+func scrubResponse(resp *http.Response) error {
+	for _, h := range ownHeaders {
+		resp.Header.Del(h)
+		resp.Trailer.Del(h)
+	}
+	// An upgrade's body is the connection itself, which the reverse proxy
+	// writes to as well; it has no trailers.
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Body = &scrubTrailers{ReadCloser: resp.Body, resp: resp}
+	}
+	return nil
+}
+
+// scrubTrailers removes the proxy's own headers from the trailers of resp
+// when its body ends, which is when they arrive.
+type scrubTrailers struct {
+	io.ReadCloser
+	resp *http.Response
+}
+
+func (s *scrubTrailers) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		for _, h := range ownHeaders {
+			s.resp.Trailer.Del(h)
+		}
+	}
+	return n, err
 }
 
 // proxyError answers a call the downstream did not answer: 504 when it
@@ -152,14 +247,15 @@ func proxyError(log *slog.Logger) func(http.ResponseWriter, *http.Request, error
 }
 
 // forwarder serves HTTP_PROXY-style requests: absolute-form URLs whose host
-// is mapped to a gate. CONNECT is declined: a tunnel hides the calls it
-// carries, so a permit held for a tunnel's life would count connections,
-// not calls in flight (see docs/sidecar.md).
+// is mapped to a gate. CONNECT is declined, and so is an Upgrade but to h2c
+// (which gated leaves out): a tunnel hides the calls it carries, so a
+// permit held for a tunnel's life would count connections, not calls in
+// flight (see docs/sidecar.md).
 type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport func(gate string) http.RoundTripper, log *slog.Logger) (*forwarder, error) {
+func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport func(gate string) http.RoundTripper, maxCall time.Duration, log *slog.Logger) (*forwarder, error) {
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
@@ -169,7 +265,8 @@ func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport f
 			if err != nil {
 				return nil, err
 			}
-			h = gated(g, newReverseProxy(nil, transport(name), log), lingerFor(rt, name))
+			linger := lingerFor(rt, name)
+			h = gated(g, newReverseProxy(nil, transport(name), log), linger, callLimit(maxCall, linger))
 			byGate[name] = h
 		}
 		f.hosts[host] = h
@@ -188,6 +285,10 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(ProxyErrorHeader, "not_absolute_form")
 		http.Error(w, "not_absolute_form: this port forwards absolute-form http:// requests only", http.StatusBadRequest)
 		return
+	case r.Header.Get("Upgrade") != "" && !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c"):
+		w.Header().Set(ProxyErrorHeader, "upgrade_declined")
+		http.Error(w, "upgrade_declined: upgraded connections are not gated here; call this downstream through a --route port", http.StatusNotImplemented)
+		return
 	}
 	if h := f.lookup(r.URL.Host); h != nil {
 		h.ServeHTTP(w, r)
@@ -197,18 +298,35 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "host_not_mapped: no gate for host "+r.URL.Host, http.StatusForbidden)
 }
 
-// lookup finds the gated proxy of hostport: host:port first, then host.
+// lookup finds the gated proxy of hostport: host:port as mapped; a host
+// mapped without a port stands for http's port 80 only, so that a mapping
+// for a web API does not open every other port of that host (its database,
+// its admin port) through the pod's share.
 func (f *forwarder) lookup(hostport string) http.Handler {
 	hostport = strings.ToLower(hostport)
 	if h, ok := f.hosts[hostport]; ok {
 		return h
 	}
-	if host, _, err := net.SplitHostPort(hostport); err == nil {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil
+	}
+	if port == forwardDefaultPort {
 		return f.hosts[host]
 	}
 	return nil
 }
 
-// readHeaderTimeout bounds how long a client may take to send a request's
-// headers; bodies and responses have no bound, as streams may be long.
-const readHeaderTimeout = 10 * time.Second
+// The servers' own timeouts. readHeaderTimeout bounds how long a client
+// may take to send a request's headers, idleTimeout how long a kept-alive
+// connection may wait for the next request; a call's body and answer are
+// bounded per call instead (gated), since how long a call may take is the
+// plan's business. The probe and metrics servers answer small requests at
+// once, and get tight bounds on everything.
+const (
+	readHeaderTimeout  = 10 * time.Second
+	idleTimeout        = 90 * time.Second
+	localReadTimeout   = 10 * time.Second
+	localWriteTimeout  = 30 * time.Second
+	forwardDefaultPort = "80"
+)

@@ -38,12 +38,16 @@ func (r *running) stop(t testing.TB) error {
 	}
 }
 
-// startProxy parses args (plus a free metrics port unless args set one),
+// startProxy parses args (plus free metrics and probe ports on loopback
+// unless args set them),
 // opens the proxy and serves it until the test ends.
 func startProxy(t testing.TB, ack *backpressure.AckOptions, args ...string) *running {
 	t.Helper()
 	if !strings.Contains(strings.Join(args, " "), "--metrics-listen") {
 		args = append(args, "--metrics-listen", "127.0.0.1:0")
+	}
+	if !strings.Contains(strings.Join(args, " "), "--probe-listen") {
+		args = append(args, "--probe-listen", "127.0.0.1:0")
 	}
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {

@@ -27,8 +27,10 @@ type proxy struct {
 	rt      *backpressure.Runtime
 	servers []*server
 	metrics *http.Server
-	// metricsAddr is the metrics listener's address, "" without one.
-	metricsAddr string
+	probes  *http.Server
+	// metricsAddr and probeAddr are the listeners' addresses, "" without
+	// them.
+	metricsAddr, probeAddr string
 	// stopping turns /readyz to 503 once shutdown has begun.
 	stopping atomic.Bool
 }
@@ -79,13 +81,14 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 		if err != nil {
 			return nil, err
 		}
-		h := gated(g, newReverseProxy(r.upstream, transport(r.gate), log), lingerFor(p.rt, r.gate))
+		linger := lingerFor(p.rt, r.gate)
+		h := gated(g, newReverseProxy(r.upstream, transport(r.gate), log), linger, callLimit(cfg.maxCallDuration, linger))
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		fw, err := newForwarder(cfg.forwardHosts, p.rt, transport, log)
+		fw, err := newForwarder(cfg.forwardHosts, p.rt, transport, cfg.maxCallDuration, log)
 		if err != nil {
 			return nil, err
 		}
@@ -93,23 +96,41 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 			return nil, err
 		}
 	}
+	// The metrics (gate names, calls, rejections) stay in the pod unless
+	// --metrics-listen says otherwise; the probes, which the kubelet sends
+	// to the pod's IP, have a port of their own that serves nothing else.
 	if cfg.metricsListen != "" {
-		ln, err := net.Listen("tcp", cfg.metricsListen)
-		if err != nil {
-			return nil, fmt.Errorf("--metrics-listen: %w", err)
-		}
-		p.metricsAddr = ln.Addr().String()
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-		mux.HandleFunc("/readyz", p.readyz)
-		p.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout}
-		// Serve fails only when the listener does; the proxy goes on
-		// without metrics then.
-		go func() { _ = p.metrics.Serve(ln) }()
+		if p.metricsAddr, p.metrics, err = serveLocal("--metrics-listen", cfg.metricsListen, mux); err != nil {
+			return nil, err
+		}
 		log.Info("Serving metrics", "address", p.metricsAddr)
 	}
+	if cfg.probeListen != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		mux.HandleFunc("/readyz", p.readyz)
+		if p.probeAddr, p.probes, err = serveLocal("--probe-listen", cfg.probeListen, mux); err != nil {
+			return nil, err
+		}
+		log.Info("Serving probes", "address", p.probeAddr)
+	}
 	return p, nil
+}
+
+// serveLocal serves h on addr, with tight timeouts: it answers small
+// requests at once. Serve fails only when the listener does; the proxy goes
+// on without it then.
+func serveLocal(flag, addr string, h http.Handler) (string, *http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: localReadTimeout,
+		WriteTimeout: localWriteTimeout, IdleTimeout: idleTimeout}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), srv, nil
 }
 
 func (p *proxy) listen(name, addr string, h http.Handler) error {
@@ -117,7 +138,7 @@ func (p *proxy) listen(name, addr string, h http.Handler) error {
 	if err != nil {
 		return fmt.Errorf("listen for %s: %w", name, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, IdleTimeout: idleTimeout}
 	httpshutdown.CloseUnused(srv)
 	p.servers = append(p.servers, &server{name: name, ln: ln, srv: srv})
 	return nil
@@ -145,6 +166,11 @@ func (p *proxy) addr(name string) string {
 func (p *proxy) closeListeners() {
 	for _, s := range p.servers {
 		_ = s.ln.Close()
+	}
+	for _, srv := range []*http.Server{p.metrics, p.probes} {
+		if srv != nil {
+			_ = srv.Close()
+		}
 	}
 }
 
@@ -204,8 +230,10 @@ func (p *proxy) shutdown(stopSource context.CancelFunc, started <-chan error) er
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("the gates were not drained and released within %v", p.cfg.shutdownTimeout))
 	}
-	if p.metrics != nil {
-		_ = p.metrics.Shutdown(ctx)
+	for _, srv := range []*http.Server{p.metrics, p.probes} {
+		if srv != nil {
+			_ = srv.Shutdown(ctx)
+		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -43,7 +43,7 @@ func TestEachDownstreamHasItsOwnGate(t *testing.T) {
 	p := startProxy(t, nil, "--plan-dir", dir,
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL,
 		"--route", "listen=127.0.0.1:0,gate="+other+",upstream="+u.URL,
-		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+other)
+		"--forward-listen", "127.0.0.1:0", "--forward-host", strings.TrimPrefix(u.URL, "http://")+"="+other)
 	codes := hold(t, u, "http://"+p.addr(testGate), 1)
 	if code, body, _ := get(t, "http://"+p.addr(testGate)+"/echo"); code != 503 || strings.TrimSpace(body) != "queue_full" {
 		t.Errorf("full gate %s: %d %q, want 503 queue_full", testGate, code, body)
@@ -135,7 +135,7 @@ func TestShutdownDrainsThenReleases(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- p2.stop(t) }()
 	eventually(t, 5*time.Second, "/readyz turning 503", func() bool {
-		resp, err := http.Get("http://" + p2.metricsAddr + "/readyz")
+		resp, err := http.Get("http://" + p2.probeAddr + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -258,7 +258,7 @@ func TestDownstreamResponsesAreCounted(t *testing.T) {
 	p := startProxy(t, nil, "--plan-dir", dir,
 		"--route", "listen=127.0.0.1:0,gate="+testGate+",upstream="+u.URL,
 		"--route", "listen=127.0.0.1:0,gate="+unreachable+",upstream="+closed.URL,
-		"--forward-listen", "127.0.0.1:0", "--forward-host", "127.0.0.1="+testGate)
+		"--forward-listen", "127.0.0.1:0", "--forward-host", strings.TrimPrefix(u.URL, "http://")+"="+testGate)
 	route := "http://" + p.addr(testGate)
 	// The gate has one permit: each call waits for it to come back, so
 	// that no call here is the gate's own rejection.

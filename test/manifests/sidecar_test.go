@@ -77,6 +77,17 @@ func TestProxySidecarSample(t *testing.T) {
 	if p := proxy.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 		t.Errorf("startupProbe %+v, want GET /readyz: the application must start after the proxy", p)
 	}
+	// The probes go to the proxy's probe port (--probe-listen, :9091 by
+	// default), which serves them alone; the metrics port serves no probe.
+	ports := map[string]int32{}
+	for _, p := range proxy.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": proxy.StartupProbe, "readiness": proxy.ReadinessProbe, "liveness": proxy.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || ports[p.HTTPGet.Port.StrVal] != 9091 {
+			t.Errorf("%s probe %+v, want an HTTP GET on the proxy's probe port 9091 (ports %v)", name, p, ports)
+		}
+	}
 	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("terminationGracePeriodSeconds %v, want more than the proxy's 30s shutdown timeout", g)
 	}

@@ -114,7 +114,7 @@ func run(ctx context.Context, c config) error {
 
 	proxyArgs := []string{
 		"--route", fmt.Sprintf("listen=127.0.0.1:0,gate=%s,upstream=%s", c.gate, c.downstream),
-		"--metrics-listen", c.metricsListen, "--shutdown-timeout", c.shutdownTimeout.String(),
+		"--metrics-listen", c.metricsListen, "--probe-listen", "", "--shutdown-timeout", c.shutdownTimeout.String(),
 	}
 	for flag, v := range map[string]string{"--configmap": c.configMap, "--namespace": c.namespace, "--kubeconfig": c.kubecfg, "--plan-dir": c.planDir} {
 		if v != "" {
