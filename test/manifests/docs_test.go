@@ -176,10 +176,11 @@ func cliSession(line string) (string, bool) {
 	return "", false
 }
 
-// docFiles lists the README, CONTRIBUTING and the Markdown files under docs/.
+// docFiles lists the README, CONTRIBUTING, SECURITY and the Markdown files
+// under docs/.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	docs := []string{"README.md", "CONTRIBUTING.md"}
+	docs := []string{"README.md", "CONTRIBUTING.md", "SECURITY.md"}
 	for _, f := range repoFiles(t, "docs") {
 		if strings.HasSuffix(f, ".md") {
 			docs = append(docs, filepath.Join("docs", f))
