@@ -207,8 +207,9 @@ func (s *started) gauge(t *testing.T, policy string) float64 {
 }
 
 // await polls cond until it holds and returns how long that took; it fails
-// the test when that is longer than bound.
-func await(t *testing.T, what string, bound time.Duration, cond func() error) time.Duration {
+// the test when that is longer than reportBound.
+func await(t *testing.T, what string, cond func() error) time.Duration {
+	const bound = reportBound
 	t.Helper()
 	begin := time.Now()
 	for {
@@ -256,7 +257,7 @@ func TestReportsAMissingBindingWithinABound(t *testing.T) {
 	// The API server loads new policies through informers: the Checker
 	// starts once it enforces them, so that every event below comes from a
 	// change the test made.
-	await(t, "the API server to enforce the policy", reportBound, func() error {
+	await(t, "the API server to enforce the policy", func() error {
 		_, err := manager.CoreV1().ConfigMaps("probe").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}},
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil {
@@ -266,7 +267,7 @@ func TestReportsAMissingBindingWithinABound(t *testing.T) {
 	})
 	s := start(ctx, t, admin, manager, "probe")
 
-	await(t, "both policies enforced", reportBound, func() error { return s.checker.Healthz(nil) })
+	await(t, "both policies enforced", func() error { return s.checker.Healthz(nil) })
 	if got, err := eventsFor(ctx, admin, managerNamespace, managerName); err != nil || len(got) != 0 {
 		t.Fatalf("events before any change: %v, %v; want none", got, err)
 	}
@@ -286,7 +287,7 @@ func TestReportsAMissingBindingWithinABound(t *testing.T) {
 			if err := adm.Delete(ctx, b.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			took := await(t, "the missing binding reported", reportBound, func() error {
+			took := await(t, "the missing binding reported", func() error {
 				err := s.checker.Healthz(nil)
 				switch {
 				case err == nil:
@@ -314,7 +315,7 @@ func TestReportsAMissingBindingWithinABound(t *testing.T) {
 			if _, err := adm.Create(ctx, b, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			await(t, "the binding back", reportBound, func() error {
+			await(t, "the binding back", func() error {
 				if err := s.checker.Healthz(nil); err != nil {
 					return err
 				}
@@ -348,7 +349,7 @@ func TestReportsAPolicyThatDoesNotNameTheManager(t *testing.T) {
 	ensureNamespace(ctx, t, admin, "probe-ops")
 	install(ctx, t, admin, "ops-")
 	s := start(ctx, t, admin, asManager(ctx, t, cfg, "ops", "team-operator"), "probe-ops")
-	await(t, "the finding", reportBound, func() error {
+	await(t, "the finding", func() error {
 		r, ok := s.checker.Results()[OperatorConfigMaps]
 		switch {
 		case !ok:

@@ -21,10 +21,11 @@ import (
 // signingKey is a minisign key pair made for one test.
 type signingKey struct{ secret, public string }
 
-// tool runs a tool pinned in hack/tools/<name>/go.mod from the repository's
-// root and returns its combined output and error.
-func tool(t *testing.T, root, name string, args ...string) ([]byte, error) {
+// minisign runs minisign, pinned in hack/tools/minisign/go.mod, from the
+// repository's root and returns its combined output and error.
+func minisign(t *testing.T, root string, args ...string) ([]byte, error) {
 	t.Helper()
+	const name = "minisign"
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + filepath.Join("hack", "tools", name, "go.mod"), name}, args...)...)
@@ -38,7 +39,7 @@ func newSigningKey(t *testing.T, root string) signingKey {
 	t.Helper()
 	dir := t.TempDir()
 	k := signingKey{secret: filepath.Join(dir, "release.key"), public: filepath.Join(dir, "release.pub")}
-	if out, err := tool(t, root, "minisign", "-G", "-W", "-s", k.secret, "-p", k.public); err != nil {
+	if out, err := minisign(t, root, "-G", "-W", "-s", k.secret, "-p", k.public); err != nil {
 		t.Fatalf("minisign -G: %v\n%s", err, out)
 	}
 	return k
@@ -60,7 +61,7 @@ func checkSignatures(t *testing.T, root, dist, public string) {
 			continue
 		}
 		signed++
-		out, err := tool(t, root, "minisign", "-V", "-p", public, "-m", filepath.Join(dist, name))
+		out, err := minisign(t, root, "-V", "-p", public, "-m", filepath.Join(dist, name))
 		if err != nil {
 			t.Errorf("minisign -V %s: %v\n%s", name, err, out)
 			continue
@@ -81,11 +82,11 @@ func checkSignatures(t *testing.T, root, dist, public string) {
 	if err := os.WriteFile(tampered, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := tool(t, root, "minisign", "-V", "-p", public, "-x", filepath.Join(dist, "checksums.txt.minisig"), "-m", tampered); err == nil {
+	if out, err := minisign(t, root, "-V", "-p", public, "-x", filepath.Join(dist, "checksums.txt.minisig"), "-m", tampered); err == nil {
 		t.Errorf("minisign verified a changed checksums.txt:\n%s", out)
 	}
 	other := newSigningKey(t, root)
-	if out, err := tool(t, root, "minisign", "-V", "-p", other.public, "-m", filepath.Join(dist, "checksums.txt")); err == nil {
+	if out, err := minisign(t, root, "-V", "-p", other.public, "-m", filepath.Join(dist, "checksums.txt")); err == nil {
 		t.Errorf("minisign verified the release with another key:\n%s", out)
 	}
 }
