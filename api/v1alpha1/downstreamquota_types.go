@@ -222,7 +222,7 @@ type RetryPolicy struct {
 // is divided over.
 // +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given",fieldPath=".contract"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
-// +kubebuilder:validation:XValidation:rule="!has(self.configMapName) || self.configMapName == '' || (self.configMapName.startsWith(self.workloadRef.name + '-') && self.configMapName.endsWith('-backpressure'))",message="must be <workload>-backpressure or <workload>-<name>-backpressure, where <workload> is workloadRef.name: the only names the operator may write to",fieldPath=".configMapName"
+// +kubebuilder:validation:XValidation:rule="!has(self.configMapName) || size(self.configMapName) == 0 || (self.configMapName.startsWith(self.workloadRef.name + '-') && self.configMapName.endsWith('-backpressure'))",message="must be <workload>-backpressure or <workload>-<name>-backpressure, where <workload> is workloadRef.name: the only names the operator may write to",fieldPath=".configMapName"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
 	// contract.
