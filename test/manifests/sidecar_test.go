@@ -77,16 +77,13 @@ func TestProxySidecarSample(t *testing.T) {
 	if p := proxy.StartupProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 		t.Errorf("startupProbe %+v, want GET /readyz: the application must start after the proxy", p)
 	}
-	// The probes go to the proxy's probe port (--probe-listen, :9091 by
-	// default), which serves them alone; the metrics port serves no probe.
-	ports := map[string]int32{}
-	for _, p := range proxy.Ports {
-		ports[p.Name] = p.ContainerPort
+	checkProbePort(t, "the patched sample", proxy)
+	var sample appsv1.Deployment
+	if err := yaml.Unmarshal(readRepoFile(t, "config/samples/apps_v1_deployment.yaml"), &sample); err != nil {
+		t.Fatal(err)
 	}
-	for name, p := range map[string]*corev1.Probe{"startup": proxy.StartupProbe, "readiness": proxy.ReadinessProbe, "liveness": proxy.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil || ports[p.HTTPGet.Port.StrVal] != 9091 {
-			t.Errorf("%s probe %+v, want an HTTP GET on the proxy's probe port 9091 (ports %v)", name, p, ports)
-		}
+	for _, c := range sample.Spec.Template.Spec.InitContainers {
+		checkProbePort(t, "config/samples/apps_v1_deployment.yaml", c)
 	}
 	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("terminationGracePeriodSeconds %v, want more than the proxy's 30s shutdown timeout", g)
@@ -117,5 +114,21 @@ func TestProxySidecarSample(t *testing.T) {
 	}
 	if diff := cmp.Diff(patch.Spec.Template.Spec.InitContainers, example.InitContainers); diff != "" {
 		t.Errorf("the chart's example differs from the sample's sidecar (-sample +chart):\n%s", diff)
+	}
+}
+
+// checkProbePort checks that the proxy container c is probed on its probe
+// port (--probe-listen, :9091 by default), which serves /healthz and
+// /readyz; the metrics port serves no probe.
+func checkProbePort(t *testing.T, where string, c corev1.Container) {
+	t.Helper()
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil || ports[p.HTTPGet.Port.StrVal] != 9091 {
+			t.Errorf("%s: %s probe %+v, want an HTTP GET on the proxy's probe port 9091 (ports %v)", where, name, p, ports)
+		}
 	}
 }
