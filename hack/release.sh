@@ -242,9 +242,11 @@ go run ./hack/provenance -version "${VERSION}" -commit "${RELEASE_COMMIT}" -star
 (cd "${DIST}" && sha256 *.tar.gz *.cdx.json *.tgz install.yaml backpressure.yaml provenance.intoto.json > checksums.txt)
 log "signing"
 # minisign reads the key's password, when it has one, from stdin; each
-# signature's trusted comment names the file it signs.
-printf '%s\n' "${RELEASE_SIGNING_PASSWORD:-}" | "${MINISIGN[@]}" -S -s "${RELEASE_SIGNING_KEY}" \
-  -m "${DIST}"/*.tar.gz "${DIST}"/*.cdx.json "${DIST}"/*.tgz "${DIST}/install.yaml" "${DIST}/backpressure.yaml" \
-  "${DIST}/provenance.intoto.json" "${DIST}/checksums.txt" >/dev/null
+# signature's trusted comment names the file it signs. One file a run: the
+# Go minisign signs only the first file -m names, whatever follows it.
+for file in "${DIST}"/*.tar.gz "${DIST}"/*.cdx.json "${DIST}"/*.tgz "${DIST}/install.yaml" "${DIST}/backpressure.yaml" \
+  "${DIST}/provenance.intoto.json" "${DIST}/checksums.txt"; do
+  printf '%s\n' "${RELEASE_SIGNING_PASSWORD:-}" | "${MINISIGN[@]}" -S -s "${RELEASE_SIGNING_KEY}" -m "${file}" >/dev/null
+done
 log "release ${VERSION} (${RELEASE_COMMIT}) in ${DIST}:"
 ls -1 "${DIST}" >&2
