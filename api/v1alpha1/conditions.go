@@ -55,6 +55,16 @@ const (
 	// without sharing one contract hand out more than its concurrency
 	// together.
 	ReasonContractOversubscribed = "ContractOversubscribed"
+	// ReasonUnacknowledgedDelayTooShort: spec.handover.unacknowledgedDelay
+	// is shorter than the deadline, so a pod that does not acknowledge may
+	// still have calls above a smaller share when its old share stops
+	// counting.
+	ReasonUnacknowledgedDelayTooShort = "UnacknowledgedDelayTooShort"
+	// ReasonDivisionTooLarge: the division names more pods than its record
+	// (status.division) or its document (the ConfigMap key) can hold within
+	// the API server's limits; nothing new is published, and the pods keep
+	// the last plan that was.
+	ReasonDivisionTooLarge = "DivisionTooLarge"
 
 	// ReasonHandedOver: every Ready pod holds its share; nothing is pending.
 	ReasonHandedOver = "HandedOver"
@@ -100,4 +110,14 @@ const (
 	AppliedAnnotationPrefix = plan.AppliedAnnotationPrefix
 	// ConfigMapSuffix makes the default ConfigMap name <workload>-backpressure.
 	ConfigMapSuffix = "-backpressure"
+	// AcknowledgesAnnotation, on a pod (set in the workload's pod
+	// template), declares whether the pod's runtime acknowledges the plans
+	// it applies: "true" or "false". A pod that declares it acknowledges
+	// is counted at its old share until it acknowledges a smaller one,
+	// however long that takes; one that declares it does not is counted
+	// at it until spec.handover.unacknowledgedDelay has passed since the
+	// smaller share was published. Without the annotation the operator
+	// infers it: a pod that has acknowledged a plan of the division
+	// acknowledges.
+	AcknowledgesAnnotation = "backpressure.dev/acknowledges"
 )

@@ -75,6 +75,9 @@ type CallerStatus struct {
 	Reason string `json:"reason"`
 }
 
+// MaxListedCallers is the most callers a DownstreamContract's status lists.
+const MaxListedCallers = 100
+
 // DownstreamContractStatus is how the contract is split over its callers.
 type DownstreamContractStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -84,11 +87,17 @@ type DownstreamContractStatus struct {
 	// safety).
 	// +optional
 	Usable int32 `json:"usable,omitempty"`
-	// Callers are the quotas sharing the contract, by namespace and name.
+	// Callers are the quotas sharing the contract, by namespace and name:
+	// the first 100 (MaxListedCallers); each quota's status has its own
+	// part too.
+	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	Callers []CallerStatus `json:"callers,omitempty"`
+	// CallersNotListed counts the callers that callers leaves out.
+	// +optional
+	CallersNotListed int32 `json:"callersNotListed,omitempty"`
 	// Division is the handover state over every caller's pods, keyed by
-	// namespace/name.
+	// namespace/quota/name.
 	// +optional
 	Division *DivisionStatus `json:"division,omitempty"`
 	// Conditions hold Ready and HandedOver.

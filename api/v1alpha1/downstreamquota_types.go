@@ -436,16 +436,20 @@ type RolloutStatus struct {
 	Pending []string `json:"pending,omitempty"`
 }
 
+// MaxListedPods is the most pods status.division.pods lists; the record of
+// every pod is in status.division.told and status.division.holding.
+const MaxListedPods = 100
+
 // DivisionStatus is how a caller's usable permits are divided over its pods
 // and where the handover between them stands. It is also the operator's
-// record of what each pod may still hold: it is written before any pod is
-// told a new share.
+// record of what each pod may still hold (told and holding): it is written
+// before any pod is told a new share.
 type DivisionStatus struct {
 	// Epoch identifies this division in the pods' acknowledgements: the UID
 	// of the object that owns it.
 	Epoch string `json:"epoch"`
 	// Revision is the revision of the published plan; it grows with every
-	// change of any pod's share.
+	// change of any pod's share, and is never published twice in an epoch.
 	Revision int64 `json:"revision"`
 	// Usable is the permits this caller hands out once the handover is
 	// done: floor(concurrency × cluster share × safety), or its part of a
@@ -465,11 +469,68 @@ type DivisionStatus struct {
 	// Shares counts the pods at each share, largest first.
 	// +optional
 	Shares []ShareCount `json:"shares,omitempty"`
-	// Pods lists every pod that is told or may still hold permits.
+	// Told is the record of the pods told permits that may hold no more:
+	// their names (namespace/quota/name in a shared contract's record) by
+	// share, largest first.
+	// +listType=atomic
+	// +optional
+	Told []ToldPods `json:"told,omitempty"`
+	// Holding is the record of the pods that may still hold more than they
+	// are told: they have not yet let go of a larger share.
+	// +listType=atomic
+	// +optional
+	Holding []HeldPods `json:"holding,omitempty"`
+	// Clock names the operator process whose clock stamped holding's
+	// times; another process starts every pending delay again on its own.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Clock string `json:"clock,omitempty"`
+	// Pods lists, for people, up to 100 pods (MaxListedPods) that are told
+	// or may still hold permits, or wait for them: first those whose
+	// handover is under way, then the others by name.
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
 	// +optional
 	Pods []PodShareStatus `json:"pods,omitempty"`
+	// PodsNotListed counts the pods of the division that pods leaves out.
+	// +optional
+	PodsNotListed int32 `json:"podsNotListed,omitempty"`
+}
+
+// ToldPods are pods told one share that may hold no more.
+type ToldPods struct {
+	// Permits is the share.
+	Permits int32 `json:"permits"`
+	// Pods are the pods' names, sorted.
+	// +listType=atomic
+	Pods []string `json:"pods"`
+}
+
+// HeldPods are pods told one share that may still hold a larger one, since
+// one revision.
+type HeldPods struct {
+	// Permits is the share they are told.
+	Permits int32 `json:"permits"`
+	// Holds is the most they may still hold.
+	Holds int32 `json:"holds"`
+	// ShrunkAtRevision is the revision that told them their smaller share;
+	// they let go of the larger one by acknowledging it.
+	ShrunkAtRevision int64 `json:"shrunkAtRevision"`
+	// ShrunkAt is when the unacknowledged delay started counting for them.
+	ShrunkAt metav1.MicroTime `json:"shrunkAt"`
+	// Acknowledges is set for pods known to acknowledge: only their
+	// acknowledgement frees their larger share, however long it takes.
+	// +optional
+	Acknowledges bool `json:"acknowledges,omitempty"`
+	// Gone is set for pods whose objects are gone while their processes may
+	// still run: their larger share counts until the unacknowledged delay
+	// has passed since shrunkAt.
+	// +optional
+	Gone bool `json:"gone,omitempty"`
+	// Pods are the pods' names, sorted.
+	// +listType=atomic
+	Pods []string `json:"pods"`
 }
 
 // ShareCount is a number of pods told the same share.
@@ -498,7 +559,7 @@ type PodShareStatus struct {
 	// while Holds is set.
 	// +optional
 	ShrunkAtRevision int64 `json:"shrunkAtRevision,omitempty"`
-	// ShrunkAt is when that revision was decided.
+	// ShrunkAt is when the unacknowledged delay started counting for it.
 	// +optional
 	ShrunkAt *metav1.MicroTime `json:"shrunkAt,omitempty"`
 }
