@@ -226,9 +226,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("manager: create: %w", err)
 	}
 
-	r := controller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(eventSource),
+	pub := controller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(eventSource),
 		controller.WithConflictRecheck(o.conflictRecheck))
-	if err := r.SetupWithManager(ctx, mgr, ctrlcontroller.Options{MaxConcurrentReconciles: o.workers}); err != nil {
+	if _, _, err := controller.Setup(ctx, mgr, pub, ctrlcontroller.Options{MaxConcurrentReconciles: o.workers}); err != nil {
 		return err
 	}
 	if err := quotametrics.Register(mgr); err != nil {

@@ -22,6 +22,7 @@ var blockingDiagnostics = []string{
 	v1alpha1.ReasonContractOversubscribed,
 	v1alpha1.ReasonQuotaTooSmall,
 	v1alpha1.ReasonOvercommitted,
+	v1alpha1.ReasonUnacknowledgedDelayTooShort,
 	v1alpha1.ReasonDeadlineBelowLatency,
 }
 
@@ -41,6 +42,9 @@ type readiness struct {
 	// conflict is why the target ConfigMap is not the operator's, if it is
 	// not.
 	conflict string
+	// tooLarge is why the division's record or document does not fit
+	// within the API server's limits, if it does not.
+	tooLarge string
 	// missingHPA names the HPA spec.hpaName names when it does not exist.
 	missingHPA string
 	// published is where the current plan was published; nil when it was
@@ -50,24 +54,12 @@ type readiness struct {
 	permits   int32
 	// diagnostics are the plan's findings.
 	diagnostics []v1alpha1.Diagnostic
-	// handover is the division's step; nil when no plan was computed.
-	handover *handoverStep
-	// recorded is set when the status, with the step's record, was
-	// written ahead of publishing.
-	recorded *recorded
-	// stale is set when the record could not be written because the quota
-	// read was old: the reconcile writes nothing more.
-	stale bool
+	// handover is the quota's part of the division's step; nil when no
+	// plan was computed.
+	handover *callerStep
 	// applied is how far the Ready pods are in applying the plan published
 	// by this reconcile; nil when it published none.
 	applied *appliedCount
-}
-
-// recorded is a status written ahead of publishing, with the division's
-// record.
-type recorded struct {
-	// before is the status the record replaced.
-	before *v1alpha1.DownstreamQuotaStatus
 }
 
 // conditions returns the conditions a reconcile writes: Ready, PlanApplied,
@@ -76,7 +68,7 @@ func (in readiness) conditions() []metav1.Condition {
 	ready := readyCondition(in)
 	conds := []metav1.Condition{ready, planAppliedCondition(in.applied, ready)}
 	if in.handover != nil {
-		conds = append(conds, handedOverCondition(*in.handover))
+		conds = append(conds, in.handover.condition())
 	}
 	return conds
 }
@@ -100,13 +92,23 @@ func readyCondition(in readiness) metav1.Condition {
 		return notReady(v1alpha1.ReasonInvalidSpec, in.invalid.Error()+"; no plan computed")
 	case in.conflict != "":
 		return notReady(v1alpha1.ReasonConfigMapConflict, in.conflict+"; it was left untouched and the plan is not published")
+	case in.tooLarge != "":
+		return notReady(v1alpha1.ReasonDivisionTooLarge, in.tooLarge+"; nothing new is published, and the pods keep the last plan that was")
 	}
 
-	summary := fmt.Sprintf("permits %d per pod over divisor %d (%s), published to ConfigMap %s",
-		in.permits, in.replicas.Divisor, in.replicas.DivisorSource, in.published.Name)
+	where := "not published"
+	if in.published != nil {
+		where = "published to ConfigMap " + in.published.Name
+	}
+	var replicas v1alpha1.ReplicaStatus
+	if in.replicas != nil {
+		replicas = *in.replicas
+	}
+	summary := fmt.Sprintf("permits %d per pod over divisor %d (%s), %s",
+		in.permits, replicas.Divisor, replicas.DivisorSource, where)
 	if h := in.handover; h != nil {
-		summary = fmt.Sprintf("%s %d; %s, published to ConfigMap %s",
-			divisorSourceText(in.replicas.DivisorSource), in.replicas.Divisor, sizingDivision(h.status.Usable, in.replicas.Divisor, h.status.Base, h.status.Extra).Equation(), in.published.Name)
+		summary = fmt.Sprintf("%s %d; %s, %s",
+			divisorSourceText(replicas.DivisorSource), replicas.Divisor, sizingDivision(h.status.Usable, replicas.Divisor, h.status.Base, h.status.Extra).Equation(), where)
 	}
 	reasons := diagnosticReasons(in.diagnostics)
 	others := func(except string) string {
@@ -259,4 +261,20 @@ func planAppliedCondition(a *appliedCount, ready metav1.Condition) metav1.Condit
 		c.Message = fmt.Sprintf("all %d Ready pods applied revision %d", a.ready, a.revision)
 	}
 	return c
+}
+
+// delayDiagnostic reports an unacknowledged delay shorter than the deadline
+// a caller's calls are sized for: a pod that does not acknowledge may still
+// have calls above its smaller share when the delay passes and its old
+// share is handed to another pod.
+func delayDiagnostic(h v1alpha1.Handover, deadline time.Duration) *v1alpha1.Diagnostic {
+	delay, _ := handoverSettings(h)
+	if delay >= deadline {
+		return nil
+	}
+	return &v1alpha1.Diagnostic{
+		Reason: v1alpha1.ReasonUnacknowledgedDelayTooShort,
+		Message: fmt.Sprintf("spec.handover.unacknowledgedDelay %s is shorter than the deadline %s: a pod that does not acknowledge may still have calls above a smaller share when its old share is handed to another pod; make it at least the deadline, plus the kubelet's refresh of a mounted ConfigMap (about two minutes) for pods that read one (the default, %s, covers both)",
+			delay, deadline, DefaultUnacknowledgedDelay),
+	}
 }

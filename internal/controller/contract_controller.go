@@ -3,8 +3,10 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -16,10 +18,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
 	"github.com/backpressure-dev/backpressure-operator/internal/division"
+	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
@@ -32,78 +34,314 @@ import (
 // caller's pods, in one handover over all of them, and publishes every
 // caller's document and status. Build it with NewDownstreamContractReconciler.
 type DownstreamContractReconciler struct {
-	quotas *DownstreamQuotaReconciler
+	pub *Publisher
 }
 
 var _ reconcile.Reconciler = (*DownstreamContractReconciler)(nil)
 
-// NewDownstreamContractReconciler returns a reconciler that reads, publishes
-// and writes status as quotas does.
-func NewDownstreamContractReconciler(quotas *DownstreamQuotaReconciler) *DownstreamContractReconciler {
-	return &DownstreamContractReconciler{quotas: quotas}
+// NewDownstreamContractReconciler returns a reconciler that divides,
+// publishes and writes status through p.
+func NewDownstreamContractReconciler(p *Publisher) *DownstreamContractReconciler {
+	return &DownstreamContractReconciler{pub: p}
 }
 
-// sharer is one quota sharing a contract, with what a reconcile read of it.
+// sharer is one quota naming a contract, with what a reconcile read of it.
 type sharer struct {
-	quota   *v1alpha1.DownstreamQuota
-	facts   facts
-	members []member
+	quotaPart
+	// serving counts its serving pods.
 	serving int64
-	status  *v1alpha1.DownstreamQuotaStatus
-	in      readiness
-	plan    *quota.Sizing
+	// away is why the contract gives it no part while its pods may still
+	// hold one: its namespace is not admitted (then the quota reports
+	// ContractNotFound). Its pods are told 0.
+	away string
+	// part is its part of the split; nil when it takes none.
+	part *quota.CallerPart
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
 // records it, and publishes every caller's part.
 func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	q := r.quotas
+	p := r.pub
 	dc := &v1alpha1.DownstreamContract{}
-	if err := q.client.Get(ctx, req.NamespacedName, dc); err != nil {
+	if err := p.client.Get(ctx, req.NamespacedName, dc); err != nil {
 		// The callers' own reconciles report a contract that is gone.
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
-	sharers, err := r.sharers(ctx, dc)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-
-	over, err := q.oversubscription(ctx, dc.Spec.Downstream)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
 	epoch := string(dc.UID)
-	usable := quota.ContractUsable(dc.Spec)
-	in := make([]quota.Caller, len(sharers))
-	for i, s := range sharers {
-		in[i] = quota.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving}
+	sharers, err := r.sharers(ctx, dc, epoch)
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	parts := quota.Split(dc.Spec, in)
-	var callers []caller
-	for i, s := range sharers {
-		p, err := quota.SizePart(s.quota.Spec, dc.Spec, parts[i].Part, int32(max(s.serving, 1)))
+	over, err := oversubscription(ctx, p.client, dc.Spec.Downstream)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	usable := quota.ContractUsable(dc.Spec)
+	var (
+		active []*sharer
+		in     []quota.Caller
+	)
+	for _, s := range sharers {
+		if s.away == "" && s.in.invalid == nil {
+			active = append(active, s)
+			in = append(in, quota.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving})
+		}
+	}
+	for i, part := range quota.Split(dc.Spec, in) {
+		s := active[i]
+		s.part = &part
+		pl, err := quota.SizePart(s.quota.Spec, dc.Spec, part.Part, int32(max(s.serving, 1)))
 		if err != nil {
 			s.in.invalid = err
 			continue
 		}
-		s.plan = &p
-		callers = append(callers, caller{prefix: s.quota.Namespace + "/", total: usableTotal(p), members: s.members})
+		s.plan = &pl
+		if s.facts.workload != nil {
+			s.caller.total = usableTotal(pl)
+		}
 	}
-	h := divide(callers, dc.Status.Division, epoch, dc.Spec.Handover, q.clock.Now())
+	d := &divisionInput{epoch: epoch, handover: dc.Spec.Handover, record: dc.Status.Division, shared: true}
+	for _, s := range sharers {
+		d.callers = append(d.callers, s.caller)
+	}
+	h, err := p.divide(ctx, d)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	tooLarge := recordTooLarge(h.status)
+	behind := false
+	for i, s := range sharers {
+		r.fill(s, dc, over)
+		if err := p.prepare(ctx, &s.quotaPart, h.callers[i], epoch); err != nil {
+			return reconcile.Result{}, err
+		}
+		behind = behind || s.behind
+		if s.in.tooLarge != "" && tooLarge == "" {
+			tooLarge = fmt.Sprintf("the document of quota %s/%s does not fit: %s", s.quota.Namespace, s.quota.Name, s.in.tooLarge)
+		}
+	}
+	if tooLarge != "" {
+		return reconcile.Result{}, r.tooLarge(ctx, dc, sharers, tooLarge)
+	}
+	if behind {
+		return reconcile.Result{RequeueAfter: staleRecheck}, nil
+	}
 	if h.changed {
-		written, ok, err := recordDivision(ctx, q.client, dc, func(u *v1alpha1.DownstreamContract) { u.Status.Division = h.status })
-		if err != nil || !ok {
-			return reconcile.Result{RequeueAfter: staleRecheck}, err
+		written, err := recordDivision(ctx, p.client, dc, func(u *v1alpha1.DownstreamContract) { u.Status.Division = h.status })
+		if errors.Is(err, errStale) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
+		if err != nil {
+			return reconcile.Result{}, err
 		}
 		dc = written
 	}
 
-	status := dc.Status.DeepCopy()
-	status.ObservedGeneration, status.Usable, status.Division, status.Callers = dc.Generation, int32(usable), h.status, nil
 	result := reconcile.Result{RequeueAfter: h.recheck}
-	ci := 0
-	for i, s := range sharers {
-		part := parts[i]
+	for _, s := range sharers {
+		if err := p.publishPart(ctx, &s.quotaPart); err != nil {
+			return reconcile.Result{}, err
+		}
+		if s.in.conflict != "" {
+			result.RequeueAfter = handover.Sooner(result.RequeueAfter, p.conflictRecheck)
+		}
+		err := r.writeCaller(ctx, s)
+		if errors.Is(err, errStale) {
+			result.RequeueAfter = handover.Sooner(result.RequeueAfter, staleRecheck)
+			continue
+		}
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	status := dc.Status.DeepCopy()
+	status.ObservedGeneration, status.Usable, status.Division = dc.Generation, int32(usable), h.status
+	status.Callers, status.CallersNotListed = callerStatuses(sharers)
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished,
+		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, len(active))}
+	if len(active) == 0 {
+		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
+	}
+	if over != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, over.Reason, over.Message
+	}
+	now := p.clock.Now()
+	setCondition(&status.Conditions, ready, dc.Generation, now)
+	setCondition(&status.Conditions, h.condition(), dc.Generation, now)
+	if err := r.writeContract(ctx, dc, status); err != nil {
+		if errors.Is(err, errStale) {
+			return reconcile.Result{RequeueAfter: staleRecheck}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	return result, nil
+}
+
+// sharers returns every quota that names dc and is not being deleted, by
+// namespace and name, with its facts read and what its pods read gathered:
+// those of namespaces dc's selector turns away too, whose pods are told 0.
+func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1.DownstreamContract, epoch string) ([]*sharer, error) {
+	p := r.pub
+	var list v1alpha1.DownstreamQuotaList
+	if err := p.client.List(ctx, &list, ctrl.MatchingFields{indexer.QuotaContractKey: dc.Name}); err != nil {
+		return nil, fmt.Errorf("controller: list quotas of contract %s: %w", dc.Name, err)
+	}
+	var out []*sharer
+	for i := range list.Items {
+		q := &list.Items[i]
+		if !q.DeletionTimestamp.IsZero() {
+			continue // its gate is withdrawn; the record counts its pods until they go
+		}
+		s := &sharer{quotaPart: quotaPart{quota: q, status: q.Status.DeepCopy(), downstream: dc.Spec.Downstream}}
+		s.status.ObservedGeneration = q.Generation
+		s.in = readiness{workload: q.Spec.WorkloadRef, published: s.status.ConfigMap}
+		ok, err := contractAdmits(ctx, p.client, dc, q.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			// Its namespace was turned away, perhaps by a label just
+			// removed: it says so, and its pods are told 0.
+			s.away = notAdmitted(dc.Name, q.Namespace)
+		}
+		f, err := observe(ctx, p.client, q)
+		var invalid *quota.FieldError
+		switch {
+		case errors.As(err, &invalid):
+			s.in.invalid = invalid
+		case err != nil:
+			return nil, err
+		}
+		s.facts = f
+		prefix := callerPrefix(q.Namespace, q.Name)
+		s.caller = &caller{namespace: q.Namespace, gate: q.Name, prefix: prefix}
+		if f.workload == nil {
+			s.in.workloadMissing = true
+		} else {
+			s.caller.members = membersOf(f.pods, prefix, q.Name, epoch)
+			if s.away == "" && s.in.invalid == nil {
+				s.own = quota.ConfigMapName(q)
+			}
+		}
+		for _, m := range s.caller.members {
+			if m.serving {
+				s.serving++
+			}
+		}
+		if err := p.gather(ctx, &s.quotaPart, epoch, q.Status.Division); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *sharer) int {
+		return cmp.Or(cmp.Compare(a.quota.Namespace, b.quota.Namespace), cmp.Compare(a.quota.Name, b.quota.Name))
+	})
+	return out, nil
+}
+
+// fill puts a caller's plan in its status and readiness, with the
+// contract's finding over, if any.
+func (r *DownstreamContractReconciler) fill(s *sharer, dc *v1alpha1.DownstreamContract, over *v1alpha1.Diagnostic) {
+	if s.plan == nil {
+		return
+	}
+	q, pl := s.quota, *s.plan
+	// A caller whose workload does not exist has no replica status to read;
+	// replicaStatus dereferences the workload, so it is only asked when there is one.
+	replicas := v1alpha1.ReplicaStatus{DivisorSource: v1alpha1.DivisorReadyPods}
+	if s.facts.workload != nil {
+		replicas = replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
+	}
+	s.status.Replicas, s.in.replicas = &replicas, &replicas
+	if s.facts.hpaMissing {
+		s.in.missingHPA = q.Spec.HPAName
+	}
+	s.status.PerPod, s.status.Demand, s.status.Diagnostics = &pl.PerPod, pl.Demand, pl.Diagnostics
+	for _, d := range []*v1alpha1.Diagnostic{over, delayDiagnostic(dc.Spec.Handover, q.Spec.Deadline.Duration)} {
+		if d != nil {
+			s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *d)
+		}
+	}
+	s.in.permits, s.in.diagnostics = pl.PerPod.Permits, s.status.Diagnostics
+}
+
+// writeCaller writes a caller quota's status with its conditions, and
+// records the Warning events it calls for. A quota whose namespace the
+// contract turns away reports ContractNotFound.
+func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *sharer) error {
+	p := r.pub
+	if s.away != "" {
+		return p.reportContractMissing(ctx, s.quota, s.away)
+	}
+	prev, written, err := p.writeStatus(ctx, s.quota, s.status, s.in.conditions()...)
+	if err != nil || !written {
+		return err
+	}
+	p.announce(s.quota, prev, s.status, nil)
+	return nil
+}
+
+// tooLarge reports a division that does not fit on the contract and on the
+// callers whose document does not: nothing of the step is recorded or
+// published.
+func (r *DownstreamContractReconciler) tooLarge(ctx context.Context, dc *v1alpha1.DownstreamContract, sharers []*sharer, why string) error {
+	p := r.pub
+	for _, s := range sharers {
+		if s.in.tooLarge == "" {
+			continue
+		}
+		st := s.quota.Status.DeepCopy()
+		st.ObservedGeneration = s.quota.Generation
+		c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonDivisionTooLarge,
+			Message: s.in.tooLarge + "; nothing new is published, and the pods keep the last plan that was"}
+		prev, written, err := p.writeStatus(ctx, s.quota, st, c)
+		if err != nil {
+			return ctrl.IgnoreNotFound(err)
+		}
+		if written {
+			p.announce(s.quota, prev, st, nil)
+		}
+	}
+	status := dc.Status.DeepCopy()
+	status.ObservedGeneration = dc.Generation
+	setCondition(&status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonDivisionTooLarge,
+		Message: why + "; nothing new is published, and the pods keep the last plan that was"}, dc.Generation, p.clock.Now())
+	return ctrl.IgnoreNotFound(r.writeContract(ctx, dc, status))
+}
+
+// writeContract writes status as dc's under dc's resourceVersion, when it
+// differs; errStale when dc is no longer current, as its division record
+// must then not be written.
+func (r *DownstreamContractReconciler) writeContract(ctx context.Context, dc *v1alpha1.DownstreamContract, status *v1alpha1.DownstreamContractStatus) error {
+	if equality.Semantic.DeepEqual(&dc.Status, status) {
+		return nil
+	}
+	updated := dc.DeepCopy()
+	updated.Status = *status
+	err := r.pub.client.Status().Patch(ctx, updated, ctrl.MergeFromWithOptions(dc, ctrl.MergeFromWithOptimisticLock{}))
+	switch {
+	case apierrors.IsConflict(err):
+		return errStale
+	case err != nil:
+		return fmt.Errorf("controller: write status of contract %s: %w", dc.Name, ctrl.IgnoreNotFound(err))
+	}
+	return nil
+}
+
+// callerStatuses lists the callers' parts for the contract's status: the
+// first MaxListedCallers, and how many more there are.
+func callerStatuses(sharers []*sharer) ([]v1alpha1.CallerStatus, int32) {
+	var out []v1alpha1.CallerStatus
+	left := int32(0)
+	for _, s := range sharers {
+		if s.part == nil {
+			continue
+		}
+		if len(out) == v1alpha1.MaxListedCallers {
+			left++
+			continue
+		}
+		part := s.part
 		cs := v1alpha1.CallerStatus{
 			Namespace: s.quota.Namespace, Quota: s.quota.Name,
 			Workload: s.quota.Spec.WorkloadRef.Kind + "/" + s.quota.Spec.WorkloadRef.Name,
@@ -113,91 +351,9 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		if part.Demand != division.Unbounded {
 			cs.Demand = ptr.To(int32(part.Demand))
 		}
-		status.Callers = append(status.Callers, cs)
-		if s.plan == nil {
-			if err := r.writeCaller(ctx, s); err != nil {
-				return reconcile.Result{}, err
-			}
-			continue
-		}
-		res, err := r.publishCaller(ctx, dc, s, h, ci, over)
-		ci++
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if res.RequeueAfter > 0 && (result.RequeueAfter == 0 || res.RequeueAfter < result.RequeueAfter) {
-			result.RequeueAfter = res.RequeueAfter
-		}
+		out = append(out, cs)
 	}
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished,
-		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, len(sharers))}
-	if len(sharers) == 0 {
-		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
-	}
-	if over != nil {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, over.Reason, over.Message
-	}
-	now := q.clock.Now()
-	setCondition(&status.Conditions, ready, dc.Generation, now)
-	setCondition(&status.Conditions, handedOverCondition(h), dc.Generation, now)
-	if !equality.Semantic.DeepEqual(&dc.Status, status) {
-		updated := dc.DeepCopy()
-		updated.Status = *status
-		if err := q.client.Status().Patch(ctx, updated, ctrl.MergeFrom(dc)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("controller: write status of contract %s: %w", dc.Name, ctrl.IgnoreNotFound(err))
-		}
-	}
-	return result, nil
-}
-
-// sharers returns the quotas that share dc and whose namespace it admits,
-// by namespace and name, with their facts read.
-func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1.DownstreamContract) ([]*sharer, error) {
-	var list v1alpha1.DownstreamQuotaList
-	if err := r.quotas.client.List(ctx, &list, ctrl.MatchingFields{indexer.QuotaContractKey: dc.Name}); err != nil {
-		return nil, fmt.Errorf("controller: list quotas of contract %s: %w", dc.Name, err)
-	}
-	var out []*sharer
-	for i := range list.Items {
-		qt := &list.Items[i]
-		if !qt.DeletionTimestamp.IsZero() {
-			continue
-		}
-		ok, err := contractAdmits(ctx, r.quotas.client, dc, qt.Namespace)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			// Its namespace was turned away, perhaps by a label just
-			// removed: the quota says so, and keeps its last plan.
-			if err := r.quotas.reportContractMissing(ctx, qt, notAdmitted(dc.Name, qt.Namespace)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		s := &sharer{quota: qt, status: qt.Status.DeepCopy()}
-		s.status.ObservedGeneration = qt.Generation
-		s.in = readiness{workload: qt.Spec.WorkloadRef, published: s.status.ConfigMap}
-		f, err := r.quotas.observe(ctx, qt)
-		if err != nil {
-			return nil, err
-		}
-		s.facts = f
-		if f.workload == nil {
-			s.in.workloadMissing = true
-		}
-		s.members = membersOf(f.pods, qt.Name, string(dc.UID))
-		for _, m := range s.members {
-			if m.serving {
-				s.serving++
-			}
-		}
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b *sharer) int {
-		return cmp.Or(cmp.Compare(a.quota.Namespace, b.quota.Namespace), cmp.Compare(a.quota.Name, b.quota.Name))
-	})
-	return out, nil
+	return out, left
 }
 
 // contractAdmits reports whether dc's namespace selector admits namespace;
@@ -217,88 +373,18 @@ func contractAdmits(ctx context.Context, c ctrl.Reader, dc *v1alpha1.DownstreamC
 	return sel.Matches(labels.Set(ns.Labels)), nil
 }
 
-// publishCaller publishes caller i's part of the division to its ConfigMap
-// and writes its quota's status, with the contract's finding over, if any.
-func (r *DownstreamContractReconciler) publishCaller(ctx context.Context, dc *v1alpha1.DownstreamContract, s *sharer, h handoverStep, i int, over *v1alpha1.Diagnostic) (reconcile.Result, error) {
-	q, qt := r.quotas, s.quota
-	p := *s.plan
-	// A caller whose workload does not exist has no replica status to read;
-	// replicaStatus dereferences the workload, so it is only asked when there is one.
-	replicas := v1alpha1.ReplicaStatus{DivisorSource: v1alpha1.DivisorReadyPods}
-	if s.facts.workload != nil {
-		replicas = replicaStatus(s.facts.workload, s.facts.hpa, s.facts.pods)
-	}
-	s.status.Replicas, s.in.replicas = &replicas, &replicas
-	if s.facts.hpaMissing {
-		s.in.missingHPA = qt.Spec.HPAName
-	}
-	s.status.PerPod, s.status.Demand, s.status.Diagnostics = &p.PerPod, p.Demand, p.Diagnostics
-	s.in.permits, s.in.diagnostics = p.PerPod.Permits, p.Diagnostics
-	callerView := h.forCaller(i, qt.Namespace+"/")
-	s.status.Division = callerView.status
-	s.in.handover = &callerView
-	if over != nil {
-		s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *over)
-		s.in.diagnostics = s.status.Diagnostics
-	}
-
-	doc := p.Document(qt.Name, dc.Spec.Downstream, qt.Generation, h.document(qt.Namespace+"/"))
-	data, err := plan.Marshal(doc)
-	if err != nil {
-		s.in.invalid = err
-		return reconcile.Result{}, r.writeCaller(ctx, s)
-	}
-	name := quota.ConfigMapName(qt)
-	var result reconcile.Result
-	if s.facts.workload != nil {
-		target, conflict, err := q.target(ctx, qt, name)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if conflict != "" {
-			s.in.conflict = conflict
-			result.RequeueAfter = q.conflictRecheck
-		} else {
-			if err := q.publish(ctx, qt, target, doc.Hash, data); err != nil {
-				return reconcile.Result{}, err
-			}
-			if err := q.withdraw(ctx, qt.Namespace, qt.Name, name); err != nil {
-				return reconcile.Result{}, err
-			}
-			s.status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: name, Key: plan.KeyFor(qt.Name), Hash: doc.Hash}
-			s.in.published = s.status.ConfigMap
-			s.status.Rollout = rolloutStatus(s.facts.pods, qt.Name, plan.AckFor(doc))
-			s.in.applied = countApplied(s.facts.pods, qt.Name, plan.AckFor(doc))
-			s.status.PodsApplied = s.in.applied.text()
-		}
-	}
-	return result, r.writeCaller(ctx, s)
-}
-
-// writeCaller writes a caller quota's status with its conditions, and
-// records a Warning event on the quota when its handover stalls.
-func (r *DownstreamContractReconciler) writeCaller(ctx context.Context, s *sharer) error {
-	prev, written, err := r.quotas.writeStatus(ctx, s.quota, s.status, s.in.conditions()...)
-	if err != nil || !written {
-		return err
-	}
-	r.quotas.warnOnFindings(s.quota, prev, s.status)
-	r.quotas.warnOnChange(s.quota, prev, s.status, v1alpha1.ConditionHandedOver, v1alpha1.ReasonHandoverStalled)
-	return nil
-}
-
 // contractMissing returns why q's contractRef gives q no part, or "" when
 // the contract exists and admits q's namespace.
-func (r *DownstreamQuotaReconciler) contractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota) (string, error) {
+func contractMissing(ctx context.Context, c ctrl.Reader, q *v1alpha1.DownstreamQuota) (string, error) {
 	dc := &v1alpha1.DownstreamContract{}
 	name := q.Spec.ContractRef.Name
-	if err := r.client.Get(ctx, ctrl.ObjectKey{Name: name}, dc); err != nil {
+	if err := c.Get(ctx, ctrl.ObjectKey{Name: name}, dc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Sprintf("DownstreamContract %s not found; the workload gets its part once it exists", name), nil
 		}
 		return "", fmt.Errorf("controller: get contract %s: %w", name, err)
 	}
-	ok, err := contractAdmits(ctx, r.client, dc, q.Namespace)
+	ok, err := contractAdmits(ctx, c, dc, q.Namespace)
 	if err != nil {
 		return "", err
 	}
@@ -310,21 +396,24 @@ func (r *DownstreamQuotaReconciler) contractMissing(ctx context.Context, q *v1al
 
 // notAdmitted says that contract's namespace selector turns namespace away.
 func notAdmitted(contract, namespace string) string {
-	return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match, or it has none and admits no namespace)", contract, namespace)
+	return fmt.Sprintf("DownstreamContract %s does not admit namespace %s (its namespaceSelector does not match, or it has none and admits no namespace); its pods are told 0 permits", contract, namespace)
 }
 
 // reportContractMissing writes a shared quota's Ready condition when its
-// contract is missing; its published plan, if any, stays.
-func (r *DownstreamQuotaReconciler) reportContractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota, why string) error {
+// contract is missing, or turns it away.
+func (p *Publisher) reportContractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota, why string) error {
 	status := q.Status.DeepCopy()
 	status.ObservedGeneration = q.Generation
 	c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonContractNotFound, Message: why}
-	if status.ConfigMap != nil {
+	if status.ConfigMap != nil && !strings.Contains(why, "told 0") {
 		c.Message += fmt.Sprintf("; the last plan stays in ConfigMap %s", status.ConfigMap.Name)
 	}
 	if old := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); old != nil && old.Message == c.Message && old.Reason == c.Reason {
 		return nil
 	}
-	_, _, err := r.writeStatus(ctx, q, status, c, planAppliedCondition(nil, c))
+	_, _, err := p.writeStatus(ctx, q, status, c, planAppliedCondition(nil, c))
+	if errors.Is(err, errStale) {
+		return nil // the next reconcile says it again
+	}
 	return err
 }

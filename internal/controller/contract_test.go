@@ -81,7 +81,7 @@ var _ = Describe("DownstreamContract controller", func() {
 			// A caller's status names its own pods, without the namespace
 			// the contract keys them by.
 			g.Expect(own.Pods).To(ConsistOf(HaveField("Name", "search-0"), HaveField("Name", "search-1")))
-			g.Expect(dc.Status.Division.Pods).To(ContainElement(HaveField("Name", nsB+"/billing-0")))
+			g.Expect(dc.Status.Division.Pods).To(ContainElement(HaveField("Name", nsB+"/ledger/billing-0")))
 		}).Should(Succeed())
 		within := func(g Gomega) {
 			dc := getContract(ctx, g, contract.Name)
@@ -303,11 +303,17 @@ var _ = Describe("DownstreamContract namespace selector", func() {
 			g.Expect(doc.For("api-0").Permits).To(Equal(8))
 		}).Should(Succeed())
 
+		// Turned away, its pod is told 0: it may enforce its 8 permits
+		// until it lets go of them.
 		label(nil)
 		Eventually(func(g Gomega) {
 			c := ready(g, getQuota(ctx, g, ns, "selective"))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonContractNotFound))
-			g.Expect(c.Message).To(ContainSubstring("the last plan stays in ConfigMap api-backpressure"))
+			g.Expect(c.Message).To(ContainSubstring("its pods are told 0 permits"))
+			doc, _ := publishedDocument(ctx, g, ns, "api-backpressure", "selective")
+			g.Expect(doc.For("api-0").Permits).To(BeZero())
+			dc := getContract(ctx, g, contract.Name)
+			g.Expect(heldBy(dc.Status.Division)).To(BeEquivalentTo(8), "the turned-away pod's 8 permits stay counted until it acknowledges")
 		}).Should(Succeed())
 	})
 })

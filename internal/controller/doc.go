@@ -40,35 +40,80 @@
 //
 // Each reconcile runs one step of handover.Step over the division's pods.
 // A smaller share is told at once; the pod is counted at its old share
-// (status.division.pods[].holds) until it acknowledges a revision at least
-// as new as the one that shrank it, or, when it has never acknowledged
-// anything in this epoch, until spec.handover.unacknowledgedDelay (150s by
-// default, DefaultUnacknowledgedDelay) has passed. A larger share is granted
-// only out of what no pod is told or may still hold. A terminating pod keeps
-// its share until it is gone or it acknowledges "<epoch>/released".
+// (status.division.holding) until it acknowledges a revision at least as
+// new as the one that shrank it, or, when it does not acknowledge, until
+// spec.handover.unacknowledgedDelay (150s by default,
+// DefaultUnacknowledgedDelay) has passed since the ConfigMap was seen
+// holding that revision. A larger share is granted only out of what no pod
+// is told or may still hold. A terminating pod keeps its share until it is
+// gone or it acknowledges "<epoch>/released".
+//
+// Whether a pod acknowledges is declared by its annotation
+// backpressure.dev/acknowledges ("true" or "false", set in the pod
+// template): a pod that declares it acknowledges is never taken to have
+// let go of a share by time. Without the annotation it is inferred: a pod
+// that has acknowledged a revision of the epoch acknowledges, and the
+// record of its pending shrink remembers it.
 //
 // Acknowledgements are the pods' applied.backpressure.dev/<quota>
-// annotations, parsed by plan.ParseAck; one of another epoch counts as none.
+// annotations, parsed by plan.ParseAck; one of another epoch counts as none,
+// and one of a revision the division has not reached acknowledges nothing.
 // The epoch is the UID of the object that owns the division (the quota, or
-// the shared contract), and the revision grows with every published change.
+// the shared contract), and the revision grows with every published change
+// and is never published twice (handover.Resume).
 //
 // What every pod is told and may still hold is the operator's only memory of
 // capacity that is out, so it is written before any pod is told: when a step
-// changes it, the reconcile first writes it to status.division, under the
-// resourceVersion of the object it read (an optimistic lock), and only then
-// publishes. A quota's reconcile writes the rest of its status in that same
-// write, as it will stand once the document is published, rather than in a
-// second one after it; should the publication fail, the reconcile fails and
-// its retry publishes. (A contract keeps its record on the contract and
-// writes each quota's status after publishing.) A restarted or newly
-// elected operator reads the record back.
-// When that write conflicts, the cache held an older object than the API
-// server: the step was computed from an old record and would forget what
-// some pod was told since. The reconcile then writes nothing more, neither
-// the ConfigMap nor the rest of the status, and runs again 50ms later, when
-// the cache has caught up. A step that changes nothing in the record writes
-// no record. The reconcile asks to run again when a delay or a stall
-// deadline passes, as no watch would fire then.
+// changes it, the reconcile first writes it to status.division (told and
+// holding), under the resourceVersion of the object it read (an optimistic
+// lock), and only then publishes. A quota's reconcile writes the rest of its
+// status in that same write, as it will stand once the document is
+// published, rather than in a second one after it; should the publication
+// fail, the reconcile fails and its retry publishes. (A contract keeps its
+// record on the contract and writes each quota's status after publishing.)
+// A restarted or newly elected operator reads the record back, and starts
+// every pending delay again on its own clock (status.division.clock names
+// the process that stamped it). When that write conflicts, the cache held an
+// older object than the API server: the step was computed from an old record
+// and would forget what some pod was told since. The reconcile then writes
+// nothing more, neither the ConfigMap nor the rest of the status, and runs
+// again 50ms later, when the cache has caught up; no later status write
+// carries a division other than the one the API server holds, and no
+// document goes out over a newer revision of its epoch. A step that changes
+// nothing in the record writes no record. The reconcile asks to run again
+// when a delay or a stall deadline passes, as no watch would fire then.
+//
+// A record that is missing, of another epoch, or behind what the
+// ConfigMaps and the pods' acknowledgements show starts afresh: above every
+// revision of its epoch seen, and taking every pod to hold what the
+// documents its pods read, and the quota's record of another epoch, give
+// it, until it acknowledges the new revision or the delay passes.
+//
+// # Pods that leave a division
+//
+// A pod the record counts is not forgotten because it left: its caller no
+// longer lists it (it was relabelled out of the workload's selector, the
+// quota now names another workload), its object is gone (a force deletion,
+// with its process perhaps still running), or its caller left the division
+// (its namespace was turned away, its workload deleted without its pods,
+// its part could not be computed, its quota deleted or pointed elsewhere).
+// Such a pod is looked up by name and stays in the division with a target
+// of 0: it is told 0 in every ConfigMap of its namespace that holds its
+// gate, and counted at what it may hold until it acknowledges that, or the
+// delay passes (for a pod whose object is gone, from when it was found
+// gone). A quota whose gate goes to other ConfigMaps than its own keeps
+// publishing there until no pod that reads them is counted, and is only
+// then withdrawn from them. A caller whose document the division can no
+// longer write (its quota deleted, or now dividing elsewhere) keeps its pods
+// counted until they release their share or are gone.
+//
+// # Size
+//
+// A division's record must fit in its object: when told and holding would
+// take more than 1 MiB of JSON (maxRecordBytes), or a document more than
+// its ConfigMap has room for (the API server's 1 MiB of data, less the
+// other gates'), nothing of the step is recorded or published, the pods keep
+// the last plan that was, and Ready is False with reason DivisionTooLarge.
 //
 // # Shared contracts
 //
@@ -81,7 +126,7 @@
 // DownstreamContractReconciler does the rest, per contract: it lists the
 // quotas naming it (through the contract index), leaving out those being
 // deleted and those of namespaces its selector does not admit, reads each
-// one's facts, and splits the contract's usable permits over them with
+// one's facts (a turned-away caller's pods are told 0), and splits the contract's usable permits over them with
 // quota.Split: over their namespaces first, each weighing its quotas'
 // weights together capped at the contract's maxWeightPerNamespace, then
 // within each namespace, each time by weighted max-min fairness capped at each
@@ -92,15 +137,23 @@
 // permits. Each caller's part is then divided exactly over its pods, and one
 // handover runs over the pods of every caller against the contract's usable
 // total, so capacity moves between callers only as the pods giving it up
-// acknowledge. Pods are keyed "<namespace>/<pod>" in the contract's
-// status.division, the write-ahead record of that handover; each caller's
-// document goes to its own ConfigMap, each quota's status gets its part
-// (status.division with its own pods), and the contract's status lists the
-// callers with their parts and the reason for each. The contract reconciler
-// runs on changes of the contract's spec, of the quotas naming it, and of
-// their workloads and pods, and of namespace labels, which decide what a
-// contract's namespaceSelector admits: a quota whose namespace stops
-// matching reports ContractNotFound and keeps its last plan.
+// acknowledge. Pods are keyed "<namespace>/<quota>/<pod>" in the contract's
+// status.division, the write-ahead record of that handover, so that two
+// quotas of one workload (two gates to one provider) are two callers; each
+// caller's document goes to its own ConfigMap, each quota's status gets its
+// part (status.division with its own pods), and the contract's status lists
+// the first 100 callers with their parts and the reason for each. The
+// contract reconciler runs on changes of the contract's spec, of the quotas
+// naming it, of their workloads, pods and ConfigMaps (a hand-edited document
+// is put back), and of namespace labels, which decide what a contract's
+// namespaceSelector admits: a quota whose namespace stops matching reports
+// ContractNotFound and its pods are told 0.
+//
+// The DownstreamQuota and DownstreamContract reconcilers share one
+// Publisher: the client, the clock, the event recorder, the record's
+// writes, the publication of a quota's document and its withdrawal, and
+// the status conditions. A quota's document is published by the same code
+// whoever owns its division.
 //
 // # Quotas that name one downstream without sharing a contract
 //
@@ -161,7 +214,7 @@
 // # Conditions and events
 //
 // Ready's reason is the most important finding, in this order; the first
-// eight make Ready False:
+// ten make Ready False:
 //
 //   - WorkloadNotFound: nothing can be computed; the last published plan,
 //     if any, stays published and in status.
@@ -169,11 +222,15 @@
 //   - ConfigMapConflict: the target ConfigMap is not the operator's; nothing
 //     is written to it. The operator checks again every conflict recheck
 //     interval, because the foreign ConfigMap is outside its cache.
+//   - DivisionTooLarge: the record or the document would not fit; nothing
+//     new is published.
 //   - HPANotFound: the named HPA does not exist; the plan is published from
 //     the other facts.
 //   - ContractOversubscribed, QuotaTooSmall, Overcommitted,
-//     DeadlineBelowLatency: the plan is published but cannot keep the
-//     contract or the deadline.
+//     UnacknowledgedDelayTooShort, DeadlineBelowLatency: the plan is
+//     published but cannot keep the contract or the deadline.
+//     UnacknowledgedDelayTooShort says that spec.handover.unacknowledgedDelay
+//     (a contract's, for its callers) is shorter than the quota's deadline.
 //   - DemandExceedsQuota: Ready stays True; the demand will be partly shed
 //     locally, which is what the quota is for, but worth a look.
 //   - PlanPublished: Ready True, nothing to report.
@@ -217,12 +274,13 @@
 // division's arithmetic or the ConfigMap changes ("permits 5→4 per pod, 5
 // for 4 of them: Ready pods 8→9; 40 usable permits = 4 × 9 + 4"), not on
 // every step of a handover; a Warning event HandoverStalled when the
-// handover becomes stalled; a Warning event ConfigMapConflict; and a Warning
-// event for each of WorkloadNotFound, QuotaTooSmall, Overcommitted and
-// ContractOversubscribed when it appears among Ready's reason and the
-// diagnostics, once, not again while it stays however its numbers move. The
-// contract reconciler records HandoverStalled and those four on the quotas
-// that share it, and nothing on the contract.
+// handover becomes stalled; a Warning event ConfigMapConflict, and one
+// DivisionTooLarge; and a Warning event for each of WorkloadNotFound,
+// QuotaTooSmall, Overcommitted and ContractOversubscribed when it appears
+// among Ready's reason and the diagnostics, once, not again while it stays
+// however its numbers move. The contract reconciler records the same
+// Warning events on the quotas that share it (not PlanChanged), and nothing
+// on the contract.
 //
 // # Rollout
 //

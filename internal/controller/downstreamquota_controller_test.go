@@ -57,6 +57,8 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(q.Status.Division).To(Equal(&v1alpha1.DivisionStatus{
 				Epoch: string(q.UID), Revision: 1, Usable: 40, Base: 20, HandedOut: 40, Held: 40,
 				Shares: []v1alpha1.ShareCount{{Permits: 20, Pods: 2}},
+				Told:   []v1alpha1.ToldPods{{Permits: 20, Pods: []string{"gateway-00", "gateway-01"}}},
+				Clock:  "envtest",
 				Pods:   []v1alpha1.PodShareStatus{{Name: "gateway-00", Permits: 20}, {Name: "gateway-01", Permits: 20}},
 			}))
 			g.Expect(handedOver(g, q).Status).To(Equal(metav1.ConditionTrue))
@@ -251,9 +253,17 @@ var _ = Describe("DownstreamQuota controller", func() {
 				By(fmt.Sprintf("%s releases its %d permits while terminating", pod.Name, freed))
 				pods.release(ctx, uid, pod)
 			} else {
-				By(fmt.Sprintf("%s and its %d permits are gone", pod.Name, freed))
+				By(fmt.Sprintf("%s is gone: its %d permits count until the unacknowledged delay has passed", pod.Name, freed))
 				pods.gone(pod)
 				releasePod(ctx, pod)
+				Eventually(func(g Gomega) {
+					div := divisionOf(g, getQuota(ctx, g, ns, "logistics"))
+					g.Expect(shareOf(div, pod.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeZero(), "Holds": HaveValue(BeEquivalentTo(freed))}))
+					g.Expect(servingPermits(div)).To(Equal(before))
+				}).Should(Succeed())
+				advance(DefaultUnacknowledgedDelay)
+				_, err := reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "logistics"}})
+				Expect(err).NotTo(HaveOccurred())
 			}
 			Eventually(func(g Gomega) {
 				div := divisionOf(g, getQuota(ctx, g, ns, "logistics"))

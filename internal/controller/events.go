@@ -111,7 +111,7 @@ func findings(st *v1alpha1.DownstreamQuotaStatus) []string {
 // numbers move; again only after it went away and came back. The note is
 // the finding's diagnostic message, with its arithmetic, or else the Ready
 // condition's message.
-func (r *DownstreamQuotaReconciler) warnOnFindings(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus) {
+func (p *Publisher) warnOnFindings(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus) {
 	before, now := findings(prev), findings(status)
 	for _, reason := range attentionFindings {
 		if !slices.Contains(now, reason) || slices.Contains(before, reason) {
@@ -123,6 +123,35 @@ func (r *DownstreamQuotaReconciler) warnOnFindings(q *v1alpha1.DownstreamQuota, 
 		} else if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); c != nil {
 			note = c.Message
 		}
-		r.recorder.Eventf(q, nil, corev1.EventTypeWarning, reason, EventActionPublish, "%s", note)
+		p.recorder.Eventf(q, nil, corev1.EventTypeWarning, reason, EventActionPublish, "%s", note)
 	}
+}
+
+// warnOnChange records a Warning event about q with the condition's reason
+// and message when status has the condition of type with reason and prev
+// did not have it with the same status, reason and message.
+func (p *Publisher) warnOnChange(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus, typ, reason string) {
+	if c := meta.FindStatusCondition(status.Conditions, typ); c != nil && c.Reason == reason && !sameCondition(prev.Conditions, *c) {
+		p.recorder.Eventf(q, nil, corev1.EventTypeWarning, reason, EventActionPublish, "%s", c.Message)
+	}
+}
+
+// announce records the events a quota's status write calls for, judged
+// against prev, the status the API server had before it: the Warning
+// events of its findings, a stalled handover and a ConfigMap conflict, and
+// the Normal event PlanChanged when change, the change of the published
+// plan's arithmetic, differs from what prev published.
+func (p *Publisher) announce(q *v1alpha1.DownstreamQuota, prev, status *v1alpha1.DownstreamQuotaStatus, change *planChange) {
+	p.warnOnChange(q, prev, status, v1alpha1.ConditionReady, v1alpha1.ReasonConfigMapConflict)
+	p.warnOnChange(q, prev, status, v1alpha1.ConditionReady, v1alpha1.ReasonDivisionTooLarge)
+	p.warnOnFindings(q, prev, status)
+	if change != nil {
+		// Each plan change is its own event with its own numbers: events
+		// about an object aggregate by its reference, and q now carries
+		// the new resourceVersion.
+		if c := change.since(prev); c != nil {
+			p.recorder.Eventf(q, nil, corev1.EventTypeNormal, EventReasonPlanChanged, EventActionPublish, "%s", c.message())
+		}
+	}
+	p.warnOnChange(q, prev, status, v1alpha1.ConditionHandedOver, v1alpha1.ReasonHandoverStalled)
 }

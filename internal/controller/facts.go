@@ -59,23 +59,23 @@ type facts struct {
 // observe reads the facts of q's workload from the cache. A spec the
 // controller cannot follow (a workload kind it does not know) is returned as
 // a *quota.FieldError.
-func (r *DownstreamQuotaReconciler) observe(ctx context.Context, q *v1alpha1.DownstreamQuota) (facts, error) {
+func observe(ctx context.Context, c client.Reader, q *v1alpha1.DownstreamQuota) (facts, error) {
 	var f facts
-	w, err := r.readWorkload(ctx, q)
+	w, err := readWorkload(ctx, c, q)
 	if err != nil || w == nil {
 		return f, err
 	}
 	f.workload = w
-	if f.hpa, f.hpaMissing, err = r.readHPA(ctx, q); err != nil {
+	if f.hpa, f.hpaMissing, err = readHPA(ctx, c, q); err != nil {
 		return f, err
 	}
-	f.pods, err = r.listPods(ctx, q.Namespace, w.selector)
+	f.pods, err = listPods(ctx, c, q.Namespace, w.selector)
 	return f, err
 }
 
 // readWorkload returns the facts of q's workload, or nil when it does not
 // exist.
-func (r *DownstreamQuotaReconciler) readWorkload(ctx context.Context, q *v1alpha1.DownstreamQuota) (*workloadFacts, error) {
+func readWorkload(ctx context.Context, c client.Reader, q *v1alpha1.DownstreamQuota) (*workloadFacts, error) {
 	ref := q.Spec.WorkloadRef
 	key := client.ObjectKey{Namespace: q.Namespace, Name: ref.Name}
 	var (
@@ -86,13 +86,13 @@ func (r *DownstreamQuotaReconciler) readWorkload(ctx context.Context, q *v1alpha
 	switch ref.Kind {
 	case kindDeployment:
 		var d appsv1.Deployment
-		if err := r.client.Get(ctx, key, &d); err != nil {
+		if err := c.Get(ctx, key, &d); err != nil {
 			return nil, ignoreNotFound(err, "deployment %s", key)
 		}
 		replicas, status, selector = d.Spec.Replicas, d.Status.Replicas, d.Spec.Selector
 	case kindStatefulSet:
 		var s appsv1.StatefulSet
-		if err := r.client.Get(ctx, key, &s); err != nil {
+		if err := c.Get(ctx, key, &s); err != nil {
 			return nil, ignoreNotFound(err, "statefulset %s", key)
 		}
 		replicas, status, selector = s.Spec.Replicas, s.Status.Replicas, s.Spec.Selector
@@ -110,11 +110,11 @@ func (r *DownstreamQuotaReconciler) readWorkload(ctx context.Context, q *v1alpha
 // readHPA returns the facts of the HPA named by spec.hpaName, or else of the
 // HPA whose scaleTargetRef names the workload. missing is set when the named
 // HPA does not exist; no HPA at all is not a problem.
-func (r *DownstreamQuotaReconciler) readHPA(ctx context.Context, q *v1alpha1.DownstreamQuota) (h *hpaFacts, missing bool, err error) {
+func readHPA(ctx context.Context, c client.Reader, q *v1alpha1.DownstreamQuota) (h *hpaFacts, missing bool, err error) {
 	if name := q.Spec.HPAName; name != "" {
 		var hpa autoscalingv2.HorizontalPodAutoscaler
 		key := client.ObjectKey{Namespace: q.Namespace, Name: name}
-		if err := r.client.Get(ctx, key, &hpa); err != nil {
+		if err := c.Get(ctx, key, &hpa); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil, true, nil
 			}
@@ -124,7 +124,7 @@ func (r *DownstreamQuotaReconciler) readHPA(ctx context.Context, q *v1alpha1.Dow
 	}
 	var list autoscalingv2.HorizontalPodAutoscalerList
 	target := quota.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)
-	if err := r.client.List(ctx, &list, client.InNamespace(q.Namespace), client.MatchingFields{indexer.HPATargetKey: target}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(q.Namespace), client.MatchingFields{indexer.HPATargetKey: target}); err != nil {
 		return nil, false, fmt.Errorf("controller: list hpas of %s: %w", target, err)
 	}
 	return pickHPA(list.Items), false, nil
@@ -158,9 +158,9 @@ func hpaFactsOf(hpa *autoscalingv2.HorizontalPodAutoscaler) *hpaFacts {
 
 // listPods returns the pods in namespace that match selector, from the
 // manager's cache, which keeps of each only what stripPod leaves.
-func (r *DownstreamQuotaReconciler) listPods(ctx context.Context, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
+func listPods(ctx context.Context, c client.Reader, namespace string, selector labels.Selector) ([]corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := r.client.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: selector}); err != nil {
 		return nil, fmt.Errorf("controller: list pods in %s: %w", namespace, err)
 	}
 	return list.Items, nil

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/indexer"
@@ -27,7 +29,12 @@ type fakeEnv struct {
 	client   client.WithWatch
 	writes   *writecount.Counter
 	recorder *events.FakeRecorder
+	clock    *clocktesting.FakePassiveClock
+	pub      *Publisher
 	r        *DownstreamQuotaReconciler
+	// applyErr, when set, fails every server-side apply: a publication
+	// that does not reach the API server.
+	applyErr error
 }
 
 func newFakeEnv(objs ...client.Object) *fakeEnv {
@@ -39,14 +46,22 @@ func newFakeEnv(objs ...client.Object) *fakeEnv {
 		panic(err)
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-		WithStatusSubresource(&v1alpha1.DownstreamQuota{})
+		WithStatusSubresource(&v1alpha1.DownstreamQuota{}, &v1alpha1.DownstreamContract{})
 	for _, ix := range indexer.Indexes() {
 		b = b.WithIndex(ix.Object, ix.Field, ix.Extract)
 	}
-	env := &fakeEnv{writes: &writecount.Counter{}, recorder: events.NewFakeRecorder(100)}
-	env.client = env.writes.Wrap(b.Build())
-	env.r = NewDownstreamQuotaReconciler(env.client, env.client, env.recorder,
-		WithClock(clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))))
+	env := &fakeEnv{writes: &writecount.Counter{}, recorder: events.NewFakeRecorder(1000),
+		clock: clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	env.client = env.writes.Wrap(interceptor.NewClient(b.Build(), interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if env.applyErr != nil {
+				return env.applyErr
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+	}))
+	env.pub = NewPublisher(env.client, env.client, env.recorder, WithClock(env.clock), WithClockID("test"))
+	env.r = NewDownstreamQuotaReconciler(env.pub)
 	return env
 }
 
@@ -110,3 +125,6 @@ func fakeQuota(name, kind, workload string) *v1alpha1.DownstreamQuota {
 	q.Spec.WorkloadRef = v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: kind, Name: workload}
 	return q
 }
+
+// mapper returns the event mapping of the environment's controllers.
+func (e *fakeEnv) mapper() *mapper { return &mapper{client: e.client, applied: &e.pub.applied} }

@@ -3,11 +3,13 @@ package controller
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -43,169 +45,389 @@ func handoverSettings(h v1alpha1.Handover) (unacknowledged, stalled time.Duratio
 
 // member is one pod of a division as the handover sees it.
 type member struct {
-	key     string
-	serving bool
-	leaving bool
-	ack     plan.Ack
-	acked   bool // ack parsed and of this division's epoch
+	// key is the pod's key in the division: its caller's prefix and its
+	// name.
+	key, name string
+	serving   bool
+	leaving   bool
+	// departed is set for a pod that only the division's record still
+	// names: its caller no longer lists it (it was relabelled, it is gone,
+	// it belongs to a workload the quota no longer names), or its caller
+	// left the division.
+	departed bool
+	// gone is set for a departed pod whose object is gone.
+	gone bool
+	ack  plan.Ack
+	// acked is set when ack parsed and is of this division's epoch.
+	acked    bool
+	declared handover.Declaration
+}
+
+// declaration reads what a pod declared of its acknowledgements.
+func declaration(pod *corev1.Pod) handover.Declaration {
+	switch pod.Annotations[v1alpha1.AcknowledgesAnnotation] {
+	case "true":
+		return handover.DeclaredAcknowledging
+	case "false":
+		return handover.DeclaredSilent
+	}
+	return handover.Undeclared
+}
+
+// memberOf returns pod as a member of a caller keyed by prefix, whose
+// acknowledgement annotation names gate, in a division of epoch.
+func memberOf(pod *corev1.Pod, prefix, gate, epoch string) member {
+	m := member{key: prefix + pod.Name, name: pod.Name, serving: podServing(pod), leaving: podLeaving(pod), declared: declaration(pod)}
+	if v, ok := pod.Annotations[appliedAnnotation(gate)]; ok {
+		if a, err := plan.ParseAck(v); err == nil && a.Epoch == epoch {
+			m.ack, m.acked = a, true
+		}
+	}
+	return m
 }
 
 // membersOf returns the pods of a caller that take part in its division, by
-// name: every pod that exists and has not finished. The acknowledgement is
-// the pod's applied annotation for gate, when it is of epoch.
-func membersOf(pods []corev1.Pod, gate, epoch string) []member {
-	key := appliedAnnotation(gate)
+// name: every pod that exists and has not finished.
+func membersOf(pods []corev1.Pod, prefix, gate, epoch string) []member {
 	out := make([]member, 0, len(pods))
 	for i := range pods {
-		pod := &pods[i]
-		if podFinished(pod) {
-			continue
+		if !podFinished(&pods[i]) {
+			out = append(out, memberOf(&pods[i], prefix, gate, epoch))
 		}
-		m := member{key: pod.Name, serving: podServing(pod), leaving: podLeaving(pod)}
-		if v, ok := pod.Annotations[key]; ok {
-			if a, err := plan.ParseAck(v); err == nil && a.Epoch == epoch {
-				m.ack, m.acked = a, true
-			}
-		}
-		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b member) int { return cmp.Compare(a.key, b.key) })
 	return out
 }
 
-// caller is one caller of a division: its usable permits and its pods.
+// caller is one caller of a division: a quota, its usable part and its
+// pods, and what its pods can read.
 type caller struct {
+	// namespace and gate are the quota's: the pods' acknowledgement
+	// annotation names the gate.
+	namespace, gate string
 	// prefix is prepended to the pods' names to key them in the division:
-	// "" for a quota's own division, "<namespace>/" in a shared contract.
+	// "" for a quota's own division, "<namespace>/<quota>/" in a shared
+	// contract.
 	prefix string
-	// total is the caller's usable permits.
+	// total is the caller's usable permits; 0 for a caller that departs.
 	total   int64
 	members []member
+	// published is the newest revision of the division's epoch that the
+	// ConfigMaps its pods read all hold; 0 when one holds none.
+	published int64
+	// revisions are the revisions of the division's epoch of the documents
+	// its pods read.
+	revisions []int64
+	// learned maps a pod's name to the most a document its pods read (of
+	// any epoch) or a record of another epoch gives it.
+	learned map[string]int64
+	// reads maps a pod's name to what the document its pods read now
+	// gives it; nil when they read none.
+	reads map[string]int64
 }
+
+// readDocument notes the document the caller's pods read now: a pod it
+// does not name reads the base share.
+func (c *caller) readDocument(d plan.Document, names []string) {
+	c.reads = map[string]int64{}
+	for _, name := range names {
+		c.reads[name] = int64(d.For(name).Permits)
+	}
+	for name, s := range d.Pods {
+		c.reads[name] = int64(s.Permits)
+	}
+}
+
+// learn notes that a document or record gives the pod name share.
+func (c *caller) learn(name string, share int64) {
+	if share <= 0 {
+		return
+	}
+	if c.learned == nil {
+		c.learned = map[string]int64{}
+	}
+	c.learned[name] = max(c.learned[name], share)
+}
+
+// learnDocument notes what a published document gives each pod it names,
+// and its revision when it is of epoch.
+func (c *caller) learnDocument(d plan.Document, epoch string) {
+	for name, s := range d.Pods {
+		c.learn(name, int64(s.Permits))
+	}
+	if d.Epoch == epoch {
+		c.revisions = append(c.revisions, d.Revision)
+	}
+}
+
+// learnRecord notes what a record of another epoch says the pods may hold,
+// its names stripped of their own prefix.
+func (c *caller) learnRecord(d *v1alpha1.DivisionStatus, epoch string) {
+	if d == nil || d.Epoch == epoch {
+		return
+	}
+	for key, r := range snapshotOf(d).Records {
+		if i := strings.LastIndexByte(key, '/'); i >= 0 {
+			key = key[i+1:]
+		}
+		c.learn(key, r.Bound())
+	}
+}
+
+// division is one division's input: its callers and its record.
+type divisionInput struct {
+	// epoch is the UID of the object that owns the division.
+	epoch    string
+	handover v1alpha1.Handover
+	// record is the division's record as read; nil when there is none.
+	record *v1alpha1.DivisionStatus
+	// callers are the division's callers; addDeparting adds those that
+	// only its record still names.
+	callers []*caller
+	// shared is set for a shared contract's division, whose pods are keyed
+	// by namespace and quota.
+	shared bool
+	now    time.Time
+	// clock names this process's clock.
+	clock string
+}
+
+// resume returns where the division's step starts from: its record read
+// back, started afresh when it is missing or behind what the pods read and
+// acknowledged, and every pod it does not know taken to hold what it may.
+func resume(d *divisionInput) handover.Resumed {
+	var t handover.Trace
+	t.Learned = map[string]int64{}
+	for _, c := range d.callers {
+		t.Revisions = append(t.Revisions, c.revisions...)
+		for _, m := range c.members {
+			if m.acked && !m.ack.Released {
+				t.Revisions = append(t.Revisions, m.ack.Revision)
+			}
+		}
+		for name, share := range c.learned {
+			t.Learned[c.prefix+name] = max(t.Learned[c.prefix+name], share)
+		}
+		for name, share := range c.reads {
+			if t.Reads == nil {
+				t.Reads = map[string]int64{}
+			}
+			t.Reads[c.prefix+name] = share
+		}
+	}
+	var rec *handover.Snapshot
+	if d.record != nil {
+		s := snapshotOf(d.record)
+		if d.shared {
+			upgradeKeys(&s, d.callers)
+		}
+		rec = &s
+	}
+	return handover.Resume(d.epoch, rec, t, d.now, d.clock)
+}
+
+// upgradeKeys rewrites the keys "<namespace>/<pod>" of a shared contract's
+// record written before pods were keyed by quota: the pod's record becomes
+// that of every caller of the namespace that lists the pod.
+func upgradeKeys(s *handover.Snapshot, callers []*caller) {
+	for key, r := range s.Records {
+		ns, quota, pod := splitKey(key)
+		if quota != "" || ns == "" {
+			continue
+		}
+		for _, c := range callers {
+			if c.namespace != ns {
+				continue
+			}
+			for _, m := range c.members {
+				if m.name == pod {
+					s.Records[m.key] = r
+					delete(s.Records, key)
+				}
+			}
+		}
+	}
+}
+
+// departingKeys returns the keys of the records that no member of any
+// caller has: pods that left their caller (relabelled, gone, of a workload
+// the quota no longer names) or callers that left the division.
+func departingKeys(d *divisionInput, records map[string]handover.Record) []string {
+	have := map[string]bool{}
+	for _, c := range d.callers {
+		for _, m := range c.members {
+			have[m.key] = true
+		}
+	}
+	var out []string
+	for key, r := range records {
+		if !have[key] && r.Bound() > 0 {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// splitKey returns the namespace, quota and pod of a key of a shared
+// contract's record, "<namespace>/<quota>/<pod>"; an older record keyed
+// "<namespace>/<pod>" has no quota.
+func splitKey(key string) (namespace, quota, pod string) {
+	parts := strings.Split(key, "/")
+	switch len(parts) {
+	case 3:
+		return parts[0], parts[1], parts[2]
+	case 2:
+		return parts[0], "", parts[1]
+	}
+	return "", "", key
+}
+
+// callerPrefix is the key prefix of a quota's pods in a shared contract.
+func callerPrefix(namespace, quota string) string { return namespace + "/" + quota + "/" }
 
 // handoverStep is the outcome of one step of a division.
 type handoverStep struct {
 	// status is the new division status: the record every pod's share is
-	// published from.
+	// published from, and its view.
 	status *v1alpha1.DivisionStatus
-	// callers are the parts of status per caller, aligned with the callers
-	// divide was given, with the pods' names without prefix.
-	callers []*v1alpha1.DivisionStatus
-	// changed is set when status differs from the previous record in what
-	// a pod is told or may hold, so it must be written before publishing.
+	// callers are the step as each caller sees it, aligned with the
+	// division's callers.
+	callers []callerStep
+	// changed is set when the record differs from the previous one, so it
+	// must be written before publishing.
 	changed bool
-	// told maps each pod told a share, by key, to its permits.
-	told map[string]int
-	// waiting names the serving pods below their target.
-	waiting []string
-	// pending names the pods that may still hold more than they are told.
-	pending []string
-	// stalled names the pending pods that acknowledge plans but have not
-	// acknowledged their smaller share within stalledAfter.
-	stalled []string
+	// waiting, pending and stalled name, by key, the serving pods below
+	// their target, the pods that may still hold more than they are told,
+	// and of those the ones that acknowledge but have not acknowledged
+	// their smaller share within stalledAfter.
+	waiting, pending, stalled []string
 	// recheck is when, if positive, a step should run again although no
 	// watch fires: a delay or a stall deadline passes.
 	recheck time.Duration
 }
 
-// divide runs one handover step of a division over callers, from the
-// record prev (nil or of another epoch: nothing is held), at now. Every
-// caller's part is divided exactly over its serving pods; the handover runs
-// over all of them against the sum of the parts.
-func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1alpha1.Handover, now time.Time) handoverStep {
-	unacknowledged, stalledAfter := handoverSettings(h)
-	records := map[string]v1alpha1.PodShareStatus{}
-	var revision int64
-	if prev != nil && prev.Epoch == epoch {
-		revision = prev.Revision
-		for _, p := range prev.Pods {
-			records[p.Name] = p
-		}
-	}
+// callerStep is one caller's part of a step, its pods named without the
+// prefix.
+type callerStep struct {
+	status *v1alpha1.DivisionStatus
+	// told maps each pod told a share to its permits: the caller's
+	// document.
+	told map[string]int
+	// departing is set while the record counts pods of the caller that are
+	// not its members: its documents must reach them.
+	departing                 bool
+	waiting, pending, stalled []string
+}
 
+// shares returns the caller's part as a published document's division:
+// pods not named hold nothing.
+func (c callerStep) shares() quota.Shares {
+	return quota.Shares{Epoch: c.status.Epoch, Revision: c.status.Revision, Pods: c.told}
+}
+
+// step runs one handover step of the division from res: every caller's
+// part is divided exactly over its serving pods, and the handover runs
+// over all of them against the sum of the parts.
+func step(d *divisionInput, res handover.Resumed) handoverStep {
+	unacknowledged, stalledAfter := handoverSettings(d.handover)
+	type entry struct {
+		c      int
+		m      member
+		target int64
+	}
 	var (
-		keys    []string
-		members []member
-		targets []int64
-		owner   []int // caller index of each member
+		entries []entry
 		total   int64
 	)
-	for ci, c := range callers {
+	for ci, c := range d.callers {
 		total += c.total
-		in := make([]division.Member, len(c.members))
-		for i, m := range c.members {
-			in[i] = division.Member{Key: m.key, Serving: m.serving, Told: int64(records[c.prefix+m.key].Permits)}
-		}
-		targets = append(targets, division.Targets(c.total, in)...)
+		in := make([]division.Member, 0, len(c.members))
 		for _, m := range c.members {
-			keys, members, owner = append(keys, c.prefix+m.key), append(members, m), append(owner, ci)
+			in = append(in, division.Member{Key: m.key, Serving: m.serving && !m.gone, Told: res.Records[m.key].Told})
+		}
+		for i, t := range division.Targets(c.total, in) {
+			entries = append(entries, entry{c: ci, m: c.members[i], target: t})
 		}
 	}
 
-	in := handover.Input{Total: total, Revision: revision, Now: now, UnacknowledgedDelay: unacknowledged, Pods: make([]handover.Pod, len(members))}
-	for i, m := range members {
-		p := handover.Pod{Key: keys[i], Target: targets[i], Leaving: m.leaving, Record: recordOf(records[keys[i]])}
-		if m.acked {
-			p.Acked, p.Released = m.ack.Revision, m.ack.Released
+	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh, Now: d.now, UnacknowledgedDelay: unacknowledged,
+		Pods: make([]handover.Pod, len(entries))}
+	for i, e := range entries {
+		p := handover.Pod{Key: e.m.key, Target: e.target, Leaving: e.m.leaving, Gone: e.m.gone, Declared: e.m.declared,
+			Published: d.callers[e.c].published, Record: res.Records[e.m.key]}
+		if e.m.acked {
+			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
 		}
 		in.Pods[i] = p
 	}
-	res := handover.Step(in)
+	r := handover.Step(in)
 
-	out := handoverStep{told: map[string]int{}, recheck: res.RecheckAfter}
-	entries := make([]*v1alpha1.PodShareStatus, len(members))
-	for i, m := range members {
-		r := res.Records[i]
-		if r.Told > 0 {
-			out.told[keys[i]] = int(r.Told)
+	out := handoverStep{recheck: r.RecheckAfter}
+	cs := make([]callerStep, len(d.callers))
+	for i := range cs {
+		cs[i].told = map[string]int{}
+	}
+	views := make([]*v1alpha1.PodShareStatus, len(entries))
+	for i, e := range entries {
+		rec, c := r.Records[i], &cs[e.c]
+		if rec.Told > 0 {
+			c.told[e.m.name] = int(rec.Told)
 		}
-		if m.serving && r.Told < targets[i] {
-			out.waiting = append(out.waiting, keys[i])
+		if e.m.serving && !e.m.gone && rec.Told < e.target {
+			out.waiting, c.waiting = append(out.waiting, e.m.key), append(c.waiting, e.m.name)
 		}
-		if r.Told == 0 && r.Holds == 0 && targets[i] == 0 {
+		if rec.Bound() == 0 && e.target == 0 {
 			continue
 		}
-		ps := &v1alpha1.PodShareStatus{Name: keys[i], Permits: int32(r.Told)}
-		if targets[i] != r.Told && !m.leaving {
-			ps.Target = ptr.To(int32(targets[i]))
+		if e.m.departed {
+			c.departing = true
 		}
-		if r.Holds > r.Told {
-			ps.Holds = ptr.To(int32(r.Holds))
-			ps.ShrunkAtRevision = r.ShrunkAt
-			t := metav1.NewMicroTime(r.ShrunkTime)
-			ps.ShrunkAt = &t
-			out.pending = append(out.pending, keys[i])
-			// A pod that does not acknowledge is settled by time, and
-			// handover.Step says when (res.RecheckAfter).
-			if m.acked && !m.ack.Released {
-				if wait := r.ShrunkTime.Add(stalledAfter).Sub(now); wait <= 0 {
-					out.stalled = append(out.stalled, keys[i])
+		v := &v1alpha1.PodShareStatus{Name: e.m.key, Permits: int32(rec.Told)}
+		if e.target != rec.Told && !e.m.leaving {
+			v.Target = ptr.To(int32(e.target))
+		}
+		if rec.Holds > rec.Told {
+			v.Holds = ptr.To(int32(rec.Holds))
+			v.ShrunkAtRevision = rec.ShrunkAt
+			v.ShrunkAt = ptr.To(microTime(rec.ShrunkTime))
+			out.pending, c.pending = append(out.pending, e.m.key), append(c.pending, e.m.name)
+			// A pod settled by time says when through the step's
+			// RecheckAfter; one that acknowledges may stall.
+			if rec.Acknowledges && !rec.Gone && !(e.m.acked && e.m.ack.Released) {
+				if wait := rec.ShrunkTime.Add(stalledAfter).Sub(d.now); wait <= 0 {
+					out.stalled, c.stalled = append(out.stalled, e.m.key), append(c.stalled, e.m.name)
 				} else {
 					out.recheck = handover.Sooner(out.recheck, wait)
 				}
 			}
 		}
-		entries[i] = ps
+		views[i] = v
 	}
 
 	summary := func(idx []int, part int64, trim string) *v1alpha1.DivisionStatus {
-		st := &v1alpha1.DivisionStatus{Epoch: epoch, Revision: res.Revision, Usable: int32(part)}
+		st := &v1alpha1.DivisionStatus{Epoch: d.epoch, Revision: r.Revision, Usable: int32(part), Clock: d.clock}
 		var serving int64
 		shares := map[int32]int32{}
+		own := map[string]handover.Record{}
+		var listed []v1alpha1.PodShareStatus
 		for _, i := range idx {
-			r := res.Records[i]
-			if members[i].serving {
+			rec, m := r.Records[i], entries[i].m
+			if m.serving && !m.gone {
 				serving++
 			}
-			if r.Told > 0 {
-				st.HandedOut += int32(r.Told)
-				shares[int32(r.Told)]++
+			if rec.Told > 0 {
+				st.HandedOut += int32(rec.Told)
+				shares[int32(rec.Told)]++
 			}
-			st.Held += int32(r.Bound())
-			if e := entries[i]; e != nil {
-				e := *e
-				e.Name = strings.TrimPrefix(e.Name, trim)
-				st.Pods = append(st.Pods, e)
+			st.Held += int32(rec.Bound())
+			if rec.Bound() > 0 {
+				own[strings.TrimPrefix(m.key, trim)] = rec
+			}
+			if v := views[i]; v != nil {
+				v := *v
+				v.Name = strings.TrimPrefix(v.Name, trim)
+				listed = append(listed, v)
 			}
 		}
 		if serving > 0 {
@@ -215,114 +437,164 @@ func divide(callers []caller, prev *v1alpha1.DivisionStatus, epoch string, h v1a
 			st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})
 		}
 		slices.SortFunc(st.Shares, func(a, b v1alpha1.ShareCount) int { return cmp.Compare(b.Permits, a.Permits) })
-		slices.SortFunc(st.Pods, func(a, b v1alpha1.PodShareStatus) int { return cmp.Compare(a.Name, b.Name) })
+		st.Told, st.Holding = recordOf(own)
+		st.Pods, st.PodsNotListed = listedPods(listed)
 		return st
 	}
-	all := make([]int, len(members))
+	all := make([]int, len(entries))
 	for i := range all {
 		all[i] = i
 	}
 	out.status = summary(all, total, "")
-	if len(callers) == 1 && callers[0].prefix == "" {
-		// A quota's own division: its part is the whole.
-		out.callers = []*v1alpha1.DivisionStatus{out.status}
-	} else {
-		for ci, c := range callers {
-			var idx []int
-			for i := range members {
-				if owner[i] == ci {
-					idx = append(idx, i)
+	for ci, c := range d.callers {
+		if len(d.callers) == 1 && c.prefix == "" {
+			// A quota's own division: its part is the whole.
+			cs[ci].status = out.status
+			continue
+		}
+		var idx []int
+		for i, e := range entries {
+			if e.c == ci {
+				idx = append(idx, i)
+			}
+		}
+		cs[ci].status = summary(idx, c.total, c.prefix)
+	}
+	out.callers = cs
+	out.changed = d.record == nil || d.record.Epoch != d.epoch || d.record.Revision != out.status.Revision ||
+		d.record.Clock != d.clock || !sameRecord(d.record, out.status)
+	return out
+}
+
+// microTime returns t as the API server keeps it: to the microsecond.
+func microTime(t time.Time) metav1.MicroTime {
+	return metav1.NewMicroTime(t.Truncate(time.Microsecond))
+}
+
+// recordOf returns records, by key, as a division status's record: the
+// pods told a share and holding no more grouped by share, and those that
+// may hold more grouped by what they hold and since when.
+func recordOf(records map[string]handover.Record) ([]v1alpha1.ToldPods, []v1alpha1.HeldPods) {
+	told := map[int32][]string{}
+	type heldKey struct {
+		permits, holds int32
+		rev            int64
+		at             time.Time
+		acks, gone     bool
+	}
+	held := map[heldKey][]string{}
+	for key, r := range records {
+		if r.Holds > r.Told {
+			k := heldKey{int32(r.Told), int32(r.Holds), r.ShrunkAt, r.ShrunkTime.Truncate(time.Microsecond).UTC(), r.Acknowledges, r.Gone}
+			held[k] = append(held[k], key)
+		} else if r.Told > 0 {
+			told[int32(r.Told)] = append(told[int32(r.Told)], key)
+		}
+	}
+	var t []v1alpha1.ToldPods
+	for _, permits := range slices.Sorted(maps.Keys(told)) {
+		t = append(t, v1alpha1.ToldPods{Permits: permits, Pods: slices.Sorted(slices.Values(told[permits]))})
+	}
+	slices.Reverse(t)
+	var h []v1alpha1.HeldPods
+	for k, pods := range held {
+		h = append(h, v1alpha1.HeldPods{Permits: k.permits, Holds: k.holds, ShrunkAtRevision: k.rev, ShrunkAt: metav1.NewMicroTime(k.at),
+			Acknowledges: k.acks, Gone: k.gone, Pods: slices.Sorted(slices.Values(pods))})
+	}
+	slices.SortFunc(h, func(a, b v1alpha1.HeldPods) int {
+		return cmp.Or(cmp.Compare(b.Permits, a.Permits), cmp.Compare(b.Holds, a.Holds), cmp.Compare(a.ShrunkAtRevision, b.ShrunkAtRevision),
+			a.ShrunkAt.Compare(b.ShrunkAt.Time), cmp.Compare(a.Pods[0], b.Pods[0]))
+	})
+	return t, h
+}
+
+// snapshotOf reads a division status's record back: its told and holding,
+// or, from a status written before they existed, its pods.
+func snapshotOf(d *v1alpha1.DivisionStatus) handover.Snapshot {
+	s := handover.Snapshot{Epoch: d.Epoch, Revision: d.Revision, Clock: d.Clock, Records: map[string]handover.Record{}}
+	if len(d.Told) == 0 && len(d.Holding) == 0 {
+		for _, p := range d.Pods {
+			r := handover.Record{Told: int64(p.Permits), Holds: int64(p.Permits)}
+			if p.Holds != nil && int64(*p.Holds) > r.Told {
+				r.Holds, r.ShrunkAt = int64(*p.Holds), p.ShrunkAtRevision
+				if p.ShrunkAt != nil {
+					r.ShrunkTime = p.ShrunkAt.Time
 				}
 			}
-			out.callers = append(out.callers, summary(idx, c.total, c.prefix))
+			s.Records[p.Name] = r
+		}
+		return s
+	}
+	for _, g := range d.Told {
+		for _, pod := range g.Pods {
+			s.Records[pod] = handover.Record{Told: int64(g.Permits), Holds: int64(g.Permits)}
 		}
 	}
-	out.changed = prev == nil || prev.Epoch != epoch || prev.Revision != out.status.Revision || !sameRecords(prev.Pods, out.status.Pods)
-	return out
-}
-
-// forCaller returns the step as one caller sees it: its part of the
-// division, and the waiting, pending and stalled pods that are its own, by
-// name without prefix.
-func (h handoverStep) forCaller(i int, prefix string) handoverStep {
-	own := func(keys []string) []string {
-		var out []string
-		for _, k := range keys {
-			if name, ok := strings.CutPrefix(k, prefix); ok {
-				out = append(out, name)
-			}
-		}
-		return out
-	}
-	c := h
-	c.status = h.callers[i]
-	c.waiting, c.pending, c.stalled = own(h.waiting), own(h.pending), own(h.stalled)
-	return c
-}
-
-// toldFor returns the shares of the pods whose keys start with prefix, by
-// name without it: one caller's document.
-func (h handoverStep) toldFor(prefix string) map[string]int {
-	if prefix == "" {
-		return h.told
-	}
-	out := map[string]int{}
-	for key, permits := range h.told {
-		if name, ok := strings.CutPrefix(key, prefix); ok {
-			out[name] = permits
+	for _, g := range d.Holding {
+		for _, pod := range g.Pods {
+			s.Records[pod] = handover.Record{Told: int64(g.Permits), Holds: max(int64(g.Holds), int64(g.Permits)), ShrunkAt: g.ShrunkAtRevision,
+				ShrunkTime: g.ShrunkAt.Time, Acknowledges: g.Acknowledges, Gone: g.Gone}
 		}
 	}
-	return out
+	return s
 }
 
-// recordOf converts a pod's status entry to its handover record.
-func recordOf(p v1alpha1.PodShareStatus) handover.Record {
-	r := handover.Record{Told: int64(p.Permits), Holds: int64(p.Permits)}
-	if p.Holds != nil && int64(*p.Holds) > r.Told {
-		r.Holds, r.ShrunkAt = int64(*p.Holds), p.ShrunkAtRevision
-		if p.ShrunkAt != nil {
-			r.ShrunkTime = p.ShrunkAt.Time
+// sameRecord reports whether two division statuses record the same told
+// and holding.
+func sameRecord(a, b *v1alpha1.DivisionStatus) bool {
+	return equality.Semantic.DeepEqual(a.Told, b.Told) && equality.Semantic.DeepEqual(a.Holding, b.Holding)
+}
+
+// listedPods returns up to MaxListedPods of the pods, those whose handover
+// is under way (they hold more than they are told, or wait) first, then by
+// name, and how many it leaves out; the list is sorted by name.
+func listedPods(pods []v1alpha1.PodShareStatus) ([]v1alpha1.PodShareStatus, int32) {
+	busy := func(p v1alpha1.PodShareStatus) int {
+		if p.Holds != nil || p.Target != nil {
+			return 0
 		}
+		return 1
 	}
-	return r
-}
-
-// sameRecords reports whether two lists of pod entries record the same
-// shares and holds; targets, which are recomputed every step, do not count.
-func sameRecords(a, b []v1alpha1.PodShareStatus) bool {
-	return slices.EqualFunc(a, b, func(x, y v1alpha1.PodShareStatus) bool {
-		return x.Name == y.Name && x.Permits == y.Permits && ptr.Equal(x.Holds, y.Holds) && x.ShrunkAtRevision == y.ShrunkAtRevision
+	slices.SortFunc(pods, func(a, b v1alpha1.PodShareStatus) int {
+		return cmp.Or(cmp.Compare(busy(a), busy(b)), cmp.Compare(a.Name, b.Name))
 	})
+	left := max(0, len(pods)-v1alpha1.MaxListedPods)
+	pods = pods[:len(pods)-left]
+	slices.SortFunc(pods, func(a, b v1alpha1.PodShareStatus) int { return cmp.Compare(a.Name, b.Name) })
+	return pods, int32(left)
 }
 
 // usableTotal is what a caller's division hands out: the plan's usable
 // permits, or one per serving pod when AtLeastOne raised them.
 func usableTotal(p quota.Sizing) int64 { return p.Result.TotalPermits }
 
-// document returns one caller's part of the division as a published
-// document's division: pods not named hold nothing.
-func (h handoverStep) document(prefix string) quota.Shares {
-	return quota.Shares{Epoch: h.status.Epoch, Revision: h.status.Revision, Pods: h.toldFor(prefix)}
-}
-
-// handedOverCondition says whether the handover is done, in progress or
-// stalled.
-func handedOverCondition(h handoverStep) metav1.Condition {
+// handedOverCondition says whether the handover of a division, or of a
+// caller's part of it, is done, in progress or stalled.
+func handedOverCondition(st *v1alpha1.DivisionStatus, waiting, pending, stalled []string) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionHandedOver, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHandedOver}
-	st := h.status
 	switch {
-	case len(h.stalled) > 0:
+	case len(stalled) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonHandoverStalled
 		c.Message = fmt.Sprintf("pods %s have not acknowledged their smaller share; their old share stays counted, so %s wait for it",
-			podList(h.stalled), waitingText(h.waiting))
-	case len(h.waiting) > 0 || len(h.pending) > 0:
+			podList(stalled), waitingText(waiting))
+	case len(waiting) > 0 || len(pending) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonHandoverInProgress
 		c.Message = fmt.Sprintf("%d of %d permits handed out, %d held; %s wait for pods %s to let go of capacity",
-			st.HandedOut, st.Usable, st.Held, waitingText(h.waiting), podList(h.pending))
+			st.HandedOut, st.Usable, st.Held, waitingText(waiting), podList(pending))
 	default:
 		c.Message = fmt.Sprintf("%d of %d permits handed out to the Ready pods at revision %d", st.HandedOut, st.Usable, st.Revision)
 	}
 	return c
+}
+
+// condition is the HandedOver condition of the whole step.
+func (h handoverStep) condition() metav1.Condition {
+	return handedOverCondition(h.status, h.waiting, h.pending, h.stalled)
+}
+
+// condition is the HandedOver condition of the caller's part.
+func (c callerStep) condition() metav1.Condition {
+	return handedOverCondition(c.status, c.waiting, c.pending, c.stalled)
 }
 
 func waitingText(waiting []string) string {

@@ -24,13 +24,13 @@ type claimant struct {
 // without sharing one contract: when the permits they hand out add up to
 // more than the smallest concurrency any of them states for it, it returns
 // a ContractOversubscribed diagnostic with the arithmetic.
-func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downstream string) (*v1alpha1.Diagnostic, error) {
+func oversubscription(ctx context.Context, c client.Reader, downstream string) (*v1alpha1.Diagnostic, error) {
 	var quotas v1alpha1.DownstreamQuotaList
-	if err := r.client.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
+	if err := c.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
 		return nil, fmt.Errorf("controller: list quotas of downstream %s: %w", downstream, err)
 	}
 	var contracts v1alpha1.DownstreamContractList
-	if err := r.client.List(ctx, &contracts); err != nil {
+	if err := c.List(ctx, &contracts); err != nil {
 		return nil, fmt.Errorf("controller: list contracts: %w", err)
 	}
 	var all []claimant
@@ -47,14 +47,14 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downst
 		})
 	}
 	for i := range contracts.Items {
-		c := &contracts.Items[i]
-		if c.Spec.Downstream != downstream {
+		dc := &contracts.Items[i]
+		if dc.Spec.Downstream != downstream {
 			continue
 		}
 		all = append(all, claimant{
-			name:        "DownstreamContract " + c.Name,
-			concurrency: c.Spec.Contract.Concurrency,
-			usable:      quota.ContractUsable(c.Spec),
+			name:        "DownstreamContract " + dc.Name,
+			concurrency: dc.Spec.Contract.Concurrency,
+			usable:      quota.ContractUsable(dc.Spec),
 		})
 	}
 	if len(all) < 2 {
@@ -66,10 +66,10 @@ func (r *DownstreamQuotaReconciler) oversubscription(ctx context.Context, downst
 		terms []string
 		least = all[0].concurrency
 	)
-	for _, c := range all {
-		sum += c.usable
-		least = min(least, c.concurrency)
-		terms = append(terms, fmt.Sprintf("%s %d", c.name, c.usable))
+	for _, cl := range all {
+		sum += cl.usable
+		least = min(least, cl.concurrency)
+		terms = append(terms, fmt.Sprintf("%s %d", cl.name, cl.usable))
 	}
 	if sum <= int64(least) {
 		return nil, nil

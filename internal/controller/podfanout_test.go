@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,7 +50,7 @@ func (c *readCounter) take() map[string]int {
 // Deployments and a StatefulSet and no quota at all. Every read of its
 // reconciler's client (newFakeEnv's, with the production indexes) is
 // counted.
-func fanOutEnv(t *testing.T, fillers int) (*DownstreamQuotaReconciler, *readCounter) {
+func fanOutEnv(t *testing.T, fillers int) (*mapper, *readCounter) {
 	t.Helper()
 	named := fakeQuota("named-hpa", "Deployment", "api")
 	named.Spec.HPAName = "api-custom"
@@ -83,7 +82,7 @@ func fanOutEnv(t *testing.T, fillers int) (*DownstreamQuotaReconciler, *readCoun
 			return c.List(ctx, list, opts...)
 		},
 	})
-	return NewDownstreamQuotaReconciler(c, c, events.NewFakeRecorder(10)), reads
+	return &mapper{client: c, applied: &appliedGates{}}, reads
 }
 
 // ownedPod returns a pod of namespace ns with labels, controlled by the
@@ -108,7 +107,7 @@ func deploymentPod(ns, workload, hash string) *corev1.Pod {
 
 // enqueued returns what the pod watch's handler queues for a creation, an
 // update and a deletion of pod.
-func enqueued(r *DownstreamQuotaReconciler, pod *corev1.Pod) []string {
+func enqueued(r *mapper, pod *corev1.Pod) []string {
 	ctx := context.Background()
 	h := handler.EnqueueRequestsFromMapFunc(r.quotasForPod)
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())

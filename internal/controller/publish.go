@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,17 +77,21 @@ func gatePublished(cm *corev1.ConfigMap, q *v1alpha1.DownstreamQuota, hash strin
 		slices.ContainsFunc(cm.OwnerReferences, func(ref metav1.OwnerReference) bool { return ref.UID == q.UID })
 }
 
-// target returns the ConfigMap name of q's namespace, which is to hold
-// q's gate, as the cache has it, or as claim leaves it when the cache has
-// none. When the ConfigMap is not the operator's it returns why, as the
+// maxConfigMapBytes is the API server's limit on a ConfigMap's data: the
+// keys and values of data and binaryData together.
+const maxConfigMapBytes = 1 << 20
+
+// target returns the ConfigMap of q's namespace named name, which is to
+// hold q's gate, as the cache has it, or as claim leaves it when the cache
+// has none. When the ConfigMap is not the operator's it returns why, as the
 // conflict.
-func (r *DownstreamQuotaReconciler) target(ctx context.Context, q *v1alpha1.DownstreamQuota, name string) (cm *corev1.ConfigMap, conflict string, err error) {
+func (p *Publisher) target(ctx context.Context, q *v1alpha1.DownstreamQuota, name string) (cm *corev1.ConfigMap, conflict string, err error) {
 	workload := q.Spec.WorkloadRef.Name
 	key := client.ObjectKey{Namespace: q.Namespace, Name: name}
 	cm = &corev1.ConfigMap{}
-	err = r.client.Get(ctx, key, cm)
+	err = p.client.Get(ctx, key, cm)
 	if apierrors.IsNotFound(err) {
-		cm, err = r.claim(ctx, key, workload)
+		cm, err = p.claim(ctx, key, workload)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("controller: get configmap %s: %w", key, err)
@@ -94,14 +99,56 @@ func (r *DownstreamQuotaReconciler) target(ctx context.Context, q *v1alpha1.Down
 	return cm, notOurs(cm, workload), nil
 }
 
+// holding returns the operator ConfigMaps of namespace that hold quota's
+// gate, by name, as the cache has them.
+func (p *Publisher) holding(ctx context.Context, namespace, quota string) ([]*corev1.ConfigMap, error) {
+	var list corev1.ConfigMapList
+	if err := p.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexer.ConfigMapGateKey: quota}); err != nil {
+		return nil, fmt.Errorf("controller: list configmaps holding gate %s/%s: %w", namespace, quota, err)
+	}
+	out := make([]*corev1.ConfigMap, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	slices.SortFunc(out, func(a, b *corev1.ConfigMap) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// documentIn returns the document of gate that cm holds, and false when it
+// holds none that parses.
+func documentIn(cm *corev1.ConfigMap, gate string) (plan.Document, bool) {
+	data, ok := cm.Data[plan.KeyFor(gate)]
+	if !ok {
+		return plan.Document{}, false
+	}
+	d, err := plan.Parse([]byte(data))
+	return d, err == nil && d.Gate == gate
+}
+
+// room is how many bytes the document of gate may take in cm: the
+// ConfigMap limit less the other keys' and values' sizes and its own key.
+func room(cm *corev1.ConfigMap, gate string) int {
+	key := plan.KeyFor(gate)
+	n := maxConfigMapBytes - len(key)
+	for k, v := range cm.Data {
+		if k != key {
+			n -= len(k) + len(v)
+		}
+	}
+	for k, v := range cm.BinaryData {
+		n -= len(k) + len(v)
+	}
+	return n
+}
+
 // publish puts q's gate, the encoded document data of content hash, into
-// cm, the ConfigMap target returned without a conflict. It writes nothing
-// when the gate is already there.
-func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, cm *corev1.ConfigMap, hash string, data []byte) error {
+// cm, when cm does not hold it already. workload is the workload cm is
+// labelled for.
+func (p *Publisher) publish(ctx context.Context, q *v1alpha1.DownstreamQuota, cm *corev1.ConfigMap, workload, hash string, data []byte) error {
 	if gatePublished(cm, q, hash) {
 		return nil
 	}
-	name, key, workload := cm.Name, client.ObjectKeyFromObject(cm), q.Spec.WorkloadRef.Name
+	name, key := cm.Name, client.ObjectKeyFromObject(cm)
 	owner := metav1ac.OwnerReference().
 		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind(quota.Kind).
 		WithName(q.Name).WithUID(q.UID)
@@ -112,11 +159,11 @@ func (r *DownstreamQuotaReconciler) publish(ctx context.Context, q *v1alpha1.Dow
 	// Noted before the write, as its watch event may come before its
 	// response.
 	quota := client.ObjectKeyFromObject(q)
-	r.applied.note(quota, name, data)
+	p.applied.note(quota, name, data)
 	// Force: the key is this quota's alone; someone who edited it by hand
 	// loses it back.
-	if err := r.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
-		r.applied.forget(quota)
+	if err := p.client.Apply(ctx, gate, client.FieldOwner(gateFieldOwner(q.Name)), client.ForceOwnership); err != nil {
+		p.applied.forget(quota)
 		return fmt.Errorf("controller: apply gate %s to configmap %s: %w", q.Name, key, err)
 	}
 	return nil
@@ -166,17 +213,17 @@ func (a *appliedGates) ownGateWrite(cm *corev1.ConfigMap, gate string) bool {
 // returns the ConfigMap the API server has, creating an empty one with the
 // operator's labels when there is none. Creating, rather than applying,
 // fails instead of adopting a ConfigMap someone created since the read.
-func (r *DownstreamQuotaReconciler) claim(ctx context.Context, key client.ObjectKey, workload string) (*corev1.ConfigMap, error) {
+func (p *Publisher) claim(ctx context.Context, key client.ObjectKey, workload string) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	if err := r.apiReader.Get(ctx, key, cm); !apierrors.IsNotFound(err) {
+	if err := p.apiReader.Get(ctx, key, cm); !apierrors.IsNotFound(err) {
 		return cm, err
 	}
 	cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: configMapLabels(workload)}}
-	err := r.client.Create(ctx, cm, client.FieldOwner(FieldOwner))
+	err := p.client.Create(ctx, cm, client.FieldOwner(FieldOwner))
 	if apierrors.IsAlreadyExists(err) {
 		// Another quota of the workload, or someone else, was first.
 		cm = &corev1.ConfigMap{}
-		err = r.apiReader.Get(ctx, key, cm)
+		err = p.apiReader.Get(ctx, key, cm)
 	}
 	return cm, err
 }
@@ -184,14 +231,14 @@ func (r *DownstreamQuotaReconciler) claim(ctx context.Context, key client.Object
 // withdraw takes the gate of quota out of every operator ConfigMap of
 // namespace that holds it, except the one named keep, and deletes a
 // ConfigMap it leaves without data.
-func (r *DownstreamQuotaReconciler) withdraw(ctx context.Context, namespace, quota, keep string) error {
-	var list corev1.ConfigMapList
-	if err := r.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexer.ConfigMapGateKey: quota}); err != nil {
-		return fmt.Errorf("controller: list configmaps holding gate %s/%s: %w", namespace, quota, err)
+func (p *Publisher) withdraw(ctx context.Context, namespace, quota, keep string) error {
+	list, err := p.holding(ctx, namespace, quota)
+	if err != nil {
+		return err
 	}
-	for i := range list.Items {
-		if name := list.Items[i].Name; name != keep {
-			if err := r.removeGate(ctx, client.ObjectKey{Namespace: namespace, Name: name}, quota); err != nil {
+	for _, cm := range list {
+		if name := cm.Name; name != keep {
+			if err := p.removeGate(ctx, client.ObjectKey{Namespace: namespace, Name: name}, quota); err != nil {
 				return fmt.Errorf("controller: withdraw gate %s from configmap %s: %w", quota, name, err)
 			}
 		}
@@ -205,17 +252,17 @@ func (r *DownstreamQuotaReconciler) withdraw(ctx context.Context, namespace, quo
 // conflict, so it never deletes a ConfigMap another quota has just written
 // to. A merge patch rather than an empty apply removes the key whoever last
 // wrote it.
-func (r *DownstreamQuotaReconciler) removeGate(ctx context.Context, key client.ObjectKey, quota string) error {
+func (p *Publisher) removeGate(ctx context.Context, key client.ObjectKey, quota string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm := &corev1.ConfigMap{}
-		if err := r.apiReader.Get(ctx, key, cm); err != nil {
+		if err := p.apiReader.Get(ctx, key, cm); err != nil {
 			return client.IgnoreNotFound(err)
 		}
 		if cm.Labels[ManagedByLabel] != ManagedByValue {
 			return nil // no longer the operator's
 		}
 		if without, changed := withoutGate(cm, quota); changed {
-			if err := r.client.Patch(ctx, without, client.MergeFromWithOptions(cm, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+			if err := p.client.Patch(ctx, without, client.MergeFromWithOptions(cm, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 				return client.IgnoreNotFound(err)
 			}
 			cm = without
@@ -223,7 +270,7 @@ func (r *DownstreamQuotaReconciler) removeGate(ctx context.Context, key client.O
 		if len(cm.Data) > 0 || len(cm.BinaryData) > 0 {
 			return nil
 		}
-		err := r.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
+		err := p.client.Delete(ctx, cm, client.Preconditions{UID: &cm.UID, ResourceVersion: &cm.ResourceVersion})
 		return client.IgnoreNotFound(err)
 	})
 }

@@ -16,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	clocktesting "k8s.io/utils/clock/testing"
-
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
@@ -68,6 +66,8 @@ func TestReconcilePublishesOnceAndThenWritesNothing(t *testing.T) {
 	wantDivision := &v1alpha1.DivisionStatus{
 		Epoch: "uid-logistics-api", Revision: 1, Usable: 40, Base: 20, HandedOut: 40, Held: 40,
 		Shares: []v1alpha1.ShareCount{{Permits: 20, Pods: 2}},
+		Told:   []v1alpha1.ToldPods{{Permits: 20, Pods: []string{"search-gateway-a", "search-gateway-b"}}},
+		Clock:  "test",
 		Pods:   []v1alpha1.PodShareStatus{{Name: "search-gateway-a", Permits: 20}, {Name: "search-gateway-b", Permits: 20}},
 	}
 	if diff := cmp.Diff(wantDivision, q.Status.Division); diff != "" {
@@ -127,7 +127,7 @@ func TestReconcileOneStatusWriteWhenAPodStopsBeingReady(t *testing.T) {
 		fakePod("search-gateway-a", labels), fakePod("search-gateway-b", labels),
 		fakeQuota("logistics-api", "Deployment", "search-gateway"),
 	)
-	env.r.clock = clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
+	env.clock.SetTime(time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC))
 	reconcileQuota(t, env, "logistics-api")
 
 	pod := &corev1.Pod{}
@@ -320,7 +320,7 @@ func TestReconcileFromAStaleCacheKeepsTheRecord(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	r := NewDownstreamQuotaReconciler(staleClient, env.client, env.recorder, WithClock(env.r.clock))
+	r := NewDownstreamQuotaReconciler(NewPublisher(staleClient, env.client, env.recorder, WithClock(env.clock), WithClockID("test")))
 	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: quotaKey}); err != nil {
 		t.Fatalf("Reconcile from the stale cache: %v", err)
 	}

@@ -45,6 +45,8 @@ var (
 	operatorCache client.Reader
 	// reconciler is the reconciler the manager runs, for direct calls.
 	reconciler *DownstreamQuotaReconciler
+	// publisher is what the manager's reconcilers share.
+	publisher *Publisher
 	// writes counts the manager's API writes.
 	writes writecount.Counter
 	// fakeClock stamps condition transitions and is the handover's clock:
@@ -92,9 +94,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	operatorCache = mgr.GetCache()
-	reconciler = NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"),
-		WithClock(fakeClock), WithConflictRecheck(conflictRecheck))
-	Expect(reconciler.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)})).To(Succeed())
+	publisher = NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"),
+		WithClock(fakeClock), WithConflictRecheck(conflictRecheck), WithClockID("envtest"))
+	reconciler, _, err = Setup(ctx, mgr, publisher, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)})
+	Expect(err).NotTo(HaveOccurred())
 
 	mgrCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -173,7 +173,7 @@ func TestWarnOnFindings(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			recorder := events.NewFakeRecorder(10)
-			r := NewDownstreamQuotaReconciler(nil, nil, recorder)
+			r := NewPublisher(nil, nil, recorder)
 			r.warnOnFindings(&v1alpha1.DownstreamQuota{}, tt.prev, tt.next)
 			close(recorder.Events)
 			var got []string

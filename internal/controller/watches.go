@@ -34,60 +34,94 @@ import (
 // ControllerName names the controller in logs and metrics.
 const ControllerName = "downstreamquota"
 
-// SetupWithManager registers the field indexes and the controller with
-// mgr. The manager's cache must be built with CacheOptions.
-func (r *DownstreamQuotaReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts controller.Options) error {
+// Setup registers the field indexes with mgr, and the DownstreamQuota and
+// DownstreamContract controllers, both publishing through p. The manager's
+// cache must be built with CacheOptions. It returns the reconcilers, for
+// direct calls.
+func Setup(ctx context.Context, mgr ctrl.Manager, p *Publisher, opts controller.Options) (*DownstreamQuotaReconciler, *DownstreamContractReconciler, error) {
 	if err := indexer.Setup(ctx, mgr.GetFieldIndexer()); err != nil {
-		return err
+		return nil, nil, err
 	}
+	quotas, contracts := NewDownstreamQuotaReconciler(p), NewDownstreamContractReconciler(p)
+	if err := quotas.SetupWithManager(mgr, opts); err != nil {
+		return nil, nil, err
+	}
+	if err := contracts.SetupWithManager(mgr, opts); err != nil {
+		return nil, nil, err
+	}
+	return quotas, contracts, nil
+}
+
+// SetupWithManager registers the DownstreamQuota controller with mgr; the
+// field indexes must be registered (see Setup).
+func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	m := &mapper{client: r.pub.client, applied: &r.pub.applied}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(opts).
 		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
-		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(r.quotasForHPA), builder.WithPredicates(hpaChanged)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.quotasForPod), builder.WithPredicates(podChanged)).
-		Watches(&corev1.ConfigMap{}, r.configMapHandler()).
-		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(r.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
-		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(r.quotasOfDownstream), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
+		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(m.quotasForHPA), builder.WithPredicates(hpaChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(m.quotasForPod), builder.WithPredicates(podChanged)).
+		Watches(&corev1.ConfigMap{}, m.configMapHandler(nil)).
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ControllerName, err)
 	}
-	contracts := NewDownstreamContractReconciler(r)
-	err = ctrl.NewControllerManagedBy(mgr).
+	return nil
+}
+
+// SetupWithManager registers the DownstreamContract controller with mgr;
+// the field indexes must be registered (see Setup). Besides the contract
+// and the quotas naming it, it watches their workloads, pods and
+// ConfigMaps, and the namespaces its selector may admit or turn away.
+func (r *DownstreamContractReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	m := &mapper{client: r.pub.client, applied: &r.pub.applied}
+	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ContractControllerName).
 		WithOptions(opts).
 		For(&v1alpha1.DownstreamContract{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(r.contractsOf), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
-		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(r.contractsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForWorkload(kindStatefulSet))), builder.WithPredicates(workloadChanged)).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.contracts(r.quotasForPod)), builder.WithPredicates(podChanged)).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.contractsSelectingNamespaces), builder.WithPredicates(labelsChanged)).
-		Complete(contracts)
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.contractsOf), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(m.contractsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.contracts(m.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.contracts(m.quotasForWorkload(kindStatefulSet))), builder.WithPredicates(workloadChanged)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(m.contracts(m.podsOfContracts)), builder.WithPredicates(podChanged)).
+		Watches(&corev1.ConfigMap{}, m.configMapHandler(m.contractOfQuota)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.contractsSelectingNamespaces), builder.WithPredicates(labelsChanged)).
+		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ContractControllerName, err)
 	}
 	return nil
 }
 
+// mapper maps events on the objects the controllers watch to the quotas
+// and contracts they concern, through the cache and its field indexes.
+type mapper struct {
+	client client.Client
+	// applied is the Publisher's memory of the gates it applied, so that
+	// its own writes coming back wake nothing.
+	applied *appliedGates
+}
+
 // quotasOfDownstream maps a quota or a contract to the quotas, in every
 // namespace, that name the same downstream: they check together that they
 // do not hand out more than its contract. A contract maps also to the
 // quotas that share it, which report when it is missing.
-func (r *DownstreamQuotaReconciler) quotasOfDownstream(ctx context.Context, obj client.Object) []reconcile.Request {
+func (m *mapper) quotasOfDownstream(ctx context.Context, obj client.Object) []reconcile.Request {
 	downstream, ok := downstreamOf(obj)
 	if !ok {
 		return nil
 	}
 	var shared []reconcile.Request
 	if _, ok := obj.(*v1alpha1.DownstreamContract); ok {
-		shared = r.quotasMatching(ctx, "", client.MatchingFields{indexer.QuotaContractKey: obj.GetName()})
+		shared = m.quotasMatching(ctx, "", client.MatchingFields{indexer.QuotaContractKey: obj.GetName()})
 	}
 	var list v1alpha1.DownstreamQuotaList
-	if err := r.client.List(ctx, &list, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
+	if err := m.client.List(ctx, &list, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "downstream", downstream)
 		return shared
 	}
@@ -127,11 +161,11 @@ func quotaContract(_ context.Context, obj client.Object) []reconcile.Request {
 // contractsOf maps a quota to the contract it shares, and a quota or a
 // contract to the other contracts that name the same downstream, which
 // check together with it that they do not hand out more than its contract.
-func (r *DownstreamQuotaReconciler) contractsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+func (m *mapper) contractsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	out := quotaContract(ctx, obj)
 	downstream, _ := downstreamOf(obj)
 	var list v1alpha1.DownstreamContractList
-	if err := r.client.List(ctx, &list); err != nil {
+	if err := m.client.List(ctx, &list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list contracts")
 		return out
 	}
@@ -148,9 +182,9 @@ func (r *DownstreamQuotaReconciler) contractsOf(ctx context.Context, obj client.
 // contractsSelectingNamespaces maps a namespace to the contracts whose
 // namespaceSelector decides whether its quotas may share them: a new label
 // may admit them, or turn them away.
-func (r *DownstreamQuotaReconciler) contractsSelectingNamespaces(ctx context.Context, _ client.Object) []reconcile.Request {
+func (m *mapper) contractsSelectingNamespaces(ctx context.Context, _ client.Object) []reconcile.Request {
 	var list v1alpha1.DownstreamContractList
-	if err := r.client.List(ctx, &list); err != nil {
+	if err := m.client.List(ctx, &list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list contracts")
 		return nil
 	}
@@ -171,15 +205,11 @@ var labelsChanged = predicate.Funcs{
 
 // contracts maps what quotas maps an object to onto the contracts those
 // quotas share.
-func (r *DownstreamQuotaReconciler) contracts(quotas handler.MapFunc) handler.MapFunc {
+func (m *mapper) contracts(quotas handler.MapFunc) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
 		var out []reconcile.Request
 		for _, req := range quotas(ctx, obj) {
-			q := &v1alpha1.DownstreamQuota{}
-			if err := r.client.Get(ctx, req.NamespacedName, q); err != nil {
-				continue
-			}
-			for _, c := range quotaContract(ctx, q) {
+			for _, c := range m.contractOfQuota(ctx, req) {
 				if !slices.Contains(out, c) {
 					out = append(out, c)
 				}
@@ -191,9 +221,9 @@ func (r *DownstreamQuotaReconciler) contracts(quotas handler.MapFunc) handler.Ma
 
 // quotasMatching returns a request for each quota of namespace ("" for
 // every namespace) that the field index selects.
-func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespace string, fields client.MatchingFields) []reconcile.Request {
+func (m *mapper) quotasMatching(ctx context.Context, namespace string, fields client.MatchingFields) []reconcile.Request {
 	var list v1alpha1.DownstreamQuotaList
-	if err := r.client.List(ctx, &list, client.InNamespace(namespace), fields, client.UnsafeDisableDeepCopy); err != nil {
+	if err := m.client.List(ctx, &list, client.InNamespace(namespace), fields, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "namespace", namespace, "fields", fields)
 		return nil
 	}
@@ -206,19 +236,19 @@ func (r *DownstreamQuotaReconciler) quotasMatching(ctx context.Context, namespac
 
 // quotasForWorkload maps a Deployment or StatefulSet to the quotas naming
 // it.
-func (r *DownstreamQuotaReconciler) quotasForWorkload(kind string) handler.MapFunc {
+func (m *mapper) quotasForWorkload(kind string) handler.MapFunc {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: quota.WorkloadKey(kind, obj.GetName())})
+		return m.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: quota.WorkloadKey(kind, obj.GetName())})
 	}
 }
 
 // quotasForHPA maps an HPA to the quotas that name it and to the quotas of
 // the workload it scales.
-func (r *DownstreamQuotaReconciler) quotasForHPA(ctx context.Context, obj client.Object) []reconcile.Request {
-	reqs := r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaHPAKey: obj.GetName()})
+func (m *mapper) quotasForHPA(ctx context.Context, obj client.Object) []reconcile.Request {
+	reqs := m.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaHPAKey: obj.GetName()})
 	if hpa, ok := obj.(*autoscalingv2.HorizontalPodAutoscaler); ok {
 		if target, ok := quota.HPATarget(hpa); ok {
-			reqs = append(reqs, r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: target})...)
+			reqs = append(reqs, m.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: target})...)
 		}
 	}
 	return reqs
@@ -245,23 +275,23 @@ func (r *DownstreamQuotaReconciler) quotasForHPA(ctx context.Context, obj client
 // a workload whose selector also matches another workload's pods, which
 // Kubernetes warns against: its quotas count such a pod, but see its
 // changes only at their next reconcile.
-func (r *DownstreamQuotaReconciler) quotasForPod(ctx context.Context, obj client.Object) []reconcile.Request {
+func (m *mapper) quotasForPod(ctx context.Context, obj client.Object) []reconcile.Request {
 	switch key, owner := podWorkload(obj); owner {
 	case ownerWorkload:
-		return r.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: key})
+		return m.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: key})
 	case ownerOther:
 		return nil
 	}
-	return r.quotasSelecting(ctx, obj)
+	return m.quotasSelecting(ctx, obj)
 }
 
 // quotasSelecting maps a pod to the quotas of its namespace whose workload's
 // selector matches its labels, reading each workload a quota names once.
 // A namespace without quotas costs one lookup of the quota cache.
-func (r *DownstreamQuotaReconciler) quotasSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
+func (m *mapper) quotasSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
 	ns := obj.GetNamespace()
 	var quotas v1alpha1.DownstreamQuotaList
-	if err := r.client.List(ctx, &quotas, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+	if err := m.client.List(ctx, &quotas, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list quotas", "namespace", ns)
 		return nil
 	}
@@ -276,7 +306,7 @@ func (r *DownstreamQuotaReconciler) quotasSelecting(ctx context.Context, obj cli
 		ref := v1alpha1.WorkloadReference{Kind: q.Spec.WorkloadRef.Kind, Name: q.Spec.WorkloadRef.Name}
 		match, seen := matches[ref]
 		if !seen {
-			match = r.workloadSelects(ctx, ns, ref, podLabels)
+			match = m.workloadSelects(ctx, ns, ref, podLabels)
 			matches[ref] = match
 		}
 		if match {
@@ -289,19 +319,19 @@ func (r *DownstreamQuotaReconciler) quotasSelecting(ctx context.Context, obj cli
 // workloadSelects reports whether the Deployment or StatefulSet ref of
 // namespace exists and its selector matches podLabels. An empty selector
 // matches nothing (apps/v1 rejects one anyway).
-func (r *DownstreamQuotaReconciler) workloadSelects(ctx context.Context, ns string, ref v1alpha1.WorkloadReference, podLabels labels.Set) bool {
+func (m *mapper) workloadSelects(ctx context.Context, ns string, ref v1alpha1.WorkloadReference, podLabels labels.Set) bool {
 	key := client.ObjectKey{Namespace: ns, Name: ref.Name}
 	var selector *metav1.LabelSelector
 	switch ref.Kind {
 	case kindDeployment:
 		var d appsv1.Deployment
-		if err := r.client.Get(ctx, key, &d); err != nil {
+		if err := m.client.Get(ctx, key, &d); err != nil {
 			return false
 		}
 		selector = d.Spec.Selector
 	case kindStatefulSet:
 		var s appsv1.StatefulSet
-		if err := r.client.Get(ctx, key, &s); err != nil {
+		if err := m.client.Get(ctx, key, &s); err != nil {
 			return false
 		}
 		selector = s.Spec.Selector
@@ -312,24 +342,36 @@ func (r *DownstreamQuotaReconciler) workloadSelects(ctx context.Context, ns stri
 	return err == nil && !s.Empty() && s.Matches(podLabels)
 }
 
-// configMapHandler maps events on the operator's ConfigMaps to quotas. A
+// configMapHandler maps events on the operator's ConfigMaps to quotas, or,
+// through to, to what to maps a quota's request to (its contract). A
 // created or deleted ConfigMap concerns every quota whose gate it holds or
 // that publishes to it; an update concerns only the quotas whose key or
 // owner reference changed, so that one quota's write does not wake every
 // other quota of the workload, and of those not a quota whose gate is now
-// what its own reconcile just applied: that reconcile already wrote the
-// status that goes with it, and another would only read it all again.
-func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
+// what the Publisher itself just applied: that reconcile already wrote the
+// status that goes with it, and another would only read it all again. A
+// key someone else changed (a hand edit, a stale copy put back) is mapped,
+// so the operator puts the document back.
+func (m *mapper) configMapHandler(to func(context.Context, reconcile.Request) []reconcile.Request) handler.EventHandler {
+	add := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], req reconcile.Request) {
+		if to == nil {
+			q.Add(req)
+			return
+		}
+		for _, r := range to(ctx, req) {
+			q.Add(r)
+		}
+	}
 	all := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		cm, ok := obj.(*corev1.ConfigMap)
 		if !ok {
 			return
 		}
 		for _, gate := range quota.Gates(cm) {
-			q.Add(request(cm.Namespace, gate))
+			add(ctx, q, request(cm.Namespace, gate))
 		}
-		for _, req := range r.quotasMatching(ctx, cm.Namespace, client.MatchingFields{indexer.QuotaConfigMapKey: cm.Name}) {
-			q.Add(req)
+		for _, req := range m.quotasMatching(ctx, cm.Namespace, client.MatchingFields{indexer.QuotaConfigMapKey: cm.Name}) {
+			add(ctx, q, req)
 		}
 	}
 	return handler.Funcs{
@@ -353,12 +395,35 @@ func (r *DownstreamQuotaReconciler) configMapHandler() handler.EventHandler {
 				return
 			}
 			for _, gate := range changedGates(oldCM, newCM) {
-				if !r.applied.ownGateWrite(newCM, gate) {
-					q.Add(request(newCM.Namespace, gate))
+				if !m.applied.ownGateWrite(newCM, gate) {
+					add(ctx, q, request(newCM.Namespace, gate))
 				}
 			}
 		},
 	}
+}
+
+// contractOfQuota maps a quota's request to the contract it shares, if any.
+func (m *mapper) contractOfQuota(ctx context.Context, req reconcile.Request) []reconcile.Request {
+	q := &v1alpha1.DownstreamQuota{}
+	if err := m.client.Get(ctx, req.NamespacedName, q); err != nil {
+		return nil
+	}
+	return quotaContract(ctx, q)
+}
+
+// podsOfContracts maps a pod to the quotas that count it, and to the
+// quotas whose gate it acknowledges: a pod relabelled out of its
+// workload's selector still counts in a contract's record.
+func (m *mapper) podsOfContracts(ctx context.Context, obj client.Object) []reconcile.Request {
+	reqs := m.quotasForPod(ctx, obj)
+	for k := range appliedAnnotations(obj) {
+		req := request(obj.GetNamespace(), strings.TrimPrefix(k, v1alpha1.AppliedAnnotationPrefix))
+		if !slices.Contains(reqs, req) {
+			reqs = append(reqs, req)
+		}
+	}
+	return reqs
 }
 
 // changedGates returns the quotas whose key or owner reference differs

@@ -46,17 +46,17 @@ func watchEnv() *fakeEnv {
 func TestQuotasForWorkload(t *testing.T) {
 	env := watchEnv()
 	ctx := context.Background()
-	got := names(env.r.quotasForWorkload(kindDeployment)(ctx, fakeDeployment("api", 2)))
+	got := names(env.mapper().quotasForWorkload(kindDeployment)(ctx, fakeDeployment("api", 2)))
 	if diff := cmp.Diff([]string{"shop/named-hpa", "shop/payments", "shop/search"}, got); diff != "" {
 		t.Errorf("quotas of Deployment api (-want +got):\n%s", diff)
 	}
-	got = names(env.r.quotasForWorkload(kindStatefulSet)(ctx, fakeStatefulSet("api", 2)))
+	got = names(env.mapper().quotasForWorkload(kindStatefulSet)(ctx, fakeStatefulSet("api", 2)))
 	if diff := cmp.Diff([]string{"shop/same-name-other-kind"}, got); diff != "" {
 		t.Errorf("quotas of StatefulSet api (-want +got):\n%s", diff)
 	}
 	other := fakeDeployment("api", 2)
 	other.Namespace = "elsewhere"
-	if got := env.r.quotasForWorkload(kindDeployment)(ctx, other); len(got) != 0 {
+	if got := env.mapper().quotasForWorkload(kindDeployment)(ctx, other); len(got) != 0 {
 		t.Errorf("a Deployment of another namespace maps to %v", names(got))
 	}
 }
@@ -76,7 +76,7 @@ func TestQuotasForHPA(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, names(env.r.quotasForHPA(ctx, tt.hpa))); diff != "" {
+			if diff := cmp.Diff(tt.want, names(env.mapper().quotasForHPA(ctx, tt.hpa))); diff != "" {
 				t.Errorf("quotasForHPA (-want +got):\n%s", diff)
 			}
 		})
@@ -101,7 +101,7 @@ func TestQuotasForPod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, names(env.r.quotasForPod(ctx, pod(tt.labels)))); diff != "" {
+			if diff := cmp.Diff(tt.want, names(env.mapper().quotasForPod(ctx, pod(tt.labels)))); diff != "" {
 				t.Errorf("quotasForPod (-want +got):\n%s", diff)
 			}
 		})
@@ -111,7 +111,7 @@ func TestQuotasForPod(t *testing.T) {
 func TestConfigMapHandler(t *testing.T) {
 	env := watchEnv()
 	ctx := context.Background()
-	h := env.r.configMapHandler()
+	h := env.mapper().configMapHandler(nil)
 	owner := func(name string) metav1.OwnerReference {
 		return metav1.OwnerReference{APIVersion: "backpressure.dev/v1alpha1", Kind: "DownstreamQuota", Name: name, UID: "u-" + types.UID(name)}
 	}
@@ -157,7 +157,7 @@ func TestConfigMapHandler(t *testing.T) {
 	// The reconciler's own write of payments' gate wakes nobody; another
 	// content of the key, or the key without payments' owner reference,
 	// wakes payments.
-	env.r.applied.note(types.NamespacedName{Namespace: "shop", Name: "payments"}, "api-backpressure", []byte("p2"))
+	env.pub.applied.note(types.NamespacedName{Namespace: "shop", Name: "payments"}, "api-backpressure", []byte("p2"))
 	got = queued(func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		h.Update(ctx, event.UpdateEvent{ObjectOld: cm, ObjectNew: updated}, q)
 	})

@@ -19,20 +19,50 @@
 //   - a smaller share is told at once (shrinking is always safe); Holds stays
 //     until the pod acknowledges a revision at least as new as the one that
 //     told it (the runtime acknowledges once its calls in flight are within
-//     the smaller share), or, for a pod that has never acknowledged anything
-//     in this epoch, until UnacknowledgedDelay has passed since it was told;
+//     the smaller share). An acknowledgement of a revision the step has not
+//     reached was never published and counts as none;
+//   - a pod that does not acknowledge is taken to have applied its smaller
+//     share once UnacknowledgedDelay has passed since the revision that told
+//     it was published: the delay starts only when Pod.Published shows that
+//     revision published, and a step that finds the delay passed without
+//     it starts the delay again from then. Whether a pod acknowledges is
+//     declared (Pod.Declared) or, when it is not, inferred: a pod that has
+//     acknowledged a revision of the epoch acknowledges. The shrink's
+//     Record remembers it (Acknowledges), so a removed or garbled
+//     acknowledgement does not turn it into one settled by time;
 //   - a larger share is told only out of what is free: Total minus, over all
 //     pods, the larger of what each is told and what it may still hold.
 //     Grants go first to the pods that hold the least, then by key; a grant
-//     may be partial;
+//     may be partial. While the pods may hold more than Total, nothing is
+//     granted, not even up to what a pod may still hold;
 //   - a pod that is leaving keeps its share until it is gone, or until it
 //     reports that it released it (it closed its gate and drained);
+//   - a pod that is gone (Pod.Gone: its object was deleted, or it left its
+//     caller) has a target of 0; what it may hold counts until
+//     UnacknowledgedDelay has passed since it was found gone, as its
+//     process may still run;
 //   - a pod that is not Ready has a target of 0: it receives no traffic and
 //     needs no share until it is Ready.
 //
 // This is Doorman's rule (a grant never exceeds capacity minus what others
 // have, plus what the client already has) with the pod's acknowledgement in
 // the role of the lease holder's "has".
+//
+// # Resuming a record
+//
+// The controller keeps every pod's Record, written before any pod is told
+// anything; Resume reads it back. A record that is missing, of another
+// epoch, or behind (a document or an acknowledgement of its epoch names a
+// higher revision: it was deleted, edited, restored or rolled back) starts
+// afresh above every revision of the epoch that can be seen, so revisions
+// are never published twice, and takes every pod to hold what the
+// published documents and the records of other epochs give it, until it
+// acknowledges a revision of the fresh record or the delay passes: the
+// learning mode of Doorman's server after a restart. A pod the record does
+// not know is taken to hold what a document gives it in any case: a
+// caller that just joined may still enforce its old division's document.
+// Delays are counted on one clock: a record stamped by another operator
+// process starts every pending delay again.
 //
 // # Guarantees
 //

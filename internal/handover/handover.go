@@ -18,19 +18,47 @@ type Record struct {
 	// ShrunkAt is the revision that told the pod its latest smaller share,
 	// while Holds > Told; 0 when nothing is pending.
 	ShrunkAt int64
-	// ShrunkTime is when revision ShrunkAt was decided; zero when ShrunkAt is.
+	// ShrunkTime is when the delay of a pod that does not acknowledge
+	// started counting: when revision ShrunkAt was decided, or later, when
+	// it had not been published yet as the delay passed, or when the pod
+	// was found gone; zero when ShrunkAt is.
 	ShrunkTime time.Time
+	// Acknowledges is set, while Holds > Told, for a pod known to
+	// acknowledge (it declared so, or acknowledged a revision of the
+	// epoch): only its acknowledgement frees its old share, however long
+	// it takes. A removed or garbled annotation does not clear it.
+	Acknowledges bool
+	// Gone is set, while Holds > Told, for a pod whose object no longer
+	// exists: its process may still run (a force deletion, a partitioned
+	// node), and is taken to have ended once UnacknowledgedDelay has passed
+	// since ShrunkTime, when it was found gone.
+	Gone bool
 }
 
 // Bound is the most the pod may hold in flight: the larger of what it is
 // told and what it may still hold.
 func (r Record) Bound() int64 { return max(r.Told, r.Holds) }
 
+// Declaration is what a pod declared of its acknowledgements.
+type Declaration int
+
+const (
+	// Undeclared: the pod said nothing; it is taken to acknowledge once it
+	// has acknowledged a revision of the epoch.
+	Undeclared Declaration = iota
+	// DeclaredAcknowledging: the pod acknowledges; its smaller shares are
+	// settled by its acknowledgement only.
+	DeclaredAcknowledging
+	// DeclaredSilent: the pod does not acknowledge; its smaller shares are
+	// settled by UnacknowledgedDelay after their publication.
+	DeclaredSilent
+)
+
 // Pod is what Step knows of one pod.
 type Pod struct {
 	// Key identifies the pod among all the pods of the division (its name,
-	// or namespace/name when callers span namespaces); grants break ties by
-	// it.
+	// or namespace/quota/name when callers span namespaces); grants break
+	// ties by it.
 	Key string
 	// Target is the share the pod should hold once the handover is done:
 	// its exact share when it is Ready and not leaving, else 0.
@@ -38,17 +66,33 @@ type Pod struct {
 	// Leaving is set for a pod that is terminating: it keeps what it was
 	// told until it is gone or has released it.
 	Leaving bool
+	// Gone is set for a pod the record counts whose object no longer
+	// exists. Its target is 0; what it may hold stays counted until
+	// UnacknowledgedDelay has passed since it was found gone.
+	Gone bool
 	// Acked is the newest revision of this epoch the pod acknowledged; 0
-	// when it has acknowledged none. A pod that has acknowledged something
-	// is taken to acknowledge every revision; one that never has is taken
-	// not to acknowledge at all.
+	// when it has acknowledged none. An acknowledgement above the revision
+	// the step starts from was never published and counts as none.
 	Acked int64
+	// Declared is what the pod declared of its acknowledgements.
+	Declared Declaration
 	// Released is set when the pod reported that it closed its gate and has
 	// nothing in flight. It counts only for a pod that is Leaving.
 	Released bool
+	// Published is the newest revision of this epoch the pod can read in
+	// its document; 0 when it can read none. The delay of a pod that does
+	// not acknowledge counts only once the revision that told it its
+	// smaller share is published.
+	Published int64
 	// Record is the pod's state after the previous Step; the zero Record
 	// for a pod that step did not know.
 	Record Record
+}
+
+// acknowledges reports whether only the pod's acknowledgement frees an old
+// share it holds.
+func (p Pod) acknowledges(acked int64) bool {
+	return p.Record.Acknowledges || p.Declared == DeclaredAcknowledging || (p.Declared == Undeclared && acked > 0)
 }
 
 // Input is one step of the handover.
@@ -56,8 +100,11 @@ type Input struct {
 	// Total is the most all the pods together may hold.
 	Total int64
 	// Revision is the revision the previous Step returned; 0 before the
-	// first.
+	// first. Revisions are never reused: see Resume.
 	Revision int64
+	// Fresh is set for the first step of a record started afresh (see
+	// Resume): it publishes a new revision even when no share changes.
+	Fresh bool
 	// Now is the time of the step.
 	Now time.Time
 	// UnacknowledgedDelay is how long after a pod that does not
@@ -95,36 +142,60 @@ type Result struct {
 func Step(in Input) Result {
 	out := Result{Revision: max(in.Revision, 0), Records: make([]Record, len(in.Pods))}
 	next := out.Revision + 1
+	recheck := func(wait time.Duration) { out.RecheckAfter = Sooner(out.RecheckAfter, max(wait, time.Nanosecond)) }
 
 	// Settle acknowledgements and delays; tell smaller shares.
 	for i, p := range in.Pods {
 		r := p.Record
 		r.Holds = max(r.Holds, r.Told)
+		acked := p.Acked
+		if acked > out.Revision {
+			acked = 0 // never published: from the future, or forged
+		}
+		acknowledges := p.acknowledges(acked)
+		if p.Gone && !r.Gone && r.Holds > 0 {
+			// Found gone: its process is taken to end within the delay
+			// from now, whether or not it acknowledges.
+			r.Gone, r.ShrunkTime = true, in.Now
+			r.ShrunkAt = max(r.ShrunkAt, next)
+		}
+		r.Gone = r.Gone && p.Gone
 		switch {
 		case p.Leaving && p.Released:
 			r = Record{}
-		case r.ShrunkAt > 0 && p.Acked > 0:
-			if p.Acked >= r.ShrunkAt {
+		case r.Holds == r.Told:
+		case acked > 0 && acked >= r.ShrunkAt:
+			r = Record{Told: r.Told, Holds: r.Told}
+		case r.Gone || !acknowledges:
+			wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now)
+			switch {
+			case wait > 0:
+				recheck(wait)
+			case !r.Gone && p.Published < r.ShrunkAt:
+				// The revision that told it has not been seen published:
+				// its delay counts from now, as it is published now.
+				r.ShrunkTime = in.Now
+				recheck(in.UnacknowledgedDelay)
+			default:
 				r = Record{Told: r.Told, Holds: r.Told}
-			}
-		case r.ShrunkAt > 0:
-			if wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now); wait <= 0 {
-				r = Record{Told: r.Told, Holds: r.Told}
-			} else {
-				out.RecheckAfter = Sooner(out.RecheckAfter, wait)
 			}
 		}
 		if !p.Leaving && p.Target < r.Told {
 			r.Told = max(p.Target, 0)
-			r.ShrunkAt, r.ShrunkTime = next, in.Now
-			if p.Acked == 0 && r.Holds > r.Told {
+			r.ShrunkAt = next
+			if !r.Gone {
+				r.ShrunkTime = in.Now
+			}
+			if (!acknowledges || r.Gone) && r.Holds > r.Told {
 				// Only time settles this pod's smaller share: say when,
 				// or it would wait for an unrelated event.
-				out.RecheckAfter = Sooner(out.RecheckAfter, max(in.UnacknowledgedDelay, time.Nanosecond))
+				recheck(in.UnacknowledgedDelay)
 			}
 		}
 		if r.Holds == r.Told {
-			r.ShrunkAt, r.ShrunkTime = 0, time.Time{}
+			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
+		} else {
+			r.Acknowledges = acknowledges
 		}
 		out.Records[i] = r
 	}
@@ -137,22 +208,31 @@ func Step(in Input) Result {
 	// Grant what is free, to the pods that hold the least first.
 	var below []int
 	for i, p := range in.Pods {
-		if !p.Leaving && p.Target > out.Records[i].Told {
+		if !p.Leaving && !p.Gone && p.Target > out.Records[i].Told {
 			below = append(below, i)
 		}
 	}
 	slices.SortFunc(below, func(a, b int) int {
 		return cmp.Or(cmp.Compare(out.Records[a].Told, out.Records[b].Told), cmp.Compare(in.Pods[a].Key, in.Pods[b].Key))
 	})
+	if out.Free < 0 {
+		// The pods may hold more than Total (it shrank, or a record started
+		// afresh counts what every source says they may hold): only
+		// smaller shares are told until they fit.
+		below = nil
+	}
 	for _, i := range below {
 		r := &out.Records[i]
 		// Up to Holds costs nothing: the pod is counted at Holds already.
-		told := min(in.Pods[i].Target, r.Holds+max(out.Free, 0))
+		told := min(in.Pods[i].Target, r.Holds+out.Free)
 		if told <= r.Told {
 			continue
 		}
 		out.Free -= max(0, told-r.Holds)
 		r.Told, r.Holds = told, max(r.Holds, told)
+		if r.Holds == r.Told {
+			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
+		}
 	}
 
 	for i, r := range out.Records {
@@ -160,7 +240,7 @@ func Step(in Input) Result {
 			out.Changed = true
 		}
 	}
-	if out.Changed || out.Revision == 0 {
+	if out.Changed || out.Revision == 0 || in.Fresh {
 		out.Revision = next
 	}
 	return out

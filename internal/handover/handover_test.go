@@ -22,8 +22,8 @@ func TestStepScaleUp(t *testing.T) {
 	}}
 	got := Step(in)
 	want := Result{Revision: 5, Changed: true, Free: 0, Records: []Record{
-		{Told: 4, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
-		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
+		{Told: 4, Holds: 5, ShrunkAt: 5, ShrunkTime: t0, Acknowledges: true},
+		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0, Acknowledges: true},
 		{},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -36,7 +36,7 @@ func TestStepScaleUp(t *testing.T) {
 	got = Step(in)
 	want = Result{Revision: 6, Changed: true, Free: 0, Records: []Record{
 		{Told: 4, Holds: 4},
-		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0},
+		{Told: 3, Holds: 5, ShrunkAt: 5, ShrunkTime: t0, Acknowledges: true},
 		{Told: 1, Holds: 1},
 	}}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -82,7 +82,7 @@ func TestStepNeverAcknowledged(t *testing.T) {
 // acknowledge once the delay has passed, and says when to look again.
 func TestStepUnacknowledgedDelay(t *testing.T) {
 	in := Input{Total: 10, Revision: 5, Now: t0.Add(40 * time.Second), UnacknowledgedDelay: time.Minute, Pods: []Pod{
-		{Key: "quiet", Target: 5, Record: Record{Told: 5, Holds: 10, ShrunkAt: 5, ShrunkTime: t0}},
+		{Key: "quiet", Target: 5, Published: 5, Record: Record{Told: 5, Holds: 10, ShrunkAt: 5, ShrunkTime: t0}},
 		{Key: "new", Target: 5},
 	}}
 	got := Step(in)

@@ -131,7 +131,7 @@ func (s *sim) controller() {
 	}
 	in := Input{Total: s.total, Revision: s.revision, Now: s.now, UnacknowledgedDelay: simDelay}
 	for i, p := range s.pods {
-		in.Pods = append(in.Pods, Pod{Key: p.key, Target: targets[i], Leaving: p.leaving, Acked: p.acked, Released: p.released, Record: s.records[p.key]})
+		in.Pods = append(in.Pods, Pod{Key: p.key, Target: targets[i], Leaving: p.leaving, Acked: p.acked, Released: p.released, Published: s.latest, Record: s.records[p.key]})
 	}
 	res := Step(in)
 	s.records = map[string]Record{}

@@ -278,7 +278,7 @@ func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s clie
 		t.Fatal("the manager was not elected leader within a minute: can it write its Lease?")
 	}
 
-	r := controller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"))
+	r := controller.NewDownstreamQuotaReconciler(controller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator")))
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: sampleQuota}}
 	reconcile := func(t *testing.T) *v1alpha1.DownstreamQuota {
 		t.Helper()

@@ -142,11 +142,11 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 	default:
 		t.Fatalf("BACKPRESSURE_PERF_EVENTS=%q: want on or off", v)
 	}
-	r := bpcontroller.NewDownstreamQuotaReconciler(mgr.GetClient(), mgr.GetAPIReader(), recorder)
+	pub := bpcontroller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), recorder)
 	// The workers cmd/manager starts by default, unless the measurement
 	// asks for another number.
 	workers := envInt(t, "BACKPRESSURE_PERF_WORKERS", bpcontroller.DefaultMaxConcurrentReconciles)
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}); err != nil {
+	if _, _, err := bpcontroller.Setup(ctx, mgr, pub, controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	mgrCtx, cancel := context.WithCancel(ctx)

@@ -1,0 +1,222 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
+)
+
+// quotaPart is one quota's part of a division, as a reconcile gathers,
+// publishes and reports it: the quota's own division has one, a shared
+// contract one for every quota that names it. The same code publishes a
+// quota's document whoever owns its division.
+type quotaPart struct {
+	quota *v1alpha1.DownstreamQuota
+	facts facts
+	// plan is the quota's plan; nil when none could be computed or the
+	// quota has no part (it departs: its pods are told 0).
+	plan *quota.Sizing
+	// downstream is what the document names.
+	downstream string
+	// own names the ConfigMap the quota publishes to; "" when the quota
+	// has none to publish to (its workload is gone): then its document
+	// goes only to the ConfigMaps that hold its gate already.
+	own string
+	// ownCM is own as the cache has it; nil when it has none.
+	ownCM *corev1.ConfigMap
+	// holding are the operator ConfigMaps of the quota's namespace that
+	// hold its gate, own among them when it does.
+	holding []*corev1.ConfigMap
+	caller  *caller
+	status  *v1alpha1.DownstreamQuotaStatus
+	in      readiness
+
+	// Set by prepare: the caller's part of the step, the document, the
+	// ConfigMaps it goes to and whether the publication can go ahead.
+	step    callerStep
+	doc     *plan.Document
+	data    []byte
+	targets []publishTarget
+	// behind is set when a ConfigMap holds a newer revision of the
+	// division's epoch than the step's: the step came from a stale record.
+	behind bool
+}
+
+// publishTarget is a ConfigMap a quota's document goes to, with the
+// workload it is labelled for.
+type publishTarget struct {
+	cm       *corev1.ConfigMap
+	workload string
+}
+
+// gather reads the ConfigMaps the quota's pods may read its gate from, and
+// what they say: the revisions of epoch they hold, and what their documents
+// (and record, a quota's status.division of another epoch) give each pod.
+func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, other *v1alpha1.DivisionStatus) error {
+	q := part.quota
+	var err error
+	if part.holding, err = p.holding(ctx, q.Namespace, q.Name); err != nil {
+		return err
+	}
+	if part.own != "" {
+		if i := slices.IndexFunc(part.holding, func(cm *corev1.ConfigMap) bool { return cm.Name == part.own }); i >= 0 {
+			part.ownCM = part.holding[i]
+		}
+	}
+	c := part.caller
+	published := int64(-1)
+	var current *plan.Document
+	for _, cm := range part.holding {
+		d, ok := documentIn(cm, q.Name)
+		rev := int64(0)
+		if ok {
+			c.learnDocument(d, epoch)
+			if d.Epoch == epoch {
+				rev = d.Revision
+			}
+			// What the pods read now: the document of the quota's own
+			// ConfigMap, or else the newest.
+			if cm.Name == part.own || current == nil || (current.Revision < d.Revision && !part.ownHolds()) {
+				current = &d
+			}
+		}
+		if published < 0 || rev < published {
+			published = rev
+		}
+	}
+	if part.own != "" && part.ownCM == nil {
+		published = 0 // its pods read a ConfigMap that holds nothing of the gate yet
+	}
+	c.published = max(published, 0)
+	if current != nil {
+		names := make([]string, 0, len(c.members))
+		for _, m := range c.members {
+			names = append(names, m.name)
+		}
+		c.readDocument(*current, names)
+	}
+	c.learnRecord(other, epoch)
+	return nil
+}
+
+// ownHolds reports whether the quota's own ConfigMap holds its gate.
+func (part *quotaPart) ownHolds() bool { return part.ownCM != nil }
+
+// prepare makes the quota's document from its part of the step and
+// decides where it goes, and fills the quota's status in as it stands once
+// the document is published: the division, the ConfigMap, the rollout and
+// the readiness.
+func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep, epoch string) error {
+	q := part.quota
+	part.step = cs
+	part.status.Division = cs.status
+	part.in.handover = &part.step
+	if part.plan != nil {
+		d := part.plan.Document(q.Name, part.downstream, q.Generation, cs.shares())
+		part.doc = &d
+	} else if d, ok := part.zeroDocument(cs); ok {
+		part.doc = &d
+	}
+	if part.doc == nil {
+		return nil
+	}
+	data, err := plan.Marshal(*part.doc)
+	if err != nil {
+		part.in.invalid = err
+		part.doc = nil
+		return nil
+	}
+	part.data = data
+
+	if part.own != "" {
+		cm, conflict, err := p.target(ctx, q, part.own)
+		if err != nil {
+			return err
+		}
+		if conflict != "" {
+			part.in.conflict = conflict
+		} else {
+			part.targets = append(part.targets, publishTarget{cm: cm, workload: q.Spec.WorkloadRef.Name})
+		}
+	}
+	for _, cm := range part.holding {
+		// The other ConfigMaps holding the gate are read by pods the
+		// record still counts (of a workload the quota named before):
+		// they are told their smaller shares there too, until they let
+		// go; then the gate is withdrawn from them.
+		if cm.Name != part.own && (cs.departing || part.own == "") && notOurs(cm, cm.Labels[v1alpha1.WorkloadLabel]) == "" {
+			part.targets = append(part.targets, publishTarget{cm: cm, workload: cm.Labels[v1alpha1.WorkloadLabel]})
+		}
+	}
+	for _, t := range part.targets {
+		if d, ok := documentIn(t.cm, q.Name); ok && d.Epoch == part.doc.Epoch && d.Revision > part.doc.Revision {
+			part.behind = true
+		}
+		if need, have := len(data), room(t.cm, q.Name); need > have {
+			part.in.tooLarge = fmt.Sprintf("the document for %d pods takes %d bytes, and ConfigMap %s has room for %d (the API server's limit is %d bytes of data)",
+				len(part.doc.Pods), need, t.cm.Name, max(have, 0), maxConfigMapBytes)
+		}
+	}
+	if part.in.tooLarge != "" || part.in.conflict != "" {
+		part.targets = nil
+	}
+	if part.own == "" || part.in.conflict != "" || part.in.tooLarge != "" {
+		if part.status.ConfigMap != nil && part.status.ConfigMap.Name == part.own && part.in.conflict != "" {
+			part.status.ConfigMap = nil
+		}
+		part.in.published = part.status.ConfigMap
+		return nil
+	}
+	part.status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: part.own, Key: plan.KeyFor(q.Name), Hash: part.doc.Hash}
+	part.in.published = part.status.ConfigMap
+	part.status.Rollout = rolloutStatus(part.facts.pods, q.Name, plan.AckFor(*part.doc))
+	part.in.applied = countApplied(part.facts.pods, q.Name, plan.AckFor(*part.doc))
+	part.status.PodsApplied = part.in.applied.text()
+	return nil
+}
+
+// zeroDocument returns the document that tells the pods of a quota without
+// a part that they hold nothing, from the newest document its ConfigMaps
+// hold, and false when they hold none: its pods were never told anything.
+func (part *quotaPart) zeroDocument(cs callerStep) (plan.Document, bool) {
+	var last *plan.Document
+	for _, cm := range part.holding {
+		if d, ok := documentIn(cm, part.quota.Name); ok && (last == nil || d.Revision > last.Revision) {
+			last = &d
+		}
+	}
+	if last == nil {
+		return plan.Document{}, false
+	}
+	d := last.WithShare(plan.PodShare{})
+	d.Version, d.Generation = plan.CurrentVersion, part.quota.Generation
+	d.Epoch, d.Revision, d.Pods = cs.status.Epoch, cs.status.Revision, nil
+	d.Hash = plan.Hash(d)
+	return d, true
+}
+
+// publishPart puts the quota's document in every ConfigMap it goes to,
+// and, once the record counts no pod that reads another ConfigMap holding
+// the gate, withdraws the gate from those.
+func (p *Publisher) publishPart(ctx context.Context, part *quotaPart) error {
+	if part.doc == nil || part.behind {
+		return nil
+	}
+	for _, t := range part.targets {
+		if err := p.publish(ctx, part.quota, t.cm, t.workload, part.doc.Hash, part.data); err != nil {
+			return err
+		}
+	}
+	if part.own == "" || part.step.departing || len(part.targets) == 0 {
+		return nil
+	}
+	// The gate is in place in its ConfigMap; only now may it leave any
+	// other, so that the pods are never without it.
+	return p.withdraw(ctx, part.quota.Namespace, part.quota.Name, part.own)
+}

@@ -1,0 +1,152 @@
+package handover
+
+import (
+	"maps"
+	"time"
+)
+
+// MaxAckRevision bounds the revisions of acknowledgements that Resume takes
+// as seen. A legitimate acknowledgement names a published revision, far
+// below it; one above it (a forged or garbled annotation) is ignored, so
+// that no pod can push a division's revisions to the end of their range.
+const MaxAckRevision = 1 << 52
+
+// Snapshot is a division's record as read back: the revision last
+// published and every pod's Record, by key.
+type Snapshot struct {
+	// Epoch is the division's epoch.
+	Epoch string
+	// Revision is the revision the record was written at.
+	Revision int64
+	// Clock names the operator process whose clock stamped the records'
+	// ShrunkTime.
+	Clock string
+	// Records are the pods' records, by key.
+	Records map[string]Record
+}
+
+// Trace is what can be seen of a division outside its record.
+type Trace struct {
+	// Revisions are the revisions of the division's epoch seen elsewhere:
+	// of the documents published to the pods, and of the pods'
+	// acknowledgements (those above MaxAckRevision are ignored).
+	Revisions []int64
+	// Learned maps a pod's key to the most that a published document (of
+	// any epoch) or a record of another epoch gives it: what it may hold
+	// although this record does not say so.
+	Learned map[string]int64
+	// Reads maps a pod's key to what the document it reads now gives it (0
+	// when that document does not name it); a pod that reads none is not
+	// in it.
+	Reads map[string]int64
+}
+
+// Resumed is where the next Step starts from.
+type Resumed struct {
+	// Records are the pods' records, by key.
+	Records map[string]Record
+	// Revision is the revision to step from (Input.Revision).
+	Revision int64
+	// Fresh is set when the record starts afresh (Input.Fresh).
+	Fresh bool
+	// Restamped is set when a delay was started again: the record's clock
+	// was another's, or a record holding more than told lacked its time.
+	Restamped bool
+}
+
+// Resume returns where the next Step of a division of epoch starts from,
+// given its record as read back (nil when there is none) and what can be
+// seen outside it, at now on the clock named clock.
+//
+// A record is started afresh when there is none, it is of another epoch,
+// or it is behind: a document or an acknowledgement of its epoch names a
+// revision above its own (the record was deleted, edited, restored from a
+// backup, or rolled back by a re-apply). A fresh record starts above every
+// revision of the epoch seen, so that no revision is ever published twice
+// and no old acknowledgement acknowledges a new revision; and, as
+// Doorman's server does after a restart, it takes every pod to hold what
+// the published documents and the records of other epochs give it, until
+// the pod acknowledges a smaller share or the delay passes.
+//
+// A pod the record does not know is taken to hold what Trace.Learned gives
+// it, fresh record or not: a pod of a caller that just joined may still
+// enforce the document of the division it came from.
+//
+// Delays are counted on one clock: when the record was stamped by another
+// operator process's clock (another replica took over), every pending
+// delay starts again now. A pending record without a revision or a time
+// (hand-edited) waits for an acknowledgement of the next revision and its
+// delay counts from now.
+func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) Resumed {
+	var seen int64
+	for _, r := range t.Revisions {
+		if r <= MaxAckRevision {
+			seen = max(seen, r)
+		}
+	}
+	out := Resumed{Records: map[string]Record{}}
+	restamp := false
+	if rec != nil && rec.Epoch == epoch {
+		maps.Copy(out.Records, rec.Records)
+		out.Revision = max(rec.Revision, 0)
+		out.Fresh = seen > out.Revision
+		restamp = rec.Clock != clock
+	} else {
+		out.Fresh = true
+	}
+	if out.Fresh {
+		out.Revision = max(out.Revision, seen)
+	}
+	next := out.Revision + 1
+	for key, r := range out.Records {
+		r.Holds = max(r.Holds, r.Told)
+		if r.Holds > r.Told {
+			if r.ShrunkAt <= 0 {
+				r.ShrunkAt, out.Restamped = next, true
+			}
+			if r.ShrunkTime.IsZero() || restamp {
+				r.ShrunkTime, out.Restamped = now, true
+			}
+		}
+		out.Records[key] = r
+	}
+	learn := func(key string) {
+		r, known := out.Records[key]
+		if known && !out.Fresh {
+			return // the record knows better than any document
+		}
+		reads, ok := t.Reads[key]
+		holds := max(r.Bound(), t.Learned[key], reads)
+		if holds <= 0 {
+			return
+		}
+		switch {
+		case ok:
+			r.Told = reads
+		case !known:
+			r.Told = 0
+		}
+		r.Holds = holds
+		if r.Holds > r.Told {
+			// It lets go of what it may hold above what it reads by
+			// acknowledging a revision of this record, or by the delay:
+			// no acknowledgement of an earlier record says what it holds.
+			r.ShrunkAt, r.ShrunkTime = next, now
+		} else {
+			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
+		}
+		out.Records[key] = r
+	}
+	for key := range t.Learned {
+		learn(key)
+	}
+	for key := range t.Reads {
+		learn(key)
+	}
+	if out.Fresh {
+		for key := range out.Records {
+			learn(key)
+		}
+	}
+	return out
+}
