@@ -9,10 +9,18 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// CurrentVersion is the major version of the document this package reads and
-// writes. Version 2 gives every pod its own share (Document.Pods) and
+// CurrentVersion is the major version of the document this package writes
+// by default. Version 2 gives every pod its own share (Document.Pods) and
 // identifies each published division by epoch and revision.
 const CurrentVersion = 2
+
+// CompactVersion is the major version that carries the same content as
+// version 2 with the pods grouped by share ("shares": every distinct share
+// once, with the names of the pods that hold it), about a quarter of the
+// size for many pods: the operator writes it only when a version 2
+// document would not fit in its ConfigMap. Readers of this package read
+// both; older readers reject it and keep their last plan.
+const CompactVersion = 3
 
 // KeySuffix ends every plan key in the ConfigMap and every plan file in a
 // mounted volume.
@@ -42,8 +50,8 @@ const (
 // after sharing; Parse returns documents whose Pods map is never written
 // again. Because of the map, Documents are not comparable with ==: use Equal.
 type Document struct {
-	// Version is the document's major version; readers accept only
-	// CurrentVersion.
+	// Version is the document's major version, CurrentVersion or
+	// CompactVersion: it decides the encoding of Pods, not the content.
 	Version int `json:"version"`
 	// Gate names the gate the plan is for: the DownstreamQuota's name, a
 	// DNS-1123 subdomain.

@@ -56,7 +56,7 @@ func ExampleParse() {
 	// plan: pods["payments-0"].permits: must be in [0, 1048575], got -8
 	// plan: pods["payments-0"].burst: must be at least 1 when ratePerSecond is set, got 0
 	// true
-	// plan: version: unsupported version 1; this reader understands version 2
+	// plan: version: unsupported version 1; this reader understands versions 2 and 3
 }
 
 // Each pod enforces its own entry, or the base share when it is not named.

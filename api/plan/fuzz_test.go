@@ -21,6 +21,11 @@ func FuzzParsePlan(f *testing.F) {
 		`"retryBudgetPerSecond":0.1,"unknown":[{"x":null}],` +
 		`"pods":{"p.q":{"permits":1,"ratePerSecond":-0,"burst":0,"queueCapacity":2,"workers":3,"retryBudgetPerSecond":-0,"x":1},` +
 		`"a":{"permits":0,"ratePerSecond":5e-324,"burst":1,"queueCapacity":0,"workers":0,"retryBudgetPerSecond":2147483647}}}`))
+	f.Add([]byte(`{"version":3,"gate":"g","epoch":"e","revision":2,"permits":0,"ratePerSecond":0,"burst":0,"queueCapacity":0,` +
+		`"maxQueueWaitSeconds":0,"acquireTimeoutSeconds":0,"latencySeconds":0,"deadlineSeconds":0,"workers":0,"retryBudgetPerSecond":0,` +
+		`"shares":[{"permits":2,"ratePerSecond":0,"burst":0,"queueCapacity":1,"workers":2,"retryBudgetPerSecond":0.5,"pods":["b","a"]},` +
+		`{"permits":1,"ratePerSecond":0,"burst":0,"queueCapacity":0,"workers":1,"retryBudgetPerSecond":0,"pods":["c"]}]}`))
+	f.Add([]byte(`{"version":3,"shares":[{"pods":["a","a"]},null],"pods":{}}`))
 	f.Add([]byte(`{"version":1}`))
 	f.Add([]byte(`{"version":3}`))
 	f.Add([]byte(`{"version":2,"permits":1,"permits":2}`))

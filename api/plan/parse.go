@@ -11,6 +11,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 
 	sigsjson "sigs.k8s.io/json"
 )
@@ -36,8 +37,18 @@ type wireDocument struct {
 	Workers               *int     `json:"workers"`
 	RetryBudgetPerSecond  *float64 `json:"retryBudgetPerSecond"`
 	// Pods is optional; null reads as absent. A null entry stays a nil
-	// pointer and is reported as missing its fields.
+	// pointer and is reported as missing its fields. Version 2 only.
 	Pods map[string]*wirePodShare `json:"pods"`
+	// Shares is optional; version 3 only, decoded by groupedPods (a
+	// version 2 reader ignores it, as any field it does not know).
+	Shares json.RawMessage `json:"shares"`
+}
+
+// wireShareGroup is the decoding form of one entry of a version 3
+// document's shares: a share and the pods that hold it.
+type wireShareGroup struct {
+	wirePodShare
+	Pods *[]string `json:"pods"`
 }
 
 // wirePodShare is the decoding form of PodShare.
@@ -71,8 +82,18 @@ func Parse(data []byte) (Document, error) {
 	if w.Version == nil {
 		return Document{}, &FieldError{Field: "version", Detail: "required"}
 	}
-	if *w.Version != CurrentVersion {
+	if !knownVersion(*w.Version) {
 		return Document{}, versionError(*w.Version)
+	}
+	if *w.Version == CompactVersion {
+		if w.Pods != nil {
+			return Document{}, &FieldError{Field: "pods", Detail: "not a field of version 3, which lists the pods in shares"}
+		}
+		pods, err := w.groupedPods()
+		if err != nil {
+			return Document{}, err
+		}
+		w.Pods = pods
 	}
 
 	var missing []error
@@ -118,7 +139,7 @@ func Parse(data []byte) (Document, error) {
 	}
 
 	d := Document{
-		Version:    CurrentVersion,
+		Version:    int(*w.Version),
 		Gate:       *w.Gate,
 		Downstream: deref(w.Downstream),
 		Hash:       deref(w.Hash),
@@ -289,7 +310,11 @@ func encode(d Document) ([]byte, error) {
 	// Gate names cannot hold <, > or &, but downstream may; keep them
 	// readable in kubectl output.
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(d); err != nil {
+	var v any = d
+	if d.Version == CompactVersion {
+		v = compactOf(d)
+	}
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("plan: encode: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
@@ -301,4 +326,85 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// compactDocument is the encoding of a version 3 document: the fields of
+// version 2 without pods, then shares.
+type compactDocument struct {
+	Document
+	// Shares lists every distinct share of Document.Pods once, largest
+	// permits first, with the pods that hold it, sorted.
+	Shares []shareGroup `json:"shares,omitempty"`
+}
+
+// shareGroup is one share and the pods that hold it.
+type shareGroup struct {
+	PodShare
+	Pods []string `json:"pods"`
+}
+
+// compactOf groups d's pods by share.
+func compactOf(d Document) compactDocument {
+	byShare := map[PodShare][]string{}
+	for name, s := range d.Pods {
+		byShare[s] = append(byShare[s], name)
+	}
+	out := compactDocument{Document: d}
+	out.Pods = nil
+	for s, pods := range byShare {
+		slices.Sort(pods)
+		out.Shares = append(out.Shares, shareGroup{PodShare: s, Pods: pods})
+	}
+	slices.SortFunc(out.Shares, func(a, b shareGroup) int {
+		if a.Permits != b.Permits {
+			return b.Permits - a.Permits
+		}
+		return strings.Compare(a.Pods[0], b.Pods[0])
+	})
+	return out
+}
+
+// groupedPods reads a version 3 document's shares back into the pods map
+// of version 2, so that one validation serves both. A pod named twice, or
+// an entry without its fields or pods, is an error naming the entry.
+func (w *wireDocument) groupedPods() (map[string]*wirePodShare, error) {
+	if len(w.Shares) == 0 || string(w.Shares) == "null" {
+		return nil, nil
+	}
+	var groups []*wireShareGroup
+	strictErrs, err := sigsjson.UnmarshalStrict(w.Shares, &groups, sigsjson.DisallowDuplicateFields)
+	if err == nil && len(strictErrs) > 0 {
+		err = errors.Join(strictErrs...)
+	}
+	if err != nil {
+		return nil, &FieldError{Field: "shares", Detail: fmt.Sprintf("must be a list of shares with their pods: %v", err)}
+	}
+	pods := map[string]*wirePodShare{}
+	var errs []error
+	for i, g := range groups {
+		field := fmt.Sprintf("shares[%d]", i)
+		if g == nil {
+			errs = append(errs, &FieldError{Field: field, Detail: "must be an object with the per-pod fields and pods, got null"})
+			continue
+		}
+		if g.Pods == nil {
+			errs = append(errs, &FieldError{Field: field + ".pods", Detail: "required"})
+			continue
+		}
+		if _, ok := g.wirePodShare.share(); !ok {
+			errs = append(errs, g.wirePodShare.missing(field)...)
+			continue
+		}
+		for _, name := range *g.Pods {
+			if _, dup := pods[name]; dup {
+				errs = append(errs, &FieldError{Field: field + ".pods", Detail: fmt.Sprintf("pod %q is named in more than one share", name)})
+				continue
+			}
+			pods[name] = &g.wirePodShare
+			if len(pods) > MaxPods {
+				return nil, podCountError(len(pods))
+			}
+		}
+	}
+	return pods, errors.Join(errs...)
 }

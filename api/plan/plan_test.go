@@ -123,8 +123,8 @@ func TestParseRejects(t *testing.T) {
 		{"null document", `null`, "version", "required"},
 		{"duplicate field", edit(t, `"permits": 5,`, `"permits": 5, "permits": 500,`), "", "duplicate"},
 		{"missing version", edit(t, `"version": 2,`, ``), "version", "required"},
-		{"version 1", edit(t, `"version": 2`, `"version": 1`), "version", "unsupported version 1; this reader understands version 2"},
-		{"version 3", edit(t, `"version": 2`, `"version": 3`), "version", "unsupported version 3"},
+		{"version 1", edit(t, `"version": 2`, `"version": 1`), "version", "unsupported version 1; this reader understands versions 2 and 3"},
+		{"version 4", edit(t, `"version": 2`, `"version": 4`), "version", "unsupported version 4"},
 		{"version zero", edit(t, `"version": 2`, `"version": 0`), "version", "unsupported version 0"},
 		{"fractional version", edit(t, `"version": 2`, `"version": 1.5`), "", "malformed"},
 		{"missing epoch", edit(t, `"epoch": "0f1e-uid",`, ``), "epoch", "required"},
@@ -200,7 +200,7 @@ func TestParseRejects(t *testing.T) {
 func TestParseUnsupportedVersionIgnoresOtherFields(t *testing.T) {
 	// A document of another version may be shaped differently; the reader
 	// must say "unsupported version", not complain about missing fields.
-	_, err := Parse([]byte(`{"version": 3, "gate": "x", "limits": {"inFlight": 3}}`))
+	_, err := Parse([]byte(`{"version": 4, "gate": "x", "limits": {"inFlight": 3}}`))
 	if !errors.Is(err, ErrUnsupportedVersion) {
 		t.Fatalf("got %v, want ErrUnsupportedVersion", err)
 	}
@@ -302,7 +302,7 @@ func TestValidate(t *testing.T) {
 func TestValidateVersion(t *testing.T) {
 	d := sampleDoc()
 	d.Permits = -1 // not reported: fields of an unknown version mean nothing
-	for _, v := range []int{1, 3} {
+	for _, v := range []int{1, 4} {
 		d.Version = v
 		err := Validate(d)
 		var fe *FieldError

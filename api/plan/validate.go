@@ -36,11 +36,12 @@ var hashPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
 // Validate reports every field of d that is out of range, joined into one
 // error of *FieldError values (use errors.As to get the first), or nil when
-// d is a plan a gate can enforce. A version other than CurrentVersion
-// yields only an error wrapping ErrUnsupportedVersion, because the other
-// fields of an unknown version mean nothing to this reader.
+// d is a plan a gate can enforce. A version other than CurrentVersion and
+// CompactVersion yields only an error wrapping ErrUnsupportedVersion,
+// because the other fields of an unknown version mean nothing to this
+// reader.
 func Validate(d Document) error {
-	if d.Version != CurrentVersion {
+	if !knownVersion(int64(d.Version)) {
 		return versionError(int64(d.Version))
 	}
 	var errs []error
@@ -169,7 +170,10 @@ func validEpoch(s string) string {
 func versionError(v int64) error {
 	return &FieldError{
 		Field:  "version",
-		Detail: fmt.Sprintf("unsupported version %d; this reader understands version %d", v, CurrentVersion),
+		Detail: fmt.Sprintf("unsupported version %d; this reader understands versions %d and %d", v, CurrentVersion, CompactVersion),
 		Err:    ErrUnsupportedVersion,
 	}
 }
+
+// knownVersion reports whether this package reads documents of version v.
+func knownVersion(v int64) bool { return v == CurrentVersion || v == CompactVersion }

@@ -252,6 +252,40 @@ var _ = Describe("The guarantee against a real API server", func() {
 		docs.verify()
 	})
 
+	It("stores a division's record and its compact document at the operator's size limits", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		// No workload: the operator leaves the record the spec writes.
+		q := newQuota(ns, "payments", "missing", 50)
+		Expect(k8s.Create(ctx, q)).To(Succeed())
+		pods := maxRecorded("")
+		st := recordOfPods(pods, "")
+		Expect(recordTooLarge(st)).To(BeEmpty())
+		st.Epoch, st.Revision, st.Usable = string(q.UID), 1, 40
+		Eventually(func(g Gomega) {
+			got := getQuota(ctx, g, ns, "payments")
+			got.Status.Division = st
+			g.Expect(k8s.Status().Update(ctx, got)).To(Succeed())
+		}).Should(Succeed())
+		Expect(recordPods(getQuota(ctx, Default, ns, "payments").Status.Division)).To(Equal(pods))
+
+		// 30,000 pods in a compact document fit the ConfigMap's 1 MiB;
+		// 9,000 in version 2 do not.
+		write := func(version, pods int) error {
+			d := plan.Document{Version: version, Gate: "payments", Epoch: "e", Revision: 1, Pods: map[string]plan.PodShare{}}
+			for i := range pods {
+				d.Pods[deploymentPodName(i)] = plan.PodShare{Permits: 3 + i%2, Workers: 1}
+			}
+			d.Hash = plan.Hash(d)
+			data, err := plan.Marshal(d)
+			Expect(err).NotTo(HaveOccurred())
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("v%d", version)},
+				Data: map[string]string{plan.KeyFor(d.Gate): string(data)}}
+			return k8s.Create(ctx, cm)
+		}
+		Expect(write(plan.CompactVersion, 30000)).To(Succeed())
+		Expect(write(plan.CurrentVersion, 9000)).To(MatchError(ContainSubstring("may not be more than 1048576 bytes")))
+	})
+
 	It("puts back a hand-edited document of a quota that shares a contract", func(ctx SpecContext) {
 		ns := newNamespace(ctx)
 		dc := sharedContract(ctx, ns, 50)

@@ -154,14 +154,28 @@ func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep,
 			part.targets = append(part.targets, publishTarget{cm: cm, workload: cm.Labels[v1alpha1.WorkloadLabel]})
 		}
 	}
+	least, where := maxConfigMapBytes, part.own
 	for _, t := range part.targets {
 		if d, ok := documentIn(t.cm, q.Name); ok && d.Epoch == part.doc.Epoch && d.Revision > part.doc.Revision {
 			part.behind = true
 		}
-		if need, have := len(data), room(t.cm, q.Name); need > have {
-			part.in.tooLarge = fmt.Sprintf("the document for %d pods takes %d bytes, and ConfigMap %s has room for %d (the API server's limit is %d bytes of data)",
-				len(part.doc.Pods), need, t.cm.Name, max(have, 0), maxConfigMapBytes)
+		if have := room(t.cm, q.Name); have < least {
+			least, where = have, t.cm.Name
 		}
+	}
+	if len(part.data) > least {
+		// Many pods: the compact document names each pod once, without
+		// its share. Runtimes older than version 3 keep their last plan.
+		d := *part.doc
+		d.Version = plan.CompactVersion
+		d.Hash = plan.Hash(d)
+		if data, err := plan.Marshal(d); err == nil {
+			part.doc, part.data = &d, data
+		}
+	}
+	if len(part.data) > least {
+		part.in.tooLarge = fmt.Sprintf("the document for %d pods takes %d bytes, and ConfigMap %s has room for %d (the API server's limit is %d bytes of data)",
+			len(part.doc.Pods), len(part.data), where, max(least, 0), maxConfigMapBytes)
 	}
 	if part.in.tooLarge != "" || part.in.conflict != "" {
 		part.targets = nil

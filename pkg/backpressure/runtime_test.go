@@ -75,8 +75,10 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 		t.Fatalf("sixth call: err = %v, want queue full", err)
 	}
 
-	// Shrink under load: nobody is pre-empted, nobody new gets in.
-	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
+	// Shrink under load: nobody is pre-empted, nobody new gets in. The
+	// smaller share comes with a newer revision, as the operator's does.
+	shrunk := sharetest.WithRevision(sharetest.Doc("logistics-api", 1), 7)
+	sharetest.WritePlan(t, dir, shrunk)
 	if x := events.Next(t); x.Share.Limits.Permits != 1 {
 		t.Fatalf("Applied after shrinking = %+v", x)
 	}
@@ -91,7 +93,7 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 		t.Fatalf("after every call ended: %v", err)
 	}
 	p.Release()
-	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(sharetest.Doc("logistics-api", 1)) {
+	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(shrunk) {
 		t.Errorf("Share = %+v, want the one on disk", got)
 	}
 
@@ -112,11 +114,11 @@ func TestRuntimeFollowsTheDirectory(t *testing.T) {
 	}
 
 	// A newer quota generation with the same plan changes nothing.
-	same := sharetest.Doc("logistics-api", 1)
+	same := shrunk
 	same.Generation = 7
 	sharetest.WritePlan(t, dir, same)
 	events.Quiet(t, 200*time.Millisecond)
-	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(sharetest.Doc("logistics-api", 1)) {
+	if got := sharetest.MustShare(t, rt, "logistics-api"); got != backpressure.ShareOf(shrunk) {
 		t.Errorf("after a new generation of the same plan: Share = %+v, want the same plan", got)
 	}
 

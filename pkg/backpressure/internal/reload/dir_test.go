@@ -308,7 +308,7 @@ func TestVersion1DocumentKeepsTheLastPlan(t *testing.T) {
 	if got := s.Plans()["a"]; !plan.Equal(got, a2) {
 		t.Errorf("the version 1 document replaced the plan: %+v", got)
 	}
-	if got := logs.Count(`"msg"="Rejected plan document; the gate keeps its last good plan" "error"="reload: a.json: plan: version: unsupported version 1; this reader understands version 2"`); got != 1 {
+	if got := logs.Count(`"msg"="Rejected plan document; the gate keeps its last good plan" "error"="reload: a.json: plan: version: unsupported version 1; this reader understands versions 2 and 3"`); got != 1 {
 		t.Errorf("the rejection was not logged once with its reason:\n%s", logs)
 	}
 	if got := logs.Count(`"keptHash"="` + a2.Hash + `"`); got != 1 {

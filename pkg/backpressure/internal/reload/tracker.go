@@ -97,6 +97,9 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 		t.seen[key] = e
 
 		d, err := parseEntry(key, gate, e)
+		if err == nil {
+			err = t.olderLocked(key, d)
+		}
 		if err != nil {
 			t.rejectLocked(err, key, gate)
 			t.setRejectedLocked(gate, true)
@@ -140,6 +143,26 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 	u = t.updateLocked()
 	u.Changed = changed
 	return u, true, rejected
+}
+
+// olderLocked returns an error when d is an older revision of the epoch of
+// the plan in force for its gate, or another content under the same
+// revision: a stale copy of the ConfigMap put back (a deposed operator's
+// late write, a backup, a GitOps re-apply) must not roll the gate back to
+// a share the operator already counts as given up.
+func (t *tracker) olderLocked(key string, d plan.Document) error {
+	old, had := t.plans[d.Gate]
+	if !had || old.Epoch != d.Epoch || d.Revision > old.Revision || (d.Revision == old.Revision && sameContent(old, d)) {
+		return nil
+	}
+	return fmt.Errorf("reload: %s: revision %d of epoch %s is not newer than revision %d in force; keeping it", key, d.Revision, d.Epoch, old.Revision)
+}
+
+// sameContent reports whether a and b are the same plan, whatever the
+// quota generation each was written for.
+func sameContent(a, b plan.Document) bool {
+	a.Generation = b.Generation
+	return plan.Equal(a, b)
 }
 
 // sourceFailed records that the whole source could not be read; every gate

@@ -40,7 +40,7 @@ func reloads(t *testing.T, tr *tracker, result string) int {
 
 func TestTrackerSequence(t *testing.T) {
 	tr, _, logs := newTestTracker(t)
-	a1, a2, b1 := sourcetest.Doc("a", 1), sourcetest.Doc("a", 2), sourcetest.Doc("b", 1)
+	a1, a2, a3, b1 := sourcetest.Doc("a", 1), sourcetest.Doc("a", 2), sourcetest.Doc("a", 3), sourcetest.Doc("b", 1)
 
 	steps := []struct {
 		name         string
@@ -65,10 +65,12 @@ func TestTrackerSequence(t *testing.T) {
 		{"b disappears", snap("a.json", sourcetest.Encode(t, b1)),
 			&Update{Plans: map[string]plan.Document{"a": a2, "b": b1}, Orphaned: []string{"b"}}, 3, 5, 0},
 		{"b still gone", snap("a.json", sourcetest.Encode(t, b1)), nil, 3, 5, 0},
-		{"b back, a good again", snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, b1)),
-			&Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Changed: []string{"a"}}, 4, 5, 0},
+		{"b back, a good again but an older revision", snap("a.json", sourcetest.Encode(t, a1), "b.json", sourcetest.Encode(t, b1)),
+			&Update{Plans: map[string]plan.Document{"a": a2, "b": b1}}, 3, 6, 1},
+		{"a newer", snap("a.json", sourcetest.Encode(t, a3), "b.json", sourcetest.Encode(t, b1)),
+			&Update{Plans: map[string]plan.Document{"a": a3, "b": b1}, Changed: []string{"a"}}, 4, 6, 0},
 		{"everything gone", snap(),
-			&Update{Plans: map[string]plan.Document{"a": a1, "b": b1}, Orphaned: []string{"a", "b"}}, 4, 5, 0},
+			&Update{Plans: map[string]plan.Document{"a": a3, "b": b1}, Orphaned: []string{"a", "b"}}, 4, 6, 0},
 	}
 	for _, st := range steps {
 		u, ok, rejected := tr.apply(st.snapshot)
@@ -92,8 +94,11 @@ func TestTrackerSequence(t *testing.T) {
 		}
 	}
 	// One log line per rejection, not per read.
-	if got := logs.Count("Rejected plan document"); got != 5 {
-		t.Errorf("logged %d rejections, want 5:\n%s", got, logs)
+	if got := logs.Count("Rejected plan document"); got != 6 {
+		t.Errorf("logged %d rejections, want 6:\n%s", got, logs)
+	}
+	if got := logs.Count("revision 2 of epoch epoch-1 is not newer than revision 3 in force"); got != 1 {
+		t.Errorf("logged the older revision %d times, want once:\n%s", got, logs)
 	}
 	if got := logs.Count("disappeared"); got != 3 {
 		t.Errorf("logged %d disappearances, want 3:\n%s", got, logs)

@@ -25,6 +25,13 @@ func Doc(gate string, permits int) plan.Document {
 	return d
 }
 
+// WithRevision returns d at revision rev, its hash computed again.
+func WithRevision(d plan.Document, rev int64) plan.Document {
+	d.Revision = rev
+	d.Hash = plan.Hash(d)
+	return d
+}
+
 // Divided returns Doc("logistics-api", base) at revision with its own share
 // for each pod in own. A named pod's workers are half its permits, so that
 // a test tells them from its permits.
