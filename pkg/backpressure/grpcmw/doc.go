@@ -32,13 +32,19 @@
 // or a client that went away (the handler sees its context end).
 //
 // A client call holds its permit until it ends. For a unary call that is
-// when the invoker returns. For a stream it is the first of: RecvMsg
+// when the downstream answers, even when the caller left before: its
+// context's end does not cancel the call, which goes on in the background
+// until the answer or the linger (WithLinger), as httpmw.Transport's does,
+// because the downstream keeps counting a call whose client left. For a
+// stream it is the first of: RecvMsg
 // returning an error or io.EOF, RecvMsg returning the response of a stream
 // that has only one (client streaming), SendMsg failing, the call's context
 // ending, or the stream failing to start. A stream that is dropped without
 // any of these holds its permit until its context ends, as it holds its
 // resources in grpc-go; always cancel a stream's context or read it to the
-// end.
+// end. A stream's context ending cancels the stream on the server too
+// (grpc-go sends RST_STREAM), and no answer follows that a permit could
+// wait for: a stream, unlike a unary call, is the caller's to end.
 //
 // # A missing gate
 //

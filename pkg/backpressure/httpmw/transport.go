@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/detach"
 )
 
 // Transport is an http.RoundTripper that admits every call through Gate
@@ -160,10 +161,6 @@ func (t *Transport) settle(resp *http.Response, err error, b *body, cancel conte
 
 var errNoResponse = errors.New("httpmw: base RoundTripper returned no response and no error")
 
-// defaultLinger bounds the wait of an abandoned call when no linger is
-// given.
-const defaultLinger = 10 * time.Second
-
 // Detach returns a context that carries ctx's values but not its end: it
 // is cancelled linger() after ctx ends (linger is asked then; nil or a
 // result <= 0 means 10 seconds), or when cancel is called, which must be
@@ -171,24 +168,11 @@ const defaultLinger = 10 * time.Second
 //
 // It is for a call that must outlive its caller: the downstream keeps
 // working on a call whose client has left, so the call, and the permit it
-// holds, must last until the downstream answers, but not forever.
+// holds, must last until the downstream answers, but not forever. The gRPC
+// client interceptor of package grpcmw holds a unary call's permit the
+// same way.
 func Detach(ctx context.Context, linger func() time.Duration) (context.Context, context.CancelFunc) {
-	detached, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		d := defaultLinger
-		if linger != nil {
-			if l := linger(); l > 0 {
-				d = l
-			}
-		}
-		timer := time.AfterFunc(d, cancel)
-		context.AfterFunc(detached, func() { timer.Stop() })
-	})
-	return detached, func() {
-		// A long-lived ctx would otherwise keep the callback.
-		stop()
-		cancel()
-	}
+	return detach.Context(ctx, linger)
 }
 
 // CloseIdleConnections closes the idle connections of the base transport, if

@@ -85,3 +85,6 @@ func (c *Concurrency) Exit() { c.now.Add(-1) }
 
 // Max returns the most calls ever seen running at once.
 func (c *Concurrency) Max() int64 { return c.max.Load() }
+
+// Now returns how many calls run now.
+func (c *Concurrency) Now() int { return int(c.now.Load()) }
