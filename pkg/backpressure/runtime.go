@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -139,12 +141,16 @@ type Runtime struct {
 	onApplied      func(Applied)
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
 	pod            string          // this pod's name, "" when unknown
+	namespace      string          // this pod's namespace, "" when unknown
 	drainTimeout   time.Duration
 	releaseTimeout time.Duration
 	started        atomic.Bool
 
 	mu    sync.RWMutex
 	gates map[string]*enforcer // guarded by mu
+	// claims hold, from Start on, each gate's claim to be this pod's only
+	// enforcer of it (claimGate); guarded by mu.
+	claims map[string]io.Closer
 }
 
 // enforcer is what the Runtime keeps for one gate.
@@ -200,6 +206,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	}
 	var ack *reload.AckOptions
 	r.pod, ack = podIdentity(opts)
+	r.namespace = cmp.Or(opts.PodNamespace, os.Getenv(reload.EnvPodNamespace))
 
 	wait := time.Duration(0)
 	if len(boot) > 0 {
@@ -316,8 +323,56 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if !r.started.CompareAndSwap(false, true) {
 		return errors.New("backpressure: Start called twice")
 	}
+	if err := r.claim(); err != nil {
+		r.unclaim()
+		return err
+	}
+	defer r.unclaim()
 	err := r.src.Start(ctx)
 	return errors.Join(err, r.handBack())
+}
+
+// claim claims every gate for this process, when the pod is known: two
+// enforcers of one gate in one pod would each enforce the whole share, and
+// the pod, counted once, would have twice its share in flight.
+func (r *Runtime) claim() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claims = map[string]io.Closer{}
+	var taken []string
+	for _, name := range slices.Sorted(maps.Keys(r.gates)) {
+		if err := r.claimLocked(name); err != nil {
+			taken = append(taken, name)
+		}
+	}
+	if len(taken) > 0 {
+		return fmt.Errorf("backpressure: gates %q of pod %s/%s are %v: run one enforcer of a gate per pod (the library or the sidecar proxy, in one container)",
+			taken, r.namespace, r.pod, errGateClaimed)
+	}
+	return nil
+}
+
+// claimLocked claims gate name once Start has begun, when the pod is known.
+func (r *Runtime) claimLocked(name string) error {
+	if r.claims == nil || r.pod == "" || r.claims[name] != nil {
+		return nil
+	}
+	c, err := claimGate(r.namespace, r.pod, name)
+	if err != nil {
+		return err
+	}
+	r.claims[name] = c
+	return nil
+}
+
+// unclaim gives every claimed gate up.
+func (r *Runtime) unclaim() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.claims {
+		_ = c.Close()
+	}
+	r.claims = nil
 }
 
 // handBack stops the dispatchers, closes every gate, waits for the calls in
@@ -616,6 +671,10 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 		return fmt.Errorf("backpressure: %w", err)
 	}
 	r.gates[d.Gate] = e
+	if err := r.claimLocked(d.Gate); err != nil {
+		// A gate that appears while the pod runs cannot fail Start: say so.
+		r.log.Error(err, "Gate is enforced by another process of this pod; each enforces the whole share", "gate", d.Gate, "pod", r.pod)
+	}
 	return nil
 }
 
