@@ -62,8 +62,11 @@ type Resumed struct {
 // or it is behind: a document or an acknowledgement of its epoch names a
 // revision above its own (the record was deleted, edited, restored from a
 // backup, or rolled back by a re-apply). A fresh record starts above every
-// revision of the epoch seen, so that no revision is ever published twice
-// and no old acknowledgement acknowledges a new revision; and, as
+// revision of the epoch seen, and, unless nothing at all of a division was
+// there before (a new epoch's first record), above the clock in
+// milliseconds, so that no revision is ever published twice, no old
+// acknowledgement acknowledges a new revision, and a pod that remembers a
+// revision of an earlier incarnation of the epoch takes the new ones; and, as
 // Doorman's server does after a restart, it takes every pod to hold what
 // the published documents and the records of other epochs give it, until
 // the pod acknowledges a smaller share or the delay passes.
@@ -96,6 +99,15 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 	}
 	if out.Fresh {
 		out.Revision = max(out.Revision, seen)
+		if rec != nil || seen > 0 || len(t.Learned) > 0 || len(t.Reads) > 0 {
+			// Something of a division was here before: revisions of this
+			// epoch may have been published that nothing shows any more
+			// (an earlier incarnation of the epoch, switched away from and
+			// back), and pods remember them. Starting above the clock in
+			// milliseconds starts above them all, as long as an epoch
+			// published less than one revision a millisecond on average.
+			out.Revision = max(out.Revision, now.UnixMilli())
+		}
 	}
 	next := out.Revision + 1
 	for key, r := range out.Records {

@@ -9,6 +9,7 @@ import (
 
 func TestResume(t *testing.T) {
 	now := t0.Add(time.Hour)
+	ms := now.UnixMilli() // a fresh record where a division was starts above the clock
 	steady := func(n int64) Record { return Record{Told: n, Holds: n} }
 	for _, c := range []struct {
 		name  string
@@ -20,15 +21,15 @@ func TestResume(t *testing.T) {
 			name: "no record: above every revision seen, holding what the documents give",
 			trace: Trace{Revisions: []int64{57, 12}, Learned: map[string]int64{"a": 20, "b": 20, "c": 0, "d": 9},
 				Reads: map[string]int64{"a": 20, "b": 20, "c": 0, "d": 4}},
-			want: Resumed{Fresh: true, Revision: 57, Records: map[string]Record{
-				"a": steady(20), "b": steady(20), "d": {Told: 4, Holds: 9, ShrunkAt: 58, ShrunkTime: now},
+			want: Resumed{Fresh: true, Revision: ms, Records: map[string]Record{
+				"a": steady(20), "b": steady(20), "d": {Told: 4, Holds: 9, ShrunkAt: ms + 1, ShrunkTime: now},
 			}},
 		},
 		{
 			name:  "record of another epoch",
 			rec:   &Snapshot{Epoch: "other", Revision: 90, Records: map[string]Record{"a": steady(5)}},
 			trace: Trace{Revisions: []int64{3}},
-			want:  Resumed{Fresh: true, Revision: 3, Records: map[string]Record{}},
+			want:  Resumed{Fresh: true, Revision: ms, Records: map[string]Record{}},
 		},
 		{
 			name: "record behind a document: rolled back, merged with what the document gives",
@@ -37,8 +38,8 @@ func TestResume(t *testing.T) {
 			}},
 			trace: Trace{Revisions: []int64{9}, Learned: map[string]int64{"a": 14, "b": 13, "c": 13},
 				Reads: map[string]int64{"a": 14, "b": 13, "c": 13}},
-			want: Resumed{Fresh: true, Revision: 9, Records: map[string]Record{
-				"a": {Told: 14, Holds: 20, ShrunkAt: 10, ShrunkTime: now}, "b": {Told: 13, Holds: 20, ShrunkAt: 10, ShrunkTime: now}, "c": steady(13),
+			want: Resumed{Fresh: true, Revision: ms, Records: map[string]Record{
+				"a": {Told: 14, Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now}, "b": {Told: 13, Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now}, "c": steady(13),
 			}},
 		},
 		{

@@ -33,6 +33,9 @@ type tracker struct {
 	seen map[string]entry
 	// plans is the last good plan of every gate ever loaded.
 	plans map[string]plan.Document
+	// revisions holds, per gate, the newest revision put in force of each
+	// of the last maxEpochs epochs, oldest epoch first.
+	revisions map[string][]epochRevision
 	// orphaned holds the gates of plans whose key is gone from the source.
 	orphaned map[string]bool
 	// rejected holds the gates whose present document was rejected.
@@ -43,12 +46,13 @@ type tracker struct {
 
 func newTracker(log logr.Logger, m *reloadMetrics) *tracker {
 	return &tracker{
-		log:      log,
-		metrics:  m,
-		seen:     map[string]entry{},
-		plans:    map[string]plan.Document{},
-		orphaned: map[string]bool{},
-		rejected: map[string]bool{},
+		log:       log,
+		metrics:   m,
+		seen:      map[string]entry{},
+		plans:     map[string]plan.Document{},
+		revisions: map[string][]epochRevision{},
+		orphaned:  map[string]bool{},
+		rejected:  map[string]bool{},
 	}
 }
 
@@ -145,17 +149,45 @@ func (t *tracker) apply(snapshot map[string]entry) (u Update, ok bool, rejected 
 	return u, true, rejected
 }
 
-// olderLocked returns an error when d is an older revision of the epoch of
-// the plan in force for its gate, or another content under the same
-// revision: a stale copy of the ConfigMap put back (a deposed operator's
-// late write, a backup, a GitOps re-apply) must not roll the gate back to
-// a share the operator already counts as given up.
+// maxEpochs bounds the epochs whose newest revision a gate remembers: an
+// epoch comes back when a quota moves from its own division to a shared
+// contract and back, a handful of times in a gate's life.
+const maxEpochs = 8
+
+// epochRevision is the newest revision of one epoch put in force.
+type epochRevision struct {
+	epoch    string
+	revision int64
+}
+
+// olderLocked returns an error when d is not newer than a revision of its
+// epoch already put in force for its gate (but for the plan in force
+// itself): a stale copy of the ConfigMap put back (a deposed operator's
+// late write, a backup, a GitOps re-apply), or a document of an epoch the
+// gate has since left delivered late, must not roll the gate back to a
+// share the operator already counts as given up. The operator never
+// publishes a revision twice in an epoch, and starts an epoch it comes
+// back to above the revisions it published before.
 func (t *tracker) olderLocked(key string, d plan.Document) error {
-	old, had := t.plans[d.Gate]
-	if !had || old.Epoch != d.Epoch || d.Revision > old.Revision || (d.Revision == old.Revision && sameContent(old, d)) {
+	if old, had := t.plans[d.Gate]; had && old.Epoch == d.Epoch && old.Revision == d.Revision && sameContent(old, d) {
 		return nil
 	}
-	return fmt.Errorf("reload: %s: revision %d of epoch %s is not newer than revision %d in force; keeping it", key, d.Revision, d.Epoch, old.Revision)
+	for _, er := range t.revisions[d.Gate] {
+		if er.epoch == d.Epoch && d.Revision <= er.revision {
+			return fmt.Errorf("reload: %s: revision %d of epoch %s is not newer than revision %d put in force; keeping the plan in force", key, d.Revision, d.Epoch, er.revision)
+		}
+	}
+	return nil
+}
+
+// noteLocked remembers that revision d of its epoch is in force.
+func (t *tracker) noteLocked(d plan.Document) {
+	list := slices.DeleteFunc(t.revisions[d.Gate], func(er epochRevision) bool { return er.epoch == d.Epoch })
+	list = append(list, epochRevision{epoch: d.Epoch, revision: d.Revision})
+	if len(list) > maxEpochs {
+		list = list[len(list)-maxEpochs:]
+	}
+	t.revisions[d.Gate] = list
 }
 
 // sameContent reports whether a and b are the same plan, whatever the
@@ -209,6 +241,7 @@ func (t *tracker) commitLocked(d plan.Document) {
 		t.metrics.planInfo.DeleteLabelValues(d.Gate, old.Hash)
 	}
 	t.plans[d.Gate] = d
+	t.noteLocked(d)
 	t.metrics.planInfo.WithLabelValues(d.Gate, d.Hash).Set(1)
 	t.metrics.orphaned.WithLabelValues(d.Gate).Set(0)
 	t.metrics.reloads.WithLabelValues(ResultSuccess).Inc()

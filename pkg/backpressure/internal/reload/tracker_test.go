@@ -97,7 +97,7 @@ func TestTrackerSequence(t *testing.T) {
 	if got := logs.Count("Rejected plan document"); got != 6 {
 		t.Errorf("logged %d rejections, want 6:\n%s", got, logs)
 	}
-	if got := logs.Count("revision 2 of epoch epoch-1 is not newer than revision 3 in force"); got != 1 {
+	if got := logs.Count("revision 2 of epoch epoch-1 is not newer than revision 3 put in force"); got != 1 {
 		t.Errorf("logged the older revision %d times, want once:\n%s", got, logs)
 	}
 	if got := logs.Count("disappeared"); got != 3 {
@@ -208,5 +208,36 @@ func TestLoadedPlanLogsTheBaseShare(t *testing.T) {
 	}
 	if strings.Contains(line, `"permits"=`) {
 		t.Errorf("the log says permits of a document that gives each of its pods 4:\n%s", line)
+	}
+}
+
+// TestTrackerRemembersTheRevisionsOfEachEpoch switches a gate from one
+// epoch to another and back, as a quota moved to a shared contract and back
+// to its own division does: a late copy of the first epoch's older document
+// is refused, and the first epoch's new revisions, which the operator
+// starts above the old ones, are taken.
+func TestTrackerRemembersTheRevisionsOfEachEpoch(t *testing.T) {
+	tr, _, _ := newTestTracker(t)
+	at := func(epoch string, rev int64, permits int) plan.Document {
+		d := sourcetest.Doc("a", permits)
+		d.Epoch, d.Revision = epoch, rev
+		d.Hash = plan.Hash(d)
+		return d
+	}
+	for _, st := range []struct {
+		name    string
+		d       plan.Document
+		inForce plan.Document
+	}{
+		{"own division", at("own", 5, 2), at("own", 5, 2)},
+		{"the contract's", at("contract", 2, 1), at("contract", 2, 1)},
+		{"a late copy of the own division's older document", at("own", 4, 9), at("contract", 2, 1)},
+		{"the own division's revision seen before, other content", at("own", 5, 9), at("contract", 2, 1)},
+		{"the own division again, above its old revisions", at("own", 1767225600001, 3), at("own", 1767225600001, 3)},
+	} {
+		tr.apply(snap("a.json", sourcetest.Encode(t, st.d)))
+		if got := tr.plansCopy()["a"]; !plan.Equal(got, st.inForce) {
+			t.Errorf("%s: in force epoch %s revision %d, want epoch %s revision %d", st.name, got.Epoch, got.Revision, st.inForce.Epoch, st.inForce.Revision)
+		}
 	}
 }
