@@ -117,3 +117,30 @@ func TestCompactRaisesThePodLimit(t *testing.T) {
 		t.Errorf("version 3 fits %d pods, want at least 25,000", v3)
 	}
 }
+
+// TestHolding round-trips what pods may still hold, in both versions, and
+// rejects a holding that is not a pod's, or out of range.
+func TestHolding(t *testing.T) {
+	for _, v := range []int{CurrentVersion, CompactVersion} {
+		d := sampleDoc()
+		d.Version, d.Holding = v, map[string]int{"api-0": 7, "api-1": 0}
+		d.Hash = Hash(d)
+		data, err := Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse(data)
+		if err != nil || !Equal(back, d) {
+			t.Fatalf("version %d: round trip of holding: %v, %+v", v, err, back.Holding)
+		}
+		if back.For("api-0").Holding != nil {
+			t.Errorf("a pod's view carries the holding")
+		}
+	}
+	d := sampleDoc()
+	d.Holding = map[string]int{"Not_A_Pod": 1, "api-0": -1}
+	var fe *FieldError
+	if err := Validate(d); !errors.As(err, &fe) || !strings.Contains(err.Error(), `holding["Not_A_Pod"]`) || !strings.Contains(err.Error(), `holding["api-0"]: must be in [0, 1048575], got -1`) {
+		t.Errorf("Validate: %v", err)
+	}
+}

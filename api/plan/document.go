@@ -103,6 +103,14 @@ type Document struct {
 	// pod not named here enforces the base share above. Nil or empty: every
 	// pod enforces the base share. At most MaxPods entries.
 	Pods map[string]PodShare `json:"pods,omitempty"`
+
+	// Holding maps a pod's name to the permits it may still hold although
+	// the document gives it fewer: it has not yet let go of a larger share
+	// a revision before gave it. Optional, for the operator only: a pod
+	// enforces its share, not this, and ignores it. It is the part of the
+	// operator's write-ahead record a lost record cannot be rebuilt without.
+	// At most MaxPods entries.
+	Holding map[string]int `json:"holding,omitempty"`
 }
 
 // PodShare is one pod's share of a gate: the per-pod fields of Document.
@@ -158,19 +166,24 @@ func (d Document) For(pod string) Document {
 	if s, ok := d.Pods[pod]; ok && pod != "" {
 		d.setShare(s)
 	}
-	d.Pods = nil
+	d.Pods, d.Holding = nil, nil
 	return d
 }
 
 // Equal reports whether a and b hold the same values in every field, Pods
-// included (a nil and an empty Pods are equal). It is == for Documents,
-// which the map field makes incomparable.
+// and Holding included (a nil and an empty map are equal). It is == for
+// Documents, which the map fields make incomparable.
 func Equal(a, b Document) bool {
-	if a.header() != b.header() || a.Share() != b.Share() || len(a.Pods) != len(b.Pods) {
+	if a.header() != b.header() || a.Share() != b.Share() || len(a.Pods) != len(b.Pods) || len(a.Holding) != len(b.Holding) {
 		return false
 	}
 	for name, s := range a.Pods {
 		if t, ok := b.Pods[name]; !ok || s != t {
+			return false
+		}
+	}
+	for name, n := range a.Holding {
+		if m, ok := b.Holding[name]; !ok || n != m {
 			return false
 		}
 	}

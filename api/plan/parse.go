@@ -39,6 +39,8 @@ type wireDocument struct {
 	// Pods is optional; null reads as absent. A null entry stays a nil
 	// pointer and is reported as missing its fields. Version 2 only.
 	Pods map[string]*wirePodShare `json:"pods"`
+	// Holding is optional.
+	Holding map[string]int `json:"holding"`
 	// Shares is optional; version 3 only, decoded by groupedPods (a
 	// version 2 reader ignores it, as any field it does not know).
 	Shares json.RawMessage `json:"shares"`
@@ -147,6 +149,7 @@ func Parse(data []byte) (Document, error) {
 		Epoch:      *w.Epoch,
 		Revision:   *w.Revision,
 		Pods:       pods,
+		Holding:    w.Holding,
 	}
 	for _, f := range fields {
 		if !f.PerPod {
@@ -199,6 +202,9 @@ func Hash(d Document) string {
 func canonical(d Document) Document {
 	for _, f := range fields {
 		positiveZero(f.topLevel(&d))
+	}
+	if len(d.Holding) == 0 {
+		d.Holding = nil
 	}
 	if len(d.Pods) == 0 {
 		d.Pods = nil

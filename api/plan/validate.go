@@ -96,6 +96,27 @@ func Validate(d Document) error {
 		}
 	}
 
+	if len(d.Holding) > MaxPods {
+		bad("holding", "must have at most %d entries, got %d", MaxPods, len(d.Holding))
+	} else {
+		var badNames []string
+		for name, n := range d.Holding {
+			if validPodName(name) != "" || n < 0 || n > MaxPermits {
+				badNames = append(badNames, name)
+			}
+		}
+		slices.Sort(badNames)
+		for _, name := range badNames {
+			field := fmt.Sprintf("holding[%q]", name)
+			if why := validPodName(name); why != "" {
+				bad(field, "key must be a pod name: %s", why)
+			}
+			if n := d.Holding[name]; n < 0 || n > MaxPermits {
+				bad(field, "must be in [0, %d], got %d", MaxPermits, n)
+			}
+		}
+	}
+
 	return errors.Join(errs...)
 }
 

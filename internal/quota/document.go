@@ -1,6 +1,10 @@
 package quota
 
-import "github.com/backpressure-dev/backpressure-operator/api/plan"
+import (
+	"maps"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
+)
 
 // Shares says who holds what in one published document: the shares of a
 // quota's pods at one revision of its division.
@@ -15,6 +19,9 @@ type Shares struct {
 	Base int
 	// Pods maps each named pod to its permits.
 	Pods map[string]int
+	// Holding maps each pod that may still hold more than it is told to
+	// what it may hold (plan.Document.Holding).
+	Holding map[string]int
 }
 
 // Document returns the document (the plan) that publishes p to the pods:
@@ -44,6 +51,9 @@ func (p Sizing) Document(gate, downstream string, generation int64, shares Share
 		for pod, permits := range shares.Pods {
 			d.Pods[pod] = p.Result.ShareFor(permits).PodShare
 		}
+	}
+	if len(shares.Holding) > 0 {
+		d.Holding = maps.Clone(shares.Holding)
 	}
 	d.Hash = plan.Hash(d)
 	return d
