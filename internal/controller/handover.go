@@ -118,9 +118,21 @@ type caller struct {
 	// revisions are the revisions of the division's epoch of the documents
 	// its pods read.
 	revisions []int64
-	// learned maps a pod's name to the most a document its pods read (of
-	// any epoch) or a record of another epoch gives it.
+	// own maps a pod's name to the most a document of the division's
+	// epoch its pods read gives it, or says it may still hold: what a
+	// fresh record starts from.
+	own map[string]int64
+	// learned maps a pod's name to the most a document of another epoch
+	// its pods read gives it, or says it may still hold, and, while they
+	// read it (elsewhere), what a record of another epoch says it may hold.
 	learned map[string]int64
+	// elsewhere is set while the caller's pods read another epoch's
+	// document: another division told them things since this one's record
+	// was written, which holds of them only what they may hold.
+	elsewhere bool
+	// unreached is set for a caller whose documents the division no longer
+	// writes: its quota is deleted, or divides elsewhere.
+	unreached bool
 	// reads maps a pod's name to what the document its pods read now
 	// gives it; nil when they read none.
 	reads map[string]int64
@@ -138,25 +150,31 @@ func (c *caller) readDocument(d plan.Document, names []string) {
 	}
 }
 
-// learn notes that a document or record gives the pod name share.
-func (c *caller) learn(name string, share int64) {
+// learn notes in into that a document or record gives the pod name share.
+func learn(into *map[string]int64, name string, share int64) {
 	if share <= 0 {
 		return
 	}
-	if c.learned == nil {
-		c.learned = map[string]int64{}
+	if *into == nil {
+		*into = map[string]int64{}
 	}
-	c.learned[name] = max(c.learned[name], share)
+	(*into)[name] = max((*into)[name], share)
 }
 
 // learnDocument notes what a published document gives each pod it names,
-// and its revision when it is of epoch.
+// and what it says they may still hold, and its revision when it is of
+// epoch.
 func (c *caller) learnDocument(d plan.Document, epoch string) {
-	for name, s := range d.Pods {
-		c.learn(name, int64(s.Permits))
-	}
+	into := &c.learned
 	if d.Epoch == epoch {
+		into = &c.own
 		c.revisions = append(c.revisions, d.Revision)
+	}
+	for name, s := range d.Pods {
+		learn(into, name, int64(s.Permits))
+	}
+	for name, n := range d.Holding {
+		learn(into, name, int64(n))
 	}
 }
 
@@ -170,7 +188,7 @@ func (c *caller) learnRecord(d *v1alpha1.DivisionStatus, epoch string) {
 		if i := strings.LastIndexByte(key, '/'); i >= 0 {
 			key = key[i+1:]
 		}
-		c.learn(key, r.Bound())
+		learn(&c.learned, key, r.Bound())
 	}
 }
 
@@ -196,8 +214,7 @@ type divisionInput struct {
 // back, started afresh when it is missing or behind what the pods read and
 // acknowledged, and every pod it does not know taken to hold what it may.
 func resume(d *divisionInput) handover.Resumed {
-	var t handover.Trace
-	t.Learned = map[string]int64{}
+	t := handover.Trace{Learned: map[string]int64{}, Own: map[string]int64{}, Reads: map[string]int64{}}
 	for _, c := range d.callers {
 		t.Revisions = append(t.Revisions, c.revisions...)
 		for _, m := range c.members {
@@ -208,10 +225,10 @@ func resume(d *divisionInput) handover.Resumed {
 		for name, share := range c.learned {
 			t.Learned[c.prefix+name] = max(t.Learned[c.prefix+name], share)
 		}
+		for name, share := range c.own {
+			t.Own[c.prefix+name] = max(t.Own[c.prefix+name], share)
+		}
 		for name, share := range c.reads {
-			if t.Reads == nil {
-				t.Reads = map[string]int64{}
-			}
 			t.Reads[c.prefix+name] = share
 		}
 	}
@@ -220,6 +237,19 @@ func resume(d *divisionInput) handover.Resumed {
 		s := snapshotOf(d.record)
 		if d.shared {
 			upgradeKeys(&s, d.callers)
+		}
+		// What the record says of the pods of a caller that reads another
+		// epoch's document is only what they may hold.
+		for _, c := range d.callers {
+			if !c.elsewhere {
+				continue
+			}
+			for key, r := range s.Records {
+				if strings.HasPrefix(key, c.prefix) {
+					t.Learned[key] = max(t.Learned[key], r.Bound())
+					delete(s.Records, key)
+				}
+			}
 		}
 		rec = &s
 	}
@@ -314,6 +344,10 @@ type callerStep struct {
 	// told maps each pod told a share to its permits: the caller's
 	// document.
 	told map[string]int
+	// holding maps each pod that may hold more than it is told to what
+	// it may hold: the document carries it, so that a lost record can be
+	// rebuilt from it.
+	holding map[string]int
 	// departing is set while the record counts pods of the caller that are
 	// not its members: its documents must reach them.
 	departing                 bool
@@ -323,7 +357,7 @@ type callerStep struct {
 // shares returns the caller's part as a published document's division:
 // pods not named hold nothing.
 func (c callerStep) shares() quota.Shares {
-	return quota.Shares{Epoch: c.status.Epoch, Revision: c.status.Revision, Pods: c.told}
+	return quota.Shares{Epoch: c.status.Epoch, Revision: c.status.Revision, Pods: c.told, Holding: c.holding}
 }
 
 // step runs one handover step of the division from res: every caller's
@@ -351,11 +385,11 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 		}
 	}
 
-	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh, Now: d.now, UnacknowledgedDelay: unacknowledged,
+	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh || res.Learned, Now: d.now, UnacknowledgedDelay: unacknowledged,
 		Pods: make([]handover.Pod, len(entries))}
 	for i, e := range entries {
 		p := handover.Pod{Key: e.m.key, Target: e.target, Leaving: e.m.leaving, Gone: e.m.gone, Declared: e.m.declared,
-			Published: d.callers[e.c].published, Record: res.Records[e.m.key]}
+			Published: d.callers[e.c].published, Unreached: d.callers[e.c].unreached, Record: res.Records[e.m.key]}
 		if e.m.acked {
 			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
 		}
@@ -373,6 +407,12 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 		rec, c := r.Records[i], &cs[e.c]
 		if rec.Told > 0 {
 			c.told[e.m.name] = int(rec.Told)
+		}
+		if rec.Holds > rec.Told {
+			if c.holding == nil {
+				c.holding = map[string]int{}
+			}
+			c.holding[e.m.name] = int(rec.Holds)
 		}
 		if e.m.serving && !e.m.gone && rec.Told < e.target {
 			out.waiting, c.waiting = append(out.waiting, e.m.key), append(c.waiting, e.m.name)

@@ -113,7 +113,7 @@ func (p *Publisher) addDeparting(ctx context.Context, d *divisionInput, records 
 				}
 			}
 			if c == nil {
-				c = &caller{namespace: ns, gate: quota, prefix: prefix}
+				c = &caller{namespace: ns, gate: quota, prefix: prefix, unreached: true}
 				d.callers = append(d.callers, c)
 			}
 		}

@@ -100,8 +100,13 @@ func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, o
 			names = append(names, m.name)
 		}
 		c.readDocument(*current, names)
+		if current.Epoch != epoch {
+			// Its pods read another division's document: what that
+			// division's record says they may hold counts too.
+			c.elsewhere = true
+			c.learnRecord(other, epoch)
+		}
 	}
-	c.learnRecord(other, epoch)
 	return nil
 }
 

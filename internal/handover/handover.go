@@ -81,18 +81,30 @@ type Pod struct {
 	Released bool
 	// Published is the newest revision of this epoch the pod can read in
 	// its document; 0 when it can read none. The delay of a pod that does
-	// not acknowledge counts only once the revision that told it its
-	// smaller share is published.
+	// not acknowledge counts only from a step that sees the revision that
+	// told it its smaller share published.
 	Published int64
+	// Unreached is set for a pod whose document the division no longer
+	// writes (its caller's quota was deleted, or now divides elsewhere):
+	// no smaller share reaches it, so none is taken as applied by time;
+	// what it holds counts until it releases it or is gone.
+	Unreached bool
 	// Record is the pod's state after the previous Step; the zero Record
 	// for a pod that step did not know.
 	Record Record
 }
 
 // acknowledges reports whether only the pod's acknowledgement frees an old
-// share it holds.
+// share it holds: what it declared, or else whether it has acknowledged a
+// revision of the epoch, now or when its shrink was recorded.
 func (p Pod) acknowledges(acked int64) bool {
-	return p.Record.Acknowledges || p.Declared == DeclaredAcknowledging || (p.Declared == Undeclared && acked > 0)
+	switch p.Declared {
+	case DeclaredAcknowledging:
+		return true
+	case DeclaredSilent:
+		return false
+	}
+	return p.Record.Acknowledges || acked > 0
 }
 
 // Input is one step of the handover.
@@ -102,8 +114,10 @@ type Input struct {
 	// Revision is the revision the previous Step returned; 0 before the
 	// first. Revisions are never reused: see Resume.
 	Revision int64
-	// Fresh is set for the first step of a record started afresh (see
-	// Resume): it publishes a new revision even when no share changes.
+	// Fresh is set when the step must publish a new revision even when no
+	// share changes: the record started afresh, or took pods to hold more
+	// than they are told until they acknowledge the next revision (see
+	// Resume: Resumed.Fresh or Resumed.Learned).
 	Fresh bool
 	// Now is the time of the step.
 	Now time.Time
@@ -166,17 +180,19 @@ func Step(in Input) Result {
 		case r.Holds == r.Told:
 		case acked > 0 && acked >= r.ShrunkAt:
 			r = Record{Told: r.Told, Holds: r.Told}
+		case p.Unreached && !r.Gone:
+			// Nothing tells it its smaller share: only its release, or
+			// its going, frees what it holds.
+		case !r.Gone && !acknowledges && p.Published < r.ShrunkAt:
+			// The revision that told it has not been seen published: its
+			// delay counts from now at the earliest, as it may be
+			// published now.
+			r.ShrunkTime = in.Now
+			recheck(in.UnacknowledgedDelay)
 		case r.Gone || !acknowledges:
-			wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now)
-			switch {
-			case wait > 0:
+			if wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now); wait > 0 {
 				recheck(wait)
-			case !r.Gone && p.Published < r.ShrunkAt:
-				// The revision that told it has not been seen published:
-				// its delay counts from now, as it is published now.
-				r.ShrunkTime = in.Now
-				recheck(in.UnacknowledgedDelay)
-			default:
+			} else {
 				r = Record{Told: r.Told, Holds: r.Told}
 			}
 		}
@@ -186,7 +202,7 @@ func Step(in Input) Result {
 			if !r.Gone {
 				r.ShrunkTime = in.Now
 			}
-			if (!acknowledges || r.Gone) && r.Holds > r.Told {
+			if (!acknowledges || r.Gone) && !p.Unreached && r.Holds > r.Told {
 				// Only time settles this pod's smaller share: say when,
 				// or it would wait for an unrelated event.
 				recheck(in.UnacknowledgedDelay)

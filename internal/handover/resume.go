@@ -31,10 +31,15 @@ type Trace struct {
 	// of the documents published to the pods, and of the pods'
 	// acknowledgements (those above MaxAckRevision are ignored).
 	Revisions []int64
-	// Learned maps a pod's key to the most that a published document (of
-	// any epoch) or a record of another epoch gives it: what it may hold
-	// although this record does not say so.
+	// Learned maps a pod's key to the most that what comes from elsewhere
+	// gives it: a document of another epoch its caller's pods read, a record
+	// of another epoch, while they read it. It is what a pod the record does
+	// not know may hold.
 	Learned map[string]int64
+	// Own maps a pod's key to the most that a document of this epoch gives
+	// it, with what the document says it may still hold: what a fresh
+	// record starts from.
+	Own map[string]int64
 	// Reads maps a pod's key to what the document it reads now gives it (0
 	// when that document does not name it); a pod that reads none is not
 	// in it.
@@ -47,8 +52,12 @@ type Resumed struct {
 	Records map[string]Record
 	// Revision is the revision to step from (Input.Revision).
 	Revision int64
-	// Fresh is set when the record starts afresh (Input.Fresh).
+	// Fresh is set when the record starts afresh.
 	Fresh bool
+	// Learned is set when a pod was taken to hold more than it is told,
+	// waiting for an acknowledgement of the next revision: that revision
+	// must be published even when no share changes (Input.Fresh).
+	Learned bool
 	// Restamped is set when a delay was started again: the record's clock
 	// was another's, or a record holding more than told lacked its time.
 	Restamped bool
@@ -73,7 +82,9 @@ type Resumed struct {
 //
 // A pod the record does not know is taken to hold what Trace.Learned gives
 // it, fresh record or not: a pod of a caller that just joined may still
-// enforce the document of the division it came from.
+// enforce the document of the division it came from. What the division's
+// own documents say (Trace.Own) counts only for a fresh record: a current
+// one drops a pod once it holds nothing, and knows better.
 //
 // Delays are counted on one clock: when the record was stamped by another
 // operator process's clock (another replica took over), every pending
@@ -99,7 +110,7 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 	}
 	if out.Fresh {
 		out.Revision = max(out.Revision, seen)
-		if rec != nil || seen > 0 || len(t.Learned) > 0 || len(t.Reads) > 0 {
+		if rec != nil || seen > 0 || len(t.Learned) > 0 || len(t.Own) > 0 || len(t.Reads) > 0 {
 			// Something of a division was here before: revisions of this
 			// epoch may have been published that nothing shows any more
 			// (an earlier incarnation of the epoch, switched away from and
@@ -114,7 +125,7 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 		r.Holds = max(r.Holds, r.Told)
 		if r.Holds > r.Told {
 			if r.ShrunkAt <= 0 {
-				r.ShrunkAt, out.Restamped = next, true
+				r.ShrunkAt, out.Restamped, out.Learned = next, true, true
 			}
 			if r.ShrunkTime.IsZero() || restamp {
 				r.ShrunkTime, out.Restamped = now, true
@@ -129,21 +140,27 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 		}
 		reads, ok := t.Reads[key]
 		holds := max(r.Bound(), t.Learned[key], reads)
+		if out.Fresh {
+			holds = max(holds, t.Own[key])
+		}
 		if holds <= 0 {
 			return
 		}
-		switch {
-		case ok:
+		// A fresh record takes what it is told from the document it
+		// reads. A current record knows better: a pod it does not know is
+		// told nothing yet, whatever the document it reads says (one of
+		// another division, or an old one of this division written back),
+		// and Step grants it up to what it may hold at no cost.
+		r.Told = 0
+		if ok && out.Fresh {
 			r.Told = reads
-		case !known:
-			r.Told = 0
 		}
 		r.Holds = holds
 		if r.Holds > r.Told {
 			// It lets go of what it may hold above what it reads by
 			// acknowledging a revision of this record, or by the delay:
 			// no acknowledgement of an earlier record says what it holds.
-			r.ShrunkAt, r.ShrunkTime = next, now
+			r.ShrunkAt, r.ShrunkTime, out.Learned = next, now, true
 		} else {
 			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
 		}
@@ -156,6 +173,9 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 		learn(key)
 	}
 	if out.Fresh {
+		for key := range t.Own {
+			learn(key)
+		}
 		for key := range out.Records {
 			learn(key)
 		}

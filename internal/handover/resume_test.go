@@ -21,7 +21,7 @@ func TestResume(t *testing.T) {
 			name: "no record: above every revision seen, holding what the documents give",
 			trace: Trace{Revisions: []int64{57, 12}, Learned: map[string]int64{"a": 20, "b": 20, "c": 0, "d": 9},
 				Reads: map[string]int64{"a": 20, "b": 20, "c": 0, "d": 4}},
-			want: Resumed{Fresh: true, Revision: ms, Records: map[string]Record{
+			want: Resumed{Fresh: true, Learned: true, Revision: ms, Records: map[string]Record{
 				"a": steady(20), "b": steady(20), "d": {Told: 4, Holds: 9, ShrunkAt: ms + 1, ShrunkTime: now},
 			}},
 		},
@@ -38,17 +38,17 @@ func TestResume(t *testing.T) {
 			}},
 			trace: Trace{Revisions: []int64{9}, Learned: map[string]int64{"a": 14, "b": 13, "c": 13},
 				Reads: map[string]int64{"a": 14, "b": 13, "c": 13}},
-			want: Resumed{Fresh: true, Revision: ms, Records: map[string]Record{
+			want: Resumed{Fresh: true, Learned: true, Revision: ms, Records: map[string]Record{
 				"a": {Told: 14, Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now}, "b": {Told: 13, Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now}, "c": steady(13),
 			}},
 		},
 		{
-			name: "current record: known pods as recorded, unknown ones as learned",
+			name: "current record: known pods as recorded, unknown ones told nothing yet, holding what they may",
 			rec:  &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{"a": steady(5)}},
 			trace: Trace{Revisions: []int64{9, 9, MaxAckRevision + 1, 1 << 62},
 				Learned: map[string]int64{"a": 20, "joined": 7, "elsewhere": 3}, Reads: map[string]int64{"a": 5, "joined": 7}},
-			want: Resumed{Revision: 9, Records: map[string]Record{
-				"a": steady(5), "joined": steady(7), "elsewhere": {Told: 0, Holds: 3, ShrunkAt: 10, ShrunkTime: now},
+			want: Resumed{Revision: 9, Learned: true, Records: map[string]Record{
+				"a": steady(5), "joined": {Told: 0, Holds: 7, ShrunkAt: 10, ShrunkTime: now}, "elsewhere": {Told: 0, Holds: 3, ShrunkAt: 10, ShrunkTime: now},
 			}},
 		},
 		{
@@ -65,7 +65,7 @@ func TestResume(t *testing.T) {
 			rec: &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{
 				"a": {Told: 1, Holds: 5}, "b": {Told: 1, Holds: 5, ShrunkAt: 9},
 			}},
-			want: Resumed{Revision: 9, Restamped: true, Records: map[string]Record{
+			want: Resumed{Revision: 9, Restamped: true, Learned: true, Records: map[string]Record{
 				"a": {Told: 1, Holds: 5, ShrunkAt: 10, ShrunkTime: now}, "b": {Told: 1, Holds: 5, ShrunkAt: 9, ShrunkTime: now},
 			}},
 		},
