@@ -173,101 +173,38 @@ func TestStepFirst(t *testing.T) {
 	}
 }
 
-// TestHandoverInvariants plays 10,000 random worlds from a fixed seed, half
-// of them with two callers whose demands change: pods come, turn Ready and
-// not, leave, apply plans late, acknowledge or not. At every tick the calls
-// really in flight and the controller's Σ max(Told, Holds) stay within the
-// total; once the world is still, every permit is held by Ready pods, and
-// each caller's pods hold exactly its part of the fair split.
+// TestHandoverInvariants plays 10,000 worlds from a fixed seed (see
+// sim_test.go), half of them with two callers whose demands change, most
+// with an adversary: pods come, turn Ready and not, leave, apply documents
+// late, acknowledge or not; acknowledgements are forged, removed, garbled,
+// from the future or of another epoch; records are deleted or rolled back;
+// the epoch switches back and forth; old documents are delivered late; pods
+// are force-deleted with their processes running, or relabelled; callers
+// are turned away; publications fail; another replica with its clock off
+// takes over. At every tick the pods cannot enforce more than the total;
+// once the world is still, every permit is held by Ready pods, and each
+// caller's pods hold exactly its part of the fair split.
 func TestHandoverInvariants(t *testing.T) {
 	cases := 10000
 	if testing.Short() {
 		cases = 1000
 	}
 	for c := range cases {
-		runWorld(t, uint64(c), int64(c%41), 40, 6+c%5, 7, 1+c%2)
-	}
-}
-
-// runWorld plays one world of ticks random ticks with an event every tick
-// of probability events/10, acksShare in 10 pods acknowledging, then stills
-// it and checks that the division converges.
-func runWorld(t testing.TB, seed uint64, total int64, ticks, events, acksShare, callers int) {
-	s := newSim(seed, total)
-	s.callers = callers
-	s.weight = [2]int64{1 + int64(seed%3), 1}
-	check := func(phase string, tick int) {
-		if f := s.inFlight(); f > total {
-			t.Fatalf("seed %d, %s tick %d: %d calls in flight against a total of %d", seed, phase, tick, f, total)
-		}
-		if b := s.bound(); b > total {
-			t.Fatalf("seed %d, %s tick %d: Σ max(told, holds) = %d against a total of %d", seed, phase, tick, b, total)
-		}
-	}
-	for tick := range ticks {
-		s.now = s.now.Add(simTick)
-		if s.rng.IntN(10) < events {
-			s.event(acksShare)
-		}
-		s.processes(true)
-		if s.rng.IntN(5) > 0 { // the controller lags now and then
-			s.controller()
-		}
-		check("moving", tick)
-	}
-	// Still: leaving pods finish and go; the rest keep serving.
-	for _, p := range s.pods {
-		if p.leaving {
-			p.closed = true
-		}
-	}
-	for tick := range 40 {
-		s.now = s.now.Add(simTick)
-		s.processes(true)
-		for i := 0; i < len(s.pods); i++ {
-			if p := s.pods[i]; p.leaving && (p.released || (!p.acks && p.inflight == 0)) {
-				s.pods = append(s.pods[:i], s.pods[i+1:]...)
-				i--
-			}
-		}
-		s.controller()
-		check("still", tick)
-	}
-	var serving, held int64
-	for _, p := range s.pods {
-		if p.ready {
-			serving++
-			held += s.records[p.key].Told
-		}
-	}
-	if serving > 0 && held != total {
-		t.Fatalf("seed %d: still world: Ready pods hold %d of %d: %+v", seed, held, total, s.records)
-	}
-	// Each caller's pods hold its part of the split, exactly.
-	for c := range s.callers {
-		var got int64
-		var servingHere bool
-		for _, p := range s.pods {
-			if p.caller == c && p.ready {
-				got += s.records[p.key].Told
-				servingHere = true
-			}
-		}
-		if servingHere && got != s.parts[c] {
-			t.Fatalf("seed %d: still world: caller %d's pods hold %d, its part is %d (parts %v, demands %v)", seed, c, got, s.parts[c], s.parts, s.demand)
-		}
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2})
 	}
 }
 
 // FuzzHandover plays a world chosen by the fuzzer.
 func FuzzHandover(f *testing.F) {
-	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(7), false)
-	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(0), true)
-	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, acks uint8, twoCallers bool) {
+	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(2), uint8(7), false)
+	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(5), uint8(0), true)
+	f.Add(uint64(11), uint8(17), uint8(119), uint8(4), uint8(10), uint8(10), true)
+	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, attacks, acks uint8, twoCallers bool) {
 		callers := 1
 		if twoCallers {
 			callers = 2
 		}
-		runWorld(t, seed, int64(total%100), int(ticks%120), int(events%11), int(acks%11), callers)
+		runWorld(t.Fatalf, worldParams{seed: seed, total: int64(total % 100), ticks: int(ticks % 120), events: int(events % 11),
+			attacks: int(attacks % 11), acksShare: int(acks % 11), callers: callers})
 	})
 }
