@@ -76,30 +76,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	usable := quota.ContractUsable(dc.Spec)
-	var (
-		active []*sharer
-		in     []quota.Caller
-	)
-	for _, s := range sharers {
-		if s.away == "" && s.in.invalid == nil {
-			active = append(active, s)
-			in = append(in, quota.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving})
-		}
-	}
-	for i, part := range quota.Split(dc.Spec, in) {
-		s := active[i]
-		s.part = &part
-		pl, err := quota.SizePart(s.quota.Spec, dc.Spec, part.Part, int32(max(s.serving, 1)))
-		if err != nil {
-			s.in.invalid = err
-			continue
-		}
-		s.plan = &pl
-		if s.facts.workload != nil {
-			s.caller.total = usableTotal(pl)
-		}
-	}
+	active := split(dc, sharers)
 	d := &divisionInput{epoch: epoch, handover: dc.Spec.Handover, record: dc.Status.Division, shared: true}
 	for _, s := range sharers {
 		d.callers = append(d.callers, s.caller)
@@ -154,27 +131,63 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 			return reconcile.Result{}, err
 		}
 	}
-	status := dc.Status.DeepCopy()
-	status.ObservedGeneration, status.Usable, status.Division = dc.Generation, int32(usable), h.status
-	status.Callers, status.CallersNotListed = callerStatuses(sharers)
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished,
-		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, len(active))}
-	if len(active) == 0 {
-		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
-	}
-	if over != nil {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, over.Reason, over.Message
-	}
-	now := p.clock.Now()
-	setCondition(&status.Conditions, ready, dc.Generation, now)
-	setCondition(&status.Conditions, h.condition(), dc.Generation, now)
-	if err := r.writeContract(ctx, dc, status); err != nil {
+	if err := r.writeContract(ctx, dc, r.contractStatus(dc, sharers, len(active), over, h)); err != nil {
 		if errors.Is(err, errStale) {
 			return reconcile.Result{RequeueAfter: staleRecheck}, nil
 		}
 		return reconcile.Result{}, err
 	}
 	return result, nil
+}
+
+// split splits dc's usable permits over the sharers it admits whose part
+// can be computed, sizes each one's part, and returns them.
+func split(dc *v1alpha1.DownstreamContract, sharers []*sharer) []*sharer {
+	var (
+		active []*sharer
+		in     []quota.Caller
+	)
+	for _, s := range sharers {
+		if s.away == "" && s.in.invalid == nil {
+			active = append(active, s)
+			in = append(in, quota.Caller{Key: s.quota.Namespace + "/" + s.quota.Name, Spec: s.quota.Spec, Serving: s.serving})
+		}
+	}
+	for i, part := range quota.Split(dc.Spec, in) {
+		s := active[i]
+		s.part = &part
+		pl, err := quota.SizePart(s.quota.Spec, dc.Spec, part.Part, int32(max(s.serving, 1)))
+		if err != nil {
+			s.in.invalid = err
+			continue
+		}
+		s.plan = &pl
+		if s.facts.workload != nil {
+			s.caller.total = usableTotal(pl)
+		}
+	}
+	return active
+}
+
+// contractStatus returns dc's status after a division h over its sharers,
+// active of which take a part.
+func (r *DownstreamContractReconciler) contractStatus(dc *v1alpha1.DownstreamContract, sharers []*sharer, active int, over *v1alpha1.Diagnostic, h handoverStep) *v1alpha1.DownstreamContractStatus {
+	usable := quota.ContractUsable(dc.Spec)
+	status := dc.Status.DeepCopy()
+	status.ObservedGeneration, status.Usable, status.Division = dc.Generation, int32(usable), h.status
+	status.Callers, status.CallersNotListed = callerStatuses(sharers)
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonPlanPublished,
+		Message: fmt.Sprintf("%d usable permits split over %d callers", usable, active)}
+	if active == 0 {
+		ready.Message = fmt.Sprintf("%d usable permits; no quota shares this contract yet", usable)
+	}
+	if over != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, over.Reason, over.Message
+	}
+	now := r.pub.clock.Now()
+	setCondition(&status.Conditions, ready, dc.Generation, now)
+	setCondition(&status.Conditions, h.condition(), dc.Generation, now)
+	return status
 }
 
 // sharers returns every quota that names dc and is not being deleted, by

@@ -364,37 +364,9 @@ func (c callerStep) shares() quota.Shares {
 // part is divided exactly over its serving pods, and the handover runs
 // over all of them against the sum of the parts.
 func step(d *divisionInput, res handover.Resumed) handoverStep {
-	unacknowledged, stalledAfter := handoverSettings(d.handover)
-	type entry struct {
-		c      int
-		m      member
-		target int64
-	}
-	var (
-		entries []entry
-		total   int64
-	)
-	for ci, c := range d.callers {
-		total += c.total
-		in := make([]division.Member, 0, len(c.members))
-		for _, m := range c.members {
-			in = append(in, division.Member{Key: m.key, Serving: m.serving && !m.gone, Told: res.Records[m.key].Told})
-		}
-		for i, t := range division.Targets(c.total, in) {
-			entries = append(entries, entry{c: ci, m: c.members[i], target: t})
-		}
-	}
-
-	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh || res.Learned, Now: d.now, UnacknowledgedDelay: unacknowledged,
-		Pods: make([]handover.Pod, len(entries))}
-	for i, e := range entries {
-		p := handover.Pod{Key: e.m.key, Target: e.target, Leaving: e.m.leaving, Gone: e.m.gone, Declared: e.m.declared,
-			Published: d.callers[e.c].published, Unreached: d.callers[e.c].unreached, Record: res.Records[e.m.key]}
-		if e.m.acked {
-			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
-		}
-		in.Pods[i] = p
-	}
+	_, stalledAfter := handoverSettings(d.handover)
+	entries, in := stepInput(d, res)
+	total := in.Total
 	r := handover.Step(in)
 
 	out := handoverStep{recheck: r.RecheckAfter}
@@ -446,40 +418,7 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 	}
 
 	summary := func(idx []int, part int64, trim string) *v1alpha1.DivisionStatus {
-		st := &v1alpha1.DivisionStatus{Epoch: d.epoch, Revision: r.Revision, Usable: int32(part), Clock: d.clock}
-		var serving int64
-		shares := map[int32]int32{}
-		own := map[string]handover.Record{}
-		var listed []v1alpha1.PodShareStatus
-		for _, i := range idx {
-			rec, m := r.Records[i], entries[i].m
-			if m.serving && !m.gone {
-				serving++
-			}
-			if rec.Told > 0 {
-				st.HandedOut += int32(rec.Told)
-				shares[int32(rec.Told)]++
-			}
-			st.Held += int32(rec.Bound())
-			if rec.Bound() > 0 {
-				own[strings.TrimPrefix(m.key, trim)] = rec
-			}
-			if v := views[i]; v != nil {
-				v := *v
-				v.Name = strings.TrimPrefix(v.Name, trim)
-				listed = append(listed, v)
-			}
-		}
-		if serving > 0 {
-			st.Base, st.Extra = int32(part/serving), int32(part%serving)
-		}
-		for permits, pods := range shares {
-			st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})
-		}
-		slices.SortFunc(st.Shares, func(a, b v1alpha1.ShareCount) int { return cmp.Compare(b.Permits, a.Permits) })
-		st.Told, st.Holding = recordOf(own)
-		st.Pods, st.PodsNotListed = listedPods(listed)
-		return st
+		return summarize(d, r, entries, views, idx, part, trim)
 	}
 	all := make([]int, len(entries))
 	for i := range all {
@@ -504,6 +443,84 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 	out.changed = d.record == nil || d.record.Epoch != d.epoch || d.record.Revision != out.status.Revision ||
 		d.record.Clock != d.clock || !sameRecord(d.record, out.status)
 	return out
+}
+
+// stepEntry is one pod of a division's step: its caller's index, the
+// member, and its target.
+type stepEntry struct {
+	c      int
+	m      member
+	target int64
+}
+
+// stepInput returns the pods of every caller of d with their targets (an
+// exact division of each caller's part), and the handover's input for them.
+func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.Input) {
+	unacknowledged, _ := handoverSettings(d.handover)
+	var (
+		entries []stepEntry
+		total   int64
+	)
+	for ci, c := range d.callers {
+		total += c.total
+		in := make([]division.Member, 0, len(c.members))
+		for _, m := range c.members {
+			in = append(in, division.Member{Key: m.key, Serving: m.serving && !m.gone, Told: res.Records[m.key].Told})
+		}
+		for i, t := range division.Targets(c.total, in) {
+			entries = append(entries, stepEntry{c: ci, m: c.members[i], target: t})
+		}
+	}
+	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh || res.Learned, Now: d.now, UnacknowledgedDelay: unacknowledged,
+		Pods: make([]handover.Pod, len(entries))}
+	for i, e := range entries {
+		p := handover.Pod{Key: e.m.key, Target: e.target, Leaving: e.m.leaving, Gone: e.m.gone, Declared: e.m.declared,
+			Published: d.callers[e.c].published, Unreached: d.callers[e.c].unreached, Record: res.Records[e.m.key]}
+		if e.m.acked {
+			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
+		}
+		in.Pods[i] = p
+	}
+	return entries, in
+}
+
+// summarize returns the record of the pods idx of a step's entries (a
+// caller's, or all), whose part is part, their keys without trim.
+func summarize(d *divisionInput, r handover.Result, entries []stepEntry, views []*v1alpha1.PodShareStatus, idx []int, part int64, trim string) *v1alpha1.DivisionStatus {
+	st := &v1alpha1.DivisionStatus{Epoch: d.epoch, Revision: r.Revision, Usable: int32(part), Clock: d.clock}
+	var serving int64
+	shares := map[int32]int32{}
+	own := map[string]handover.Record{}
+	var listed []v1alpha1.PodShareStatus
+	for _, i := range idx {
+		rec, m := r.Records[i], entries[i].m
+		if m.serving && !m.gone {
+			serving++
+		}
+		if rec.Told > 0 {
+			st.HandedOut += int32(rec.Told)
+			shares[int32(rec.Told)]++
+		}
+		st.Held += int32(rec.Bound())
+		if rec.Bound() > 0 {
+			own[strings.TrimPrefix(m.key, trim)] = rec
+		}
+		if v := views[i]; v != nil {
+			v := *v
+			v.Name = strings.TrimPrefix(v.Name, trim)
+			listed = append(listed, v)
+		}
+	}
+	if serving > 0 {
+		st.Base, st.Extra = int32(part/serving), int32(part%serving)
+	}
+	for permits, pods := range shares {
+		st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})
+	}
+	slices.SortFunc(st.Shares, func(a, b v1alpha1.ShareCount) int { return cmp.Compare(b.Permits, a.Permits) })
+	st.Told, st.Holding = recordOf(own)
+	st.Pods, st.PodsNotListed = listedPods(listed)
+	return st
 }
 
 // microTime returns t as the API server keeps it: to the microsecond.

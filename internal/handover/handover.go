@@ -221,7 +221,22 @@ func Step(in Input) Result {
 		out.Free -= r.Bound()
 	}
 
-	// Grant what is free, to the pods that hold the least first.
+	grant(in, &out)
+
+	for i, r := range out.Records {
+		if r.Told != in.Pods[i].Record.Told {
+			out.Changed = true
+		}
+	}
+	if out.Changed || out.Revision == 0 || in.Fresh {
+		out.Revision = next
+	}
+	return out
+}
+
+// grant grants what out.Free leaves to the pods below their target, those
+// told the least first.
+func grant(in Input, out *Result) {
 	var below []int
 	for i, p := range in.Pods {
 		if !p.Leaving && !p.Gone && p.Target > out.Records[i].Told {
@@ -250,16 +265,6 @@ func Step(in Input) Result {
 			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
 		}
 	}
-
-	for i, r := range out.Records {
-		if r.Told != in.Pods[i].Record.Told {
-			out.Changed = true
-		}
-	}
-	if out.Changed || out.Revision == 0 || in.Fresh {
-		out.Revision = next
-	}
-	return out
 }
 
 // Sooner returns the sooner of two recheck delays, where 0 is none: the
