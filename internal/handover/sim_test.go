@@ -30,7 +30,9 @@ import (
 // pod whose object is deleted ends within the delay; a pod acknowledges
 // only what it enforces with its calls within it; the record and the
 // document the pods read are not lost together (an old document written
-// back while the record is lost); the replicas' clocks agree better than
+// back while the record is lost, or the record rolled back once the
+// documents of its epoch were replaced by another's); the replicas' clocks
+// agree better than
 // the time between two incarnations of an epoch. Everything else the
 // adversary may do: forge acknowledgements from the future, of another
 // epoch, or garble or remove them; delete the record or roll it back to an
@@ -133,8 +135,12 @@ type world struct {
 	// neither.
 	lost  bool
 	stale [2]bool
-	log   []string // what happened, for a failure's message
-	steps int
+	// rolledBack is set from a record's rollback until the operator
+	// writes it again: the epoch does not switch meanwhile, or nothing
+	// would show that the record is behind.
+	rolledBack bool
+	log        []string // what happened, for a failure's message
+	steps      int
 }
 
 func newWorld(seed uint64, total int64, callers int) *world {
@@ -358,7 +364,7 @@ func (w *world) controller() {
 		}
 	}
 	w.records[w.cur] = &written
-	w.lost = false
+	w.lost, w.rolledBack = false, false
 	w.history[w.cur] = append(w.history[w.cur], written)
 
 	if w.fail {
@@ -524,14 +530,20 @@ func (w *world) attack() {
 		w.records[w.cur], w.lost = nil, true
 		w.note("record of %s deleted", epoch)
 	case 4: // the record rolled back
-		if h := w.history[w.cur]; len(h) > 0 && w.stale == [2]bool{} {
-			w.lost = true
+		// Only while a ConfigMap shows the epoch's newest document: a
+		// record rolled back after its division moved to another epoch
+		// and back is noticed by nothing (see the assumptions above).
+		if h := w.history[w.cur]; len(h) > 0 && w.stale == [2]bool{} && w.showsEpoch(epoch) {
+			w.lost, w.rolledBack = true, true
 			old := h[w.rng.IntN(len(h))]
 			old.Records = maps.Clone(old.Records)
 			w.records[w.cur] = &old
 			w.note("record of %s rolled back to revision %d", epoch, old.Revision)
 		}
 	case 5: // the epoch switched: the record of the epoch it comes back to may be lost
+		if w.rolledBack {
+			break
+		}
 		w.cur = 1 - w.cur
 		if w.rng.IntN(2) == 0 && w.stale == [2]bool{} {
 			w.records[w.cur], w.lost = nil, true
@@ -586,6 +598,16 @@ func (w *world) attack() {
 			w.note("%s relabelled out of its workload", p.key)
 		}
 	}
+}
+
+// showsEpoch reports whether a ConfigMap holds a document of epoch.
+func (w *world) showsEpoch(epoch string) bool {
+	for c := range w.callers {
+		if d := w.docs[c]; d != nil && d.epoch == epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // worldParams choose a world.
