@@ -136,8 +136,10 @@ type world struct {
 	lost  bool
 	stale [2]bool
 	// rolledBack is set from a record's rollback until the operator
-	// writes it again: the epoch does not switch meanwhile, or nothing
-	// would show that the record is behind.
+	// writes it again. The epoch does not switch meanwhile, nor while a
+	// ConfigMap holds an old document written back: nothing would show
+	// that the record is behind, or the new division would take the old
+	// document for what the pods read and not learn what they hold.
 	rolledBack bool
 	log        []string // what happened, for a failure's message
 	steps      int
@@ -541,7 +543,7 @@ func (w *world) attack() {
 			w.note("record of %s rolled back to revision %d", epoch, old.Revision)
 		}
 	case 5: // the epoch switched: the record of the epoch it comes back to may be lost
-		if w.rolledBack {
+		if w.rolledBack || w.stale != [2]bool{} {
 			break
 		}
 		w.cur = 1 - w.cur
@@ -555,9 +557,11 @@ func (w *world) attack() {
 			break
 		}
 		d := w.sent[c][w.rng.IntN(len(w.sent[c]))]
-		if w.rng.IntN(2) == 0 && !w.lost {
+		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch {
 			// A deposed leader's late write, a restored backup, a GitOps
 			// copy: the ConfigMap holds it until the operator writes again.
+			// Only of the epoch the ConfigMap holds: pods cannot order the
+			// documents of two epochs, and take an old one of another.
 			w.docs[c], w.stale[c] = d, true
 			w.note("old document %s/%d written back for caller %d", d.epoch, d.revision, c)
 			break
