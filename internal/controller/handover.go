@@ -219,7 +219,7 @@ func resume(d *divisionInput) handover.Resumed {
 		t.Revisions = append(t.Revisions, c.revisions...)
 		for _, m := range c.members {
 			if m.acked && !m.ack.Released {
-				t.Revisions = append(t.Revisions, m.ack.Revision)
+				t.Acked = append(t.Acked, m.ack.Revision)
 			}
 		}
 		for name, share := range c.learned {

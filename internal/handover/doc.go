@@ -52,9 +52,9 @@
 //
 // The controller keeps every pod's Record, written before any pod is told
 // anything; Resume reads it back. A record that is missing, of another
-// epoch, or behind (a document or an acknowledgement of its epoch names a
-// higher revision: it was deleted, edited, restored or rolled back) starts
-// afresh above every revision of the epoch that can be seen, so revisions
+// epoch, or behind (a document of its epoch names a higher revision: it
+// was deleted, edited, restored or rolled back) starts afresh above every
+// revision of the epoch that can be seen, acknowledged ones too, so revisions
 // are never published twice, and takes every pod to hold what the
 // published documents and the records of other epochs give it, until it
 // acknowledges a revision of the fresh record or the delay passes: the

@@ -199,6 +199,11 @@ func FuzzHandover(f *testing.F) {
 	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(2), uint8(7), false)
 	f.Add(uint64(7), uint8(3), uint8(80), uint8(9), uint8(5), uint8(0), true)
 	f.Add(uint64(11), uint8(17), uint8(119), uint8(4), uint8(10), uint8(10), true)
+	// An acknowledgement forged a few revisions above the record's, with an
+	// old document of the epoch written back: a record taken as behind for
+	// it started afresh from that document and told a pod its 50 permits
+	// again (58 > 50).
+	f.Add(uint64(26), uint8(0x96), uint8('u'), uint8('\n'), uint8(0x14), uint8('{'), false)
 	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, attacks, acks uint8, twoCallers bool) {
 		callers := 1
 		if twoCallers {

@@ -27,10 +27,15 @@ type Snapshot struct {
 
 // Trace is what can be seen of a division outside its record.
 type Trace struct {
-	// Revisions are the revisions of the division's epoch seen elsewhere:
-	// of the documents published to the pods, and of the pods'
-	// acknowledgements (those above MaxAckRevision are ignored).
+	// Revisions are the revisions of the division's epoch of the documents
+	// published to the pods (those above MaxAckRevision are ignored).
 	Revisions []int64
+	// Acked are the revisions of the division's epoch the pods'
+	// annotations acknowledge. Anyone who may annotate a pod can write
+	// one, so they never make a record look behind; a fresh record starts
+	// above them (those up to MaxAckRevision), so that no revision an
+	// acknowledgement names is published again.
+	Acked []int64
 	// Learned maps a pod's key to the most that what comes from elsewhere
 	// gives it: a document of another epoch its caller's pods read, a record
 	// of another epoch, while they read it. It is what a pod the record does
@@ -68,10 +73,13 @@ type Resumed struct {
 // seen outside it, at now on the clock named clock.
 //
 // A record is started afresh when there is none, it is of another epoch,
-// or it is behind: a document or an acknowledgement of its epoch names a
-// revision above its own (the record was deleted, edited, restored from a
-// backup, or rolled back by a re-apply). A fresh record starts above every
-// revision of the epoch seen, and, unless nothing at all of a division was
+// or it is behind: a document of its epoch names a revision above its own
+// (the record was deleted, edited, restored from a backup, or rolled back
+// by a re-apply). An acknowledgement above the record's revision does not
+// make it behind: anyone who may annotate a pod can write one, and a fresh
+// record would take every pod to hold what the documents say. A fresh
+// record starts above every revision of the epoch seen, acknowledged ones
+// included, and, unless nothing at all of a division was
 // there before (a new epoch's first record), above the clock in
 // milliseconds, so that no revision is ever published twice, no old
 // acknowledgement acknowledges a new revision, and a pod that remembers a
@@ -92,10 +100,15 @@ type Resumed struct {
 // (hand-edited) waits for an acknowledgement of the next revision and its
 // delay counts from now.
 func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) Resumed {
-	var seen int64
+	var seen, acked int64
 	for _, r := range t.Revisions {
 		if r <= MaxAckRevision {
 			seen = max(seen, r)
+		}
+	}
+	for _, r := range t.Acked {
+		if r <= MaxAckRevision {
+			acked = max(acked, r)
 		}
 	}
 	out := Resumed{Records: map[string]Record{}}
@@ -109,8 +122,8 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 		out.Fresh = true
 	}
 	if out.Fresh {
-		out.Revision = max(out.Revision, seen)
-		if rec != nil || seen > 0 || len(t.Learned) > 0 || len(t.Own) > 0 || len(t.Reads) > 0 {
+		out.Revision = max(out.Revision, seen, acked)
+		if rec != nil || out.Revision > 0 || len(t.Learned) > 0 || len(t.Own) > 0 || len(t.Reads) > 0 {
 			// Something of a division was here before: revisions of this
 			// epoch may have been published that nothing shows any more
 			// (an earlier incarnation of the epoch, switched away from and

@@ -43,6 +43,17 @@ func TestResume(t *testing.T) {
 			}},
 		},
 		{
+			name:  "current record: an acknowledgement above its revision does not make it behind",
+			rec:   &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{"a": steady(5)}},
+			trace: Trace{Revisions: []int64{9}, Acked: []int64{12}, Own: map[string]int64{"a": 40}, Reads: map[string]int64{"a": 40}},
+			want:  Resumed{Revision: 9, Records: map[string]Record{"a": steady(5)}},
+		},
+		{
+			name:  "fresh record: above the acknowledgements too",
+			trace: Trace{Revisions: []int64{3}, Acked: []int64{7, MaxAckRevision + 1}},
+			want:  Resumed{Fresh: true, Revision: ms, Records: map[string]Record{}},
+		},
+		{
 			name: "current record: known pods as recorded, unknown ones told nothing yet, holding what they may",
 			rec:  &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{"a": steady(5)}},
 			trace: Trace{Revisions: []int64{9, 9, MaxAckRevision + 1, 1 << 62},

@@ -276,7 +276,7 @@ func (w *world) controller() {
 	}
 	for _, p := range w.pods {
 		if a := p.ann; p.object && a != nil && a.epoch == epoch && !a.released {
-			t.Revisions = append(t.Revisions, a.revision)
+			t.Acked = append(t.Acked, a.revision)
 		}
 	}
 	// A pod whose caller reads another epoch's document has been told
