@@ -89,7 +89,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	behind := false
 	for i, s := range sharers {
 		r.fill(s, dc, over)
-		if err := p.prepare(ctx, &s.quotaPart, h.callers[i], epoch); err != nil {
+		if err := p.prepare(ctx, &s.quotaPart, h.callers[i]); err != nil {
 			return reconcile.Result{}, err
 		}
 		behind = behind || s.behind

@@ -174,7 +174,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	if err := p.prepare(ctx, part, h.callers[0], epoch); err != nil {
+	if err := p.prepare(ctx, part, h.callers[0]); err != nil {
 		return 0, nil, nil, err
 	}
 	if why := recordTooLarge(h.status); why != "" {

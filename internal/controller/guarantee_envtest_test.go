@@ -37,11 +37,11 @@ func sharedContract(ctx context.Context, ns string, concurrency int32) *v1alpha1
 
 // sharingQuota returns a quota named name of the Deployment workload that
 // shares dc, with demand in flight when it is positive.
-func sharingQuota(ns, name, workload string, dc *v1alpha1.DownstreamContract, demand int32) *v1alpha1.DownstreamQuota {
+func sharingQuota(ns, name string, dc *v1alpha1.DownstreamContract, demand int32) *v1alpha1.DownstreamQuota {
 	q := &v1alpha1.DownstreamQuota{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
+			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: "api"},
 			Downstream:  dc.Spec.Downstream,
 			ContractRef: &v1alpha1.ContractReference{Name: dc.Name},
 			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
@@ -168,8 +168,8 @@ var _ = Describe("The guarantee against a real API server", func() {
 		dc := sharedContract(ctx, ns, 60) // 48 usable
 		Expect(k8s.Create(ctx, newDeployment(ns, "api", 2))).To(Succeed())
 		pods := createReadyPods(ctx, ns, "api", 2)
-		Expect(k8s.Create(ctx, sharingQuota(ns, "ledger-read", "api", dc, 8))).To(Succeed())
-		Expect(k8s.Create(ctx, sharingQuota(ns, "ledger-write", "api", dc, 0))).To(Succeed())
+		Expect(k8s.Create(ctx, sharingQuota(ns, "ledger-read", dc, 8))).To(Succeed())
+		Expect(k8s.Create(ctx, sharingQuota(ns, "ledger-write", dc, 0))).To(Succeed())
 		Eventually(func(g Gomega) {
 			got := getContract(ctx, g, dc.Name)
 			current := fmt.Sprintf("%s/%d", got.UID, got.Status.Division.Revision)
@@ -232,7 +232,7 @@ var _ = Describe("The guarantee against a real API server", func() {
 			return o.(*v1alpha1.DownstreamContract).Status.Division
 		})
 		docs := watchDocuments(ctx, ns, "api-backpressure", "payments")
-		Expect(k8s.Create(ctx, sharingQuota(ns, "payments", "api", dc, 0))).To(Succeed())
+		Expect(k8s.Create(ctx, sharingQuota(ns, "payments", dc, 0))).To(Succeed())
 		settleContract(ctx, dc.Name, ns, "payments", pods[:2]...)
 		stale := getContract(ctx, Default, dc.Name)
 		setReady(ctx, pods[2])
@@ -291,7 +291,7 @@ var _ = Describe("The guarantee against a real API server", func() {
 		dc := sharedContract(ctx, ns, 50)
 		Expect(k8s.Create(ctx, newDeployment(ns, "api", 1))).To(Succeed())
 		createReadyPods(ctx, ns, "api", 1)
-		Expect(k8s.Create(ctx, sharingQuota(ns, "payments", "api", dc, 0))).To(Succeed())
+		Expect(k8s.Create(ctx, sharingQuota(ns, "payments", dc, 0))).To(Succeed())
 		var published string
 		Eventually(func(g Gomega) {
 			q := getQuota(ctx, g, ns, "payments")

@@ -88,7 +88,8 @@ func (e *fakeEnv) reconcileContract(t *testing.T, name string) reconcile.Result 
 
 // reconcileNamespaced runs the quota reconciler once for namespace/name,
 // failing the test on an error.
-func (e *fakeEnv) reconcileNamespaced(t *testing.T, namespace, name string) reconcile.Result {
+func (e *fakeEnv) reconcileNamespaced(t *testing.T, name string) reconcile.Result {
+	const namespace = "shop"
 	t.Helper()
 	res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: namespace, Name: name}})
 	if err != nil {
@@ -136,7 +137,8 @@ func deleteObject(t *testing.T, e *fakeEnv, obj client.Object) {
 }
 
 // quotaStatus reads a quota's status.
-func quotaStatus(t *testing.T, e *fakeEnv, namespace, name string) v1alpha1.DownstreamQuotaStatus {
+func quotaStatus(t *testing.T, e *fakeEnv, name string) v1alpha1.DownstreamQuotaStatus {
+	const namespace = "shop"
 	t.Helper()
 	q := &v1alpha1.DownstreamQuota{}
 	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, q); err != nil {
@@ -297,11 +299,11 @@ const (
 	inlineCM     = "api-backpressure"
 )
 
-func newInlineWorld(t *testing.T, acks bool, objs ...client.Object) *inlineWorld {
+func newInlineWorld(t *testing.T, acks bool) *inlineWorld {
 	t.Helper()
 	q := fakeQuota(inlineGate, "Deployment", "api")
 	q.Spec.Demand = nil
-	objs = append(objs, guardDeployment("shop", "api", 2), guardPod("shop", "api", "api-a"), guardPod("shop", "api", "api-b"), q)
+	objs := []client.Object{guardDeployment("shop", "api", 2), guardPod("shop", "api", "api-a"), guardPod("shop", "api", "api-b"), q}
 	env := newFakeEnv(objs...)
 	s := &inlineWorld{env: env, w: newPodWorld(t, env.client), acks: acks}
 	s.startPod("api-a")
@@ -317,8 +319,9 @@ func (s *inlineWorld) startPod(name string) {
 	s.w.start("shop", name, inlineGate, inlineCM, s.acks)
 }
 
-// addPod creates a Ready pod of api and starts its process.
-func (s *inlineWorld) addPod(t *testing.T, name string) {
+// addPod creates a Ready pod of api, api-c, and starts its process.
+func (s *inlineWorld) addPod(t *testing.T) {
+	const name = "api-c"
 	t.Helper()
 	if err := s.env.client.Create(context.Background(), guardPod("shop", "api", name)); err != nil {
 		t.Fatal(err)
@@ -329,7 +332,7 @@ func (s *inlineWorld) addPod(t *testing.T, name string) {
 // step reconciles the quota once, failing the test on an error.
 func (s *inlineWorld) step(t *testing.T) {
 	t.Helper()
-	s.env.reconcileNamespaced(t, "shop", inlineGate)
+	s.env.reconcileNamespaced(t, inlineGate)
 }
 
 // rounds runs n rounds: a reconcile, every pod reading and settling.
@@ -384,11 +387,11 @@ func (s *inlineWorld) lagBehind(t *testing.T, phase string) {
 func TestLostRecordStartsAboveTheRevisionsSeen(t *testing.T) {
 	s := newInlineWorld(t, true)
 	// Some revisions: a third pod comes and goes.
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.rounds(t, 3, "third pod")
 	setPodReady(t, s.env, "shop", "api-c", false)
 	s.rounds(t, 3, "third pod not Ready")
-	before := quotaStatus(t, s.env, "shop", inlineGate).Division
+	before := quotaStatus(t, s.env, inlineGate).Division
 	if before == nil || before.Revision < 4 {
 		t.Fatalf("setup: division %+v, want several revisions", before)
 	}
@@ -403,7 +406,7 @@ func TestLostRecordStartsAboveTheRevisionsSeen(t *testing.T) {
 	}
 	setPodReady(t, s.env, "shop", "api-c", true)
 	s.lagBehind(t, "record lost, third pod Ready again")
-	after := quotaStatus(t, s.env, "shop", inlineGate).Division
+	after := quotaStatus(t, s.env, inlineGate).Division
 	if after == nil || after.Revision <= before.Revision {
 		t.Errorf("the record starts again at revision %v, want above %d, the revision the pods acknowledged", after, before.Revision)
 	}
@@ -413,7 +416,7 @@ func TestLostRecordStartsAboveTheRevisionsSeen(t *testing.T) {
 // a revision that was never published: it acknowledges nothing.
 func TestAcknowledgementFromTheFutureIsIgnored(t *testing.T) {
 	s := newInlineWorld(t, true)
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.step(t) // api-a and api-b told their smaller shares
 	epoch := string(types.UID("uid-" + inlineGate))
 	for _, pod := range []string{"api-a", "api-b"} {
@@ -428,7 +431,7 @@ func TestAcknowledgementFromTheFutureIsIgnored(t *testing.T) {
 // acknowledgement frees their old shares, however long it takes.
 func TestRemovedAcknowledgementKeepsTheShareCounted(t *testing.T) {
 	s := newInlineWorld(t, true)
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.step(t)
 	s.w.annotate(procKey{"shop", "api-a", inlineGate}, "")
 	s.w.annotate(procKey{"shop", "api-b", inlineGate}, "not an acknowledgement")
@@ -471,7 +474,7 @@ func TestDeclaredAcknowledgementIsWaitedFor(t *testing.T) {
 func TestUnacknowledgedDelayCountsFromPublication(t *testing.T) {
 	s := newInlineWorld(t, false)
 	s.w.drain("shop", inlineGate)
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.env.applyErr = errors.New("the API server is unreachable")
 	if _, err := s.env.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: inlineGate}}); err == nil {
 		t.Fatal("a reconcile whose publication failed returned no error")
@@ -530,7 +533,7 @@ func TestRolledBackRecordPublishesAboveTheDocument(t *testing.T) {
 	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineGate}, old); err != nil {
 		t.Fatal(err)
 	}
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.rounds(t, 3, "third pod")
 	doc, _ := inlineDocument(t, s.env)
 	q := &v1alpha1.DownstreamQuota{}
@@ -573,7 +576,7 @@ func inlineDocument(t *testing.T, e *fakeEnv) (plan.Document, *corev1.ConfigMap)
 func TestAnotherReplicasClockRestartsTheDelay(t *testing.T) {
 	s := newInlineWorld(t, false)
 	s.w.drain("shop", inlineGate)
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.step(t)
 	s.w.read("shop", inlineGate)
 	ahead := clocktesting.NewFakePassiveClock(s.env.clock.Now().Add(10 * time.Minute))
@@ -601,7 +604,7 @@ func TestRecordWithoutShrinkTimeDoesNotSettle(t *testing.T) {
 	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
 		t.Fatal(err)
 	}
-	s.addPod(t, "api-c")
+	s.addPod(t)
 	s.lagBehind(t, "holds without a shrink time")
 }
 
@@ -612,8 +615,8 @@ func TestUnacknowledgedDelayShorterThanTheDeadline(t *testing.T) {
 	q := fakeQuota(inlineGate, "Deployment", "api")
 	q.Spec.Handover.UnacknowledgedDelay = &metav1.Duration{Duration: time.Second}
 	env := newFakeEnv(guardDeployment("shop", "api", 1), guardPod("shop", "api", "api-a"), q)
-	env.reconcileNamespaced(t, "shop", inlineGate)
-	st := quotaStatus(t, env, "shop", inlineGate)
+	env.reconcileNamespaced(t, inlineGate)
+	st := quotaStatus(t, env, inlineGate)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonUnacknowledgedDelayTooShort ||
 		!strings.Contains(c.Message, "1s") || !strings.Contains(c.Message, "2s") {
@@ -635,8 +638,8 @@ func TestPlanTooLargeForAConfigMap(t *testing.T) {
 	q.Spec.Contract.Concurrency = 100000
 	objs = append(objs, q)
 	env := newFakeEnv(objs...)
-	env.reconcileNamespaced(t, "shop", inlineGate)
-	st := quotaStatus(t, env, "shop", inlineGate)
+	env.reconcileNamespaced(t, inlineGate)
+	st := quotaStatus(t, env, inlineGate)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonDivisionTooLarge {
 		t.Errorf("Ready = %+v, want False with reason %s", c, v1alpha1.ReasonDivisionTooLarge)

@@ -406,7 +406,7 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 			out.pending, c.pending = append(out.pending, e.m.key), append(c.pending, e.m.name)
 			// A pod settled by time says when through the step's
 			// RecheckAfter; one that acknowledges may stall.
-			if rec.Acknowledges && !rec.Gone && !(e.m.acked && e.m.ack.Released) {
+			if rec.Acknowledges && !rec.Gone && (!e.m.acked || !e.m.ack.Released) {
 				if wait := rec.ShrunkTime.Add(stalledAfter).Sub(d.now); wait <= 0 {
 					out.stalled, c.stalled = append(out.stalled, e.m.key), append(c.stalled, e.m.name)
 				} else {

@@ -6,12 +6,13 @@ import (
 	"os"
 	"time"
 
-	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 )
 
 // Publisher is what the DownstreamQuota and DownstreamContract reconcilers

@@ -117,7 +117,7 @@ func (part *quotaPart) ownHolds() bool { return part.ownCM != nil }
 // decides where it goes, and fills the quota's status in as it stands once
 // the document is published: the division, the ConfigMap, the rollout and
 // the readiness.
-func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep, epoch string) error {
+func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep) error {
 	q := part.quota
 	part.step = cs
 	part.status.Division = cs.status

@@ -77,8 +77,8 @@ func TestManyPodsArePublishedCompact(t *testing.T) {
 	q.Spec.Demand = nil
 	objs = append(objs, q)
 	env := newFakeEnv(objs...)
-	env.reconcileNamespaced(t, "shop", inlineGate)
-	st := quotaStatus(t, env, "shop", inlineGate)
+	env.reconcileNamespaced(t, inlineGate)
+	st := quotaStatus(t, env, inlineGate)
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready = %+v, want True", c)
 	}
@@ -117,7 +117,7 @@ func TestContractListsAtMostMaxListedCallers(t *testing.T) {
 	if len(got.Status.Callers) != v1alpha1.MaxListedCallers || got.Status.CallersNotListed != 5 {
 		t.Errorf("the contract lists %d callers and leaves %d out, want %d and 5", len(got.Status.Callers), got.Status.CallersNotListed, v1alpha1.MaxListedCallers)
 	}
-	last := quotaStatus(t, env, "shop", fmt.Sprintf("q-app-%03d", callers-1))
+	last := quotaStatus(t, env, fmt.Sprintf("q-app-%03d", callers-1))
 	if last.Division == nil || last.Division.Usable != 7 { // 800 over 105 callers: 7 each, the first 65 get 8
 		t.Errorf("the last caller's division %+v, want its part of 7", last.Division)
 	}

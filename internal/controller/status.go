@@ -125,11 +125,3 @@ func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
 	old := meta.FindStatusCondition(conds, c.Type)
 	return old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message
 }
-
-// stale turns errStale into a recheck after staleRecheck.
-func stale(res time.Duration, err error) (time.Duration, error) {
-	if errors.Is(err, errStale) {
-		return staleRecheck, nil
-	}
-	return res, err
-}

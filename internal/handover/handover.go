@@ -43,13 +43,13 @@ func (r Record) Bound() int64 { return max(r.Told, r.Holds) }
 type Declaration int
 
 const (
-	// Undeclared: the pod said nothing; it is taken to acknowledge once it
+	// Undeclared is a pod that said nothing: it is taken to acknowledge once it
 	// has acknowledged a revision of the epoch.
 	Undeclared Declaration = iota
-	// DeclaredAcknowledging: the pod acknowledges; its smaller shares are
+	// DeclaredAcknowledging is a pod that said it acknowledges: its smaller shares are
 	// settled by its acknowledgement only.
 	DeclaredAcknowledging
-	// DeclaredSilent: the pod does not acknowledge; its smaller shares are
+	// DeclaredSilent is a pod that said it does not acknowledge: its smaller shares are
 	// settled by UnacknowledgedDelay after their publication.
 	DeclaredSilent
 )
