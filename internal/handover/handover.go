@@ -163,8 +163,11 @@ func Step(in Input) Result {
 		r := p.Record
 		r.Holds = max(r.Holds, r.Told)
 		acked := p.Acked
-		if acked > out.Revision {
-			acked = 0 // never published: from the future, or forged
+		if acked > out.Revision || acked > p.Published {
+			// Never published, or not to this pod: from the future, or
+			// forged. Counted once published, it would acknowledge a
+			// revision the pod never read.
+			acked = 0
 		}
 		acknowledges := p.acknowledges(acked)
 		if p.Gone && !r.Gone && r.Holds > 0 {

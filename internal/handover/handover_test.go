@@ -16,9 +16,9 @@ func TestStepScaleUp(t *testing.T) {
 	rec := func(told int64) Record { return Record{Told: told, Holds: told} }
 	// Two pods hold all of 10; c just turned Ready.
 	in := Input{Total: 10, Revision: 4, Now: t0, Pods: []Pod{
-		{Key: "a", Target: 4, Acked: 4, Record: rec(5)},
-		{Key: "b", Target: 3, Acked: 4, Record: rec(5)},
-		{Key: "c", Target: 3, Acked: 4},
+		{Key: "a", Target: 4, Acked: 4, Published: 4, Record: rec(5)},
+		{Key: "b", Target: 3, Acked: 4, Published: 4, Record: rec(5)},
+		{Key: "c", Target: 3, Acked: 4, Published: 4},
 	}}
 	got := Step(in)
 	want := Result{Revision: 5, Changed: true, Free: 0, Records: []Record{
@@ -32,6 +32,9 @@ func TestStepScaleUp(t *testing.T) {
 
 	// a acknowledges revision 5; b has not yet: c gets a's permit only.
 	in.Revision, in.Pods[0].Record, in.Pods[1].Record = got.Revision, got.Records[0], got.Records[1]
+	for i := range in.Pods {
+		in.Pods[i].Published = in.Revision // revision 5 is published
+	}
 	in.Pods[0].Acked = 5
 	got = Step(in)
 	want = Result{Revision: 6, Changed: true, Free: 0, Records: []Record{
@@ -47,6 +50,9 @@ func TestStepScaleUp(t *testing.T) {
 	in.Revision = got.Revision
 	for i := range in.Pods {
 		in.Pods[i].Record = got.Records[i]
+	}
+	for i := range in.Pods {
+		in.Pods[i].Published = in.Revision
 	}
 	in.Pods[1].Acked = 6
 	got = Step(in)
@@ -69,8 +75,8 @@ func TestStepScaleUp(t *testing.T) {
 // never acknowledges its smaller share at its old share, however long.
 func TestStepNeverAcknowledged(t *testing.T) {
 	in := Input{Total: 10, Revision: 9, Now: t0.Add(24 * time.Hour), UnacknowledgedDelay: time.Minute, Pods: []Pod{
-		{Key: "stuck", Target: 5, Acked: 3, Record: Record{Told: 5, Holds: 10, ShrunkAt: 4, ShrunkTime: t0}},
-		{Key: "new", Target: 5, Acked: 9},
+		{Key: "stuck", Target: 5, Acked: 3, Published: 3, Record: Record{Told: 5, Holds: 10, ShrunkAt: 4, ShrunkTime: t0}},
+		{Key: "new", Target: 5, Acked: 9, Published: 9},
 	}}
 	got := Step(in)
 	if got.Records[1].Told != 0 || got.Changed || got.Free != 0 {
@@ -113,8 +119,8 @@ func TestStepTellsWhenAShareToldSmallerNowCounts(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			in := Input{Total: 10, Revision: 5, Now: t0, UnacknowledgedDelay: c.delay, Pods: []Pod{
-				{Key: "old", Target: 5, Acked: c.acked, Record: Record{Told: 10, Holds: 10}},
-				{Key: "new", Target: 5, Acked: c.acked},
+				{Key: "old", Target: 5, Acked: c.acked, Published: c.acked, Record: Record{Told: 10, Holds: 10}},
+				{Key: "new", Target: 5, Acked: c.acked, Published: c.acked},
 			}}
 			got := Step(in)
 			if got.Records[0].Told != 5 || got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
@@ -131,8 +137,8 @@ func TestStepTellsWhenAShareToldSmallerNowCounts(t *testing.T) {
 // hands it to the pods that stay.
 func TestStepLeaving(t *testing.T) {
 	in := Input{Total: 10, Revision: 3, Now: t0, Pods: []Pod{
-		{Key: "gone", Leaving: true, Acked: 3, Record: Record{Told: 5, Holds: 5}},
-		{Key: "stays", Target: 10, Acked: 3, Record: Record{Told: 5, Holds: 5}},
+		{Key: "gone", Leaving: true, Acked: 3, Published: 3, Record: Record{Told: 5, Holds: 5}},
+		{Key: "stays", Target: 10, Acked: 3, Published: 3, Record: Record{Told: 5, Holds: 5}},
 	}}
 	if got := Step(in); got.Changed || got.Records[0].Told != 5 {
 		t.Fatalf("a leaving pod lost its share before releasing it: %+v", got)
@@ -156,8 +162,8 @@ func TestStepLeaving(t *testing.T) {
 // new total.
 func TestStepTotalShrinks(t *testing.T) {
 	in := Input{Total: 6, Revision: 2, Now: t0, Pods: []Pod{
-		{Key: "a", Target: 3, Acked: 2, Record: Record{Told: 5, Holds: 5}},
-		{Key: "b", Target: 3, Acked: 2, Record: Record{Told: 1, Holds: 5}},
+		{Key: "a", Target: 3, Acked: 2, Published: 2, Record: Record{Told: 5, Holds: 5}},
+		{Key: "b", Target: 3, Acked: 2, Published: 2, Record: Record{Told: 1, Holds: 5}},
 	}}
 	in.Pods[1].Record.ShrunkAt = 2
 	got := Step(in)
@@ -194,6 +200,25 @@ func TestHandoverInvariants(t *testing.T) {
 	}
 }
 
+// TestStepAcknowledgementOfARevisionItCouldNotRead forges an acknowledgement
+// of a revision above the record's: it is not counted when the revisions
+// reach it either, as long as the pod's document is older, so a shrink the
+// pod never read is not taken as applied.
+func TestStepAcknowledgementOfARevisionItCouldNotRead(t *testing.T) {
+	in := Input{Total: 10, Revision: 9, Now: t0, Pods: []Pod{
+		{Key: "a", Target: 5, Acked: 9, Published: 6, Record: Record{Told: 5, Holds: 10, ShrunkAt: 7, ShrunkTime: t0, Acknowledges: true}},
+		{Key: "b", Target: 5, Published: 6},
+	}}
+	got := Step(in)
+	if got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
+		t.Fatalf("an acknowledgement of revision 9, with revision 6 published, settled the shrink: %+v", got)
+	}
+	in.Pods[0].Published, in.Pods[1].Published = 9, 9
+	if got := Step(in); got.Records[0].Holds != 5 || got.Records[1].Told != 5 {
+		t.Fatalf("once revision 9 is published, its acknowledgement settles the shrink: %+v", got)
+	}
+}
+
 // FuzzHandover plays a world chosen by the fuzzer.
 func FuzzHandover(f *testing.F) {
 	f.Add(uint64(1), uint8(40), uint8(50), uint8(6), uint8(2), uint8(7), false)
@@ -204,6 +229,10 @@ func FuzzHandover(f *testing.F) {
 	// it started afresh from that document and told a pod its 50 permits
 	// again (58 > 50).
 	f.Add(uint64(26), uint8(0x96), uint8('u'), uint8('\n'), uint8(0x14), uint8('{'), false)
+	// An acknowledgement forged five revisions ahead while publications
+	// failed: once the revisions reached it, it settled a shrink the pod
+	// never read (64 > 57).
+	f.Add(uint64(80), uint8('9'), uint8('t'), uint8(0x10), uint8(0x01), uint8(0x03), true)
 	f.Fuzz(func(t *testing.T, seed uint64, total, ticks, events, attacks, acks uint8, twoCallers bool) {
 		callers := 1
 		if twoCallers {

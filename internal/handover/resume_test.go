@@ -95,7 +95,7 @@ func TestResume(t *testing.T) {
 func TestStepIgnoresAcknowledgementsFromTheFuture(t *testing.T) {
 	in := Input{Total: 10, Revision: 6, Now: t0, Pods: []Pod{
 		{Key: "a", Target: 5, Acked: 1 << 62, Published: 6, Record: Record{Told: 5, Holds: 10, ShrunkAt: 6, ShrunkTime: t0, Acknowledges: true}},
-		{Key: "b", Target: 5, Acked: 6},
+		{Key: "b", Target: 5, Acked: 6, Published: 6},
 	}}
 	if got := Step(in); got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
 		t.Fatalf("an acknowledgement from the future settled a share: %+v", got)
@@ -129,7 +129,7 @@ func TestStepDeclaredAcknowledging(t *testing.T) {
 func TestStepRemembersThatAPodAcknowledges(t *testing.T) {
 	in := Input{Total: 10, Revision: 6, Now: t0, UnacknowledgedDelay: time.Minute, Pods: []Pod{
 		{Key: "a", Target: 5, Acked: 5, Published: 5, Record: Record{Told: 10, Holds: 10}},
-		{Key: "b", Target: 5, Acked: 5},
+		{Key: "b", Target: 5, Acked: 5, Published: 5},
 	}}
 	got := Step(in)
 	if !got.Records[0].Acknowledges {
@@ -171,8 +171,8 @@ func TestStepDelayCountsFromPublication(t *testing.T) {
 // delay has passed since it was found gone, even one that acknowledges.
 func TestStepGonePod(t *testing.T) {
 	in := Input{Total: 10, Revision: 6, Now: t0, UnacknowledgedDelay: time.Minute, Pods: []Pod{
-		{Key: "a", Gone: true, Acked: 6, Record: Record{Told: 5, Holds: 5}},
-		{Key: "b", Target: 10, Acked: 6, Record: Record{Told: 5, Holds: 5}},
+		{Key: "a", Gone: true, Acked: 6, Published: 6, Record: Record{Told: 5, Holds: 5}},
+		{Key: "b", Target: 10, Acked: 6, Published: 6, Record: Record{Told: 5, Holds: 5}},
 	}}
 	got := Step(in)
 	want := Record{Told: 0, Holds: 5, ShrunkAt: 7, ShrunkTime: t0, Acknowledges: true, Gone: true}
