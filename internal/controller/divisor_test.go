@@ -74,7 +74,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 		statePod("a", true, false, corev1.PodRunning),
 		statePod("b", true, false, corev1.PodRunning),
 	}
-	h := divideOnly(one(10, pods), nil, v1alpha1.Handover{}, now)
+	h := divideOnly(one(10, pods), nil, now)
 	if !h.changed || h.status.Revision != 1 || h.callers[0].told["a"] != 5 || h.callers[0].told["b"] != 5 || h.status.HandedOut != 10 {
 		t.Fatalf("first step: %+v %+v", h.status, h.callers[0].told)
 	}
@@ -86,7 +86,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 		ack(statePod("b", true, false, corev1.PodRunning), epoch+"/1"),
 		statePod("c", true, false, corev1.PodRunning),
 	}
-	h = divideOnly(one(10, pods), rec, v1alpha1.Handover{}, now)
+	h = divideOnly(one(10, pods), rec, now)
 	if h.callers[0].told["a"] != 4 || h.callers[0].told["b"] != 3 || h.callers[0].told["c"] != 0 || h.status.Held != 10 || len(h.waiting) != 1 || len(h.pending) != 2 {
 		t.Fatalf("shrink step: %+v told %v waiting %v pending %v", h.status, h.callers[0].told, h.waiting, h.pending)
 	}
@@ -97,7 +97,7 @@ func TestDivideRecordsAndResumes(t *testing.T) {
 
 	// Both acknowledge revision 2: c gets its 3.
 	pods[0], pods[1] = ack(pods[0], epoch+"/2"), ack(pods[1], epoch+"/2")
-	h = divideOnly(one(10, pods), rec, v1alpha1.Handover{}, now.Add(time.Second))
+	h = divideOnly(one(10, pods), rec, now.Add(time.Second))
 	if h.callers[0].told["c"] != 3 || h.status.HandedOut != 10 || len(h.waiting) != 0 || len(h.pending) != 0 {
 		t.Fatalf("grant step: %+v told %v", h.status, h.callers[0].told)
 	}
@@ -117,17 +117,17 @@ func TestDivideStalled(t *testing.T) {
 	const epoch, gate = "uid-1", "payments"
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning)}
-	h := divideOnly(one(12, pods), nil, v1alpha1.Handover{}, now)
+	h := divideOnly(one(12, pods), nil, now)
 	rec := h.status
 	stuck := statePod("a", true, false, corev1.PodRunning)
 	stuck.Annotations = map[string]string{appliedAnnotation(gate): epoch + "/1"}
 	pods = []corev1.Pod{stuck, statePod("b", true, false, corev1.PodRunning)}
-	h = divideOnly(one(12, pods), rec, v1alpha1.Handover{}, now)
+	h = divideOnly(one(12, pods), rec, now)
 	rec = h.status
 	if h.recheck != DefaultStalledAfter {
 		t.Errorf("recheck %v, want the stall deadline %v", h.recheck, DefaultStalledAfter)
 	}
-	h = divideOnly(one(12, pods), rec, v1alpha1.Handover{}, now.Add(DefaultStalledAfter))
+	h = divideOnly(one(12, pods), rec, now.Add(DefaultStalledAfter))
 	if h.callers[0].told["b"] != 0 || len(h.stalled) != 1 || h.stalled[0] != "a" {
 		t.Fatalf("stalled step: told %v stalled %v", h.callers[0].told, h.stalled)
 	}
@@ -142,18 +142,18 @@ func TestDivideStalled(t *testing.T) {
 func TestDivideRecheckUnacknowledged(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	pods := []corev1.Pod{statePod("a", true, false, corev1.PodRunning), statePod("b", true, false, corev1.PodRunning)}
-	h := divideOnly(one(12, pods), nil, v1alpha1.Handover{}, now)
+	h := divideOnly(one(12, pods), nil, now)
 	if h.recheck != 0 {
 		t.Fatalf("first step: recheck %v, want none", h.recheck)
 	}
 	// b stops being Ready: told 0 at once, its 6 counted until the delay
 	// has passed, a waits for them.
 	pods[1] = statePod("b", false, false, corev1.PodRunning)
-	h = divideOnly(one(12, pods), h.status, v1alpha1.Handover{}, now.Add(time.Second))
+	h = divideOnly(one(12, pods), h.status, now.Add(time.Second))
 	if h.callers[0].told["b"] != 0 || h.callers[0].told["a"] != 6 || h.recheck != DefaultUnacknowledgedDelay {
 		t.Fatalf("shrink step: told %v recheck %v, want b 0, a 6 and a recheck after %v", h.callers[0].told, h.recheck, DefaultUnacknowledgedDelay)
 	}
-	h = divideOnly(one(12, pods), h.status, v1alpha1.Handover{}, now.Add(time.Second+h.recheck))
+	h = divideOnly(one(12, pods), h.status, now.Add(time.Second+h.recheck))
 	if h.callers[0].told["a"] != 12 || h.recheck != 0 || len(h.pending) != 0 {
 		t.Fatalf("step at the recheck: told %v recheck %v pending %v, want a 12 and nothing left", h.callers[0].told, h.recheck, h.pending)
 	}
@@ -166,12 +166,12 @@ func one(total int64, pods []corev1.Pod) []*caller {
 
 // divideOnly runs one step of the division of callers from the record prev,
 // at now, without pods that only the record names.
-func divideOnly(callers []*caller, prev *v1alpha1.DivisionStatus, h v1alpha1.Handover, now time.Time) handoverStep {
+func divideOnly(callers []*caller, prev *v1alpha1.DivisionStatus, now time.Time) handoverStep {
 	for _, c := range callers {
 		if prev != nil {
 			c.published = prev.Revision // the record's last revision was published
 		}
 	}
-	d := &divisionInput{epoch: "uid-1", handover: h, record: prev, callers: callers, now: now, clock: "test"}
+	d := &divisionInput{epoch: "uid-1", record: prev, callers: callers, now: now, clock: "test"}
 	return step(d, resume(d))
 }

@@ -86,9 +86,10 @@ func (e *fakeEnv) reconcileContract(t *testing.T, name string) reconcile.Result 
 	return res
 }
 
-// reconcileNamespaced runs the quota reconciler once for namespace/name,
+// reconcileInline runs the quota reconciler once for shop/payments,
 // failing the test on an error.
-func (e *fakeEnv) reconcileNamespaced(t *testing.T, name string) reconcile.Result {
+func (e *fakeEnv) reconcileInline(t *testing.T) reconcile.Result {
+	const name = inlineGate
 	const namespace = "shop"
 	t.Helper()
 	res, err := e.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: namespace, Name: name}})
@@ -332,7 +333,7 @@ func (s *inlineWorld) addPod(t *testing.T) {
 // step reconciles the quota once, failing the test on an error.
 func (s *inlineWorld) step(t *testing.T) {
 	t.Helper()
-	s.env.reconcileNamespaced(t, inlineGate)
+	s.env.reconcileInline(t)
 }
 
 // rounds runs n rounds: a reconcile, every pod reading and settling.
@@ -615,7 +616,7 @@ func TestUnacknowledgedDelayShorterThanTheDeadline(t *testing.T) {
 	q := fakeQuota(inlineGate, "Deployment", "api")
 	q.Spec.Handover.UnacknowledgedDelay = &metav1.Duration{Duration: time.Second}
 	env := newFakeEnv(guardDeployment("shop", "api", 1), guardPod("shop", "api", "api-a"), q)
-	env.reconcileNamespaced(t, inlineGate)
+	env.reconcileInline(t)
 	st := quotaStatus(t, env, inlineGate)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonUnacknowledgedDelayTooShort ||
@@ -638,7 +639,7 @@ func TestPlanTooLargeForAConfigMap(t *testing.T) {
 	q.Spec.Contract.Concurrency = 100000
 	objs = append(objs, q)
 	env := newFakeEnv(objs...)
-	env.reconcileNamespaced(t, inlineGate)
+	env.reconcileInline(t)
 	st := quotaStatus(t, env, inlineGate)
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonDivisionTooLarge {

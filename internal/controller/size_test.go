@@ -77,7 +77,7 @@ func TestManyPodsArePublishedCompact(t *testing.T) {
 	q.Spec.Demand = nil
 	objs = append(objs, q)
 	env := newFakeEnv(objs...)
-	env.reconcileNamespaced(t, inlineGate)
+	env.reconcileInline(t)
 	st := quotaStatus(t, env, inlineGate)
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Ready = %+v, want True", c)
