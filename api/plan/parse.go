@@ -397,8 +397,8 @@ func (w *wireDocument) groupedPods() (map[string]*wirePodShare, error) {
 			errs = append(errs, &FieldError{Field: field + ".pods", Detail: "required"})
 			continue
 		}
-		if _, ok := g.wirePodShare.share(); !ok {
-			errs = append(errs, g.wirePodShare.missing(field)...)
+		if _, ok := g.share(); !ok {
+			errs = append(errs, g.missing(field)...)
 			continue
 		}
 		for _, name := range *g.Pods {

@@ -346,7 +346,7 @@ func (r *Runtime) claim() error {
 		}
 	}
 	if len(taken) > 0 {
-		return fmt.Errorf("backpressure: gates %q of pod %s/%s are %v: run one enforcer of a gate per pod (the library or the sidecar proxy, in one container)",
+		return fmt.Errorf("backpressure: gates %q of pod %s/%s are %w: run one enforcer of a gate per pod (the library or the sidecar proxy, in one container)",
 			taken, r.namespace, r.pod, errGateClaimed)
 	}
 	return nil
