@@ -124,10 +124,11 @@
 // sets Ready False with reason
 // ContractNotFound (the last published plan stays). The
 // DownstreamContractReconciler does the rest, per contract: it lists the
-// quotas naming it (through the contract index), leaving out those being
-// deleted and those of namespaces its selector does not admit, reads each
-// one's facts (a turned-away caller's pods are told 0), and splits the contract's usable permits over them with
-// quota.Split: over their namespaces first, each weighing its quotas'
+// quotas naming it (through the contract index) and reads each one's facts.
+// A caller that may no longer take part (being deleted, its namespace not
+// admitted by the selector, its workload gone) stays in the division with a
+// part of 0, its pods told 0, until they let go of what they hold; the
+// others split the contract's usable permits with quota.Split: over their namespaces first, each weighing its quotas'
 // weights together capped at the contract's maxWeightPerNamespace, then
 // within each namespace, each time by weighted max-min fairness capped at each
 // caller's demand (spec.demand.inFlight, or demand.ratePerSecond × typical
