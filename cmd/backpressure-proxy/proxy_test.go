@@ -94,7 +94,7 @@ func ackOptions(t *testing.T) (*backpressure.AckOptions, func() string) {
 // smaller one once the calls in flight fit in it.
 func TestAcknowledgesLikeTheLibrary(t *testing.T) {
 	dir := t.TempDir()
-	two, one := plantest.MakeDocument(testGate).Permits(2).Obj(), plantest.MakeDocument(testGate).Permits(1).Obj()
+	two, one := plantest.MakeDocument(testGate).Revision(1).Permits(2).Obj(), plantest.MakeDocument(testGate).Revision(2).Permits(1).Obj()
 	plantest.Write(t, dir, two)
 	u := startUpstream(t, 0)
 	ack, annotation := ackOptions(t)
