@@ -3,37 +3,15 @@ package controller
 import (
 	"strings"
 	"testing"
-	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
 )
 
-// designQuota is the logistics quota of docs/concepts.md's search gateway:
-// 50 in flight at 80%, 220ms typical latency, a 2s deadline, 100ms queue
-// wait, 200ms acquire timeout, 1900 rps of demand, a retry budget of 10 per
-// second.
-func designQuota() *v1alpha1.DownstreamQuota {
-	return &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "logistics-api", Namespace: "shop", Generation: 3},
-		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef:    v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "search-gateway"},
-			Downstream:     "logistics.example.com",
-			Contract:       &v1alpha1.Contract{Concurrency: 50},
-			Latency:        v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
-			Deadline:       metav1.Duration{Duration: 2 * time.Second},
-			MaxQueueWait:   &metav1.Duration{Duration: 100 * time.Millisecond},
-			AcquireTimeout: &metav1.Duration{Duration: 200 * time.Millisecond},
-			SafetyPercent:  80,
-			BelowOne:       v1alpha1.BelowOneStrict,
-			Demand:         &v1alpha1.Demand{RatePerSecond: 1900},
-			Retry:          v1alpha1.RetryPolicy{MaxRetries: 1, BudgetPerSecond: 10},
-		},
-	}
-}
+// designQuota is the logistics quota of docs/concepts.md's search gateway.
+func designQuota() *v1alpha1.DownstreamQuota { return builders.DesignQuota().Obj() }
 
 func TestCurrentDocument(t *testing.T) {
 	q := designQuota()
