@@ -26,8 +26,10 @@ func sharedContract(ctx context.Context, ns string, concurrency int32) *v1alpha1
 	dc := &v1alpha1.DownstreamContract{
 		ObjectMeta: metav1.ObjectMeta{Name: "contract-" + ns},
 		Spec: v1alpha1.DownstreamContractSpec{
-			Downstream: "contract-" + ns + ".example.com",
-			Contract:   v1alpha1.Contract{Concurrency: concurrency},
+			// Every namespace: a contract without a selector admits none.
+			NamespaceSelector: &metav1.LabelSelector{},
+			Downstream:        "contract-" + ns + ".example.com",
+			Contract:          v1alpha1.Contract{Concurrency: concurrency},
 		},
 	}
 	Expect(k8s.Create(ctx, dc)).To(Succeed())
