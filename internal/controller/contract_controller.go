@@ -72,7 +72,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	over, err := oversubscription(ctx, p.client, dc.Spec.Downstream)
+	over, err := oversubscription(ctx, p.client, dc.Spec.Downstream, ctrl.ObjectKey{})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -269,13 +269,13 @@ func (r *DownstreamContractReconciler) fill(s *sharer, dc *v1alpha1.DownstreamCo
 	if s.facts.hpaMissing {
 		s.in.missingHPA = q.Spec.HPAName
 	}
-	s.status.PerPod, s.status.Demand, s.status.Diagnostics = &pl.PerPod, pl.Demand, pl.Diagnostics
+	s.status.PerPod, s.status.Demand, s.status.Diagnostics = withoutReadyPods(pl, int32(s.serving))
 	for _, d := range []*v1alpha1.Diagnostic{over, delayDiagnostic(dc.Spec.Handover, q.Spec.Deadline.Duration)} {
 		if d != nil {
 			s.status.Diagnostics = append(slices.Clone(s.status.Diagnostics), *d)
 		}
 	}
-	s.in.permits, s.in.diagnostics = pl.PerPod.Permits, s.status.Diagnostics
+	s.in.permits, s.in.diagnostics = s.status.PerPod.Permits, s.status.Diagnostics
 }
 
 // writeCaller writes a caller quota's status with its conditions, and
@@ -335,8 +335,11 @@ func (r *DownstreamContractReconciler) writeContract(ctx context.Context, dc *v1
 	switch {
 	case apierrors.IsConflict(err):
 		return errStale
+	case apierrors.IsNotFound(err):
+		// The contract was deleted while it was reconciled.
+		return nil
 	case err != nil:
-		return fmt.Errorf("controller: write status of contract %s: %w", dc.Name, ctrl.IgnoreNotFound(err))
+		return fmt.Errorf("controller: write status of contract %s: %w", dc.Name, err)
 	}
 	return nil
 }

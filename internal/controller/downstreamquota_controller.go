@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -150,8 +151,8 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		in.invalid = err
 		return 0, nil, nil, nil
 	}
-	status.PerPod, status.Demand, status.Diagnostics = &pl.PerPod, pl.Demand, pl.Diagnostics
-	over, err := oversubscription(ctx, p.client, q.Spec.Downstream)
+	status.PerPod, status.Demand, status.Diagnostics = withoutReadyPods(pl, replicas.Divisor)
+	over, err := oversubscription(ctx, p.client, q.Spec.Downstream, types.NamespacedName{Namespace: q.Namespace, Name: q.Name})
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -160,7 +161,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 			status.Diagnostics = append(slices.Clone(status.Diagnostics), *d)
 		}
 	}
-	in.permits, in.diagnostics = pl.PerPod.Permits, status.Diagnostics
+	in.permits, in.diagnostics = status.PerPod.Permits, status.Diagnostics
 	part.plan = &pl
 
 	epoch := string(q.UID)

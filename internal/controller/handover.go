@@ -352,6 +352,11 @@ type callerStep struct {
 	// not its members: its documents must reach them.
 	departing                 bool
 	waiting, pending, stalled []string
+	// othersWaiting and othersPending name, as <namespace>/<pod>, the
+	// pods of the division's other callers that wait for capacity or are
+	// to let go of it: a caller's own pods may wait for theirs, or they
+	// for its own.
+	othersWaiting, othersPending []string
 }
 
 // shares returns the caller's part as a published document's division:
@@ -438,6 +443,23 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 			}
 		}
 		cs[ci].status = summary(idx, c.total, c.prefix)
+	}
+	if len(d.callers) > 1 {
+		for i, e := range entries {
+			waiting := slices.Contains(cs[e.c].waiting, e.m.name)
+			pending := views[i] != nil && views[i].Holds != nil
+			for ci := range cs {
+				if ci == e.c {
+					continue
+				}
+				if waiting {
+					cs[ci].othersWaiting = append(cs[ci].othersWaiting, podOfCaller(e.m.key))
+				}
+				if pending {
+					cs[ci].othersPending = append(cs[ci].othersPending, podOfCaller(e.m.key))
+				}
+			}
+		}
 	}
 	out.callers = cs
 	out.changed = d.record == nil || d.record.Epoch != d.epoch || d.record.Revision != out.status.Revision ||
@@ -626,18 +648,30 @@ func listedPods(pods []v1alpha1.PodShareStatus) ([]v1alpha1.PodShareStatus, int3
 func usableTotal(p quota.Sizing) int64 { return p.Result.TotalPermits }
 
 // handedOverCondition says whether the handover of a division, or of a
-// caller's part of it, is done, in progress or stalled.
+// caller's part of it, is done, in progress or stalled. waiting and
+// pending name the pods that wait for capacity and those that are to let
+// go of it, stalled those of pending that have not acknowledged in time;
+// each list may be empty, and no message shows an empty one.
 func handedOverCondition(st *v1alpha1.DivisionStatus, waiting, pending, stalled []string) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionHandedOver, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonHandedOver}
 	switch {
 	case len(stalled) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonHandoverStalled
-		c.Message = fmt.Sprintf("pods %s have not acknowledged their smaller share; their old share stays counted, so %s wait for it",
-			podList(stalled), waitingText(waiting))
+		c.Message = fmt.Sprintf("pods %s have not acknowledged their smaller share; their old share stays counted", podList(stalled))
+		if len(waiting) > 0 {
+			c.Message += fmt.Sprintf(", so pods %s wait for it", podList(waiting))
+		}
 	case len(waiting) > 0 || len(pending) > 0:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonHandoverInProgress
-		c.Message = fmt.Sprintf("%d of %d permits handed out, %d held; %s wait for pods %s to let go of capacity",
-			st.HandedOut, st.Usable, st.Held, waitingText(waiting), podList(pending))
+		c.Message = fmt.Sprintf("%d of %d permits handed out, %d held; ", st.HandedOut, st.Usable, st.Held)
+		switch {
+		case len(pending) == 0:
+			c.Message += fmt.Sprintf("pods %s wait for their share", podList(waiting))
+		case len(waiting) == 0:
+			c.Message += fmt.Sprintf("pods %s are to let go of capacity", podList(pending))
+		default:
+			c.Message += fmt.Sprintf("pods %s wait for pods %s to let go of capacity", podList(waiting), podList(pending))
+		}
 	default:
 		c.Message = fmt.Sprintf("%d of %d permits handed out to the Ready pods at revision %d", st.HandedOut, st.Usable, st.Revision)
 	}
@@ -649,16 +683,29 @@ func (h handoverStep) condition() metav1.Condition {
 	return handedOverCondition(h.status, h.waiting, h.pending, h.stalled)
 }
 
-// condition is the HandedOver condition of the caller's part.
+// condition is the HandedOver condition of the caller's part: its own pods
+// by name, and the other callers' pods as <namespace>/<pod> where its own
+// wait for theirs to let go, or theirs wait for its own.
 func (c callerStep) condition() metav1.Condition {
-	return handedOverCondition(c.status, c.waiting, c.pending, c.stalled)
+	waiting, pending := c.waiting, c.pending
+	if len(c.waiting) > 0 {
+		pending = append(slices.Clip(pending), c.othersPending...)
+	}
+	if len(c.pending) > 0 {
+		waiting = append(slices.Clip(waiting), c.othersWaiting...)
+	}
+	return handedOverCondition(c.status, waiting, pending, c.stalled)
 }
 
-func waitingText(waiting []string) string {
-	if len(waiting) == 0 {
-		return "no pods"
+// podOfCaller returns a contract's division key <namespace>/<quota>/<pod>
+// as <namespace>/<pod>, the pod's name in the API.
+func podOfCaller(key string) string {
+	ns, rest, _ := strings.Cut(key, "/")
+	_, pod, ok := strings.Cut(rest, "/")
+	if !ok {
+		return key
 	}
-	return "pods " + podList(waiting)
+	return ns + "/" + pod
 }
 
 // podList lists up to maxPending names, and how many more.

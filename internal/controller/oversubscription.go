@@ -23,8 +23,11 @@ type claimant struct {
 // oversubscription checks the quotas and contracts that name downstream
 // without sharing one contract: when the permits they hand out add up to
 // more than the smallest concurrency any of them states for it, it returns
-// a ContractOversubscribed diagnostic with the arithmetic.
-func oversubscription(ctx context.Context, c client.Reader, downstream string) (*v1alpha1.Diagnostic, error) {
+// a ContractOversubscribed diagnostic with the arithmetic. self is the
+// quota being reconciled, if any: it counts, about to publish, while
+// another quota that has published nothing (its workload missing, its spec
+// invalid) hands out nothing and does not.
+func oversubscription(ctx context.Context, c client.Reader, downstream string, self client.ObjectKey) (*v1alpha1.Diagnostic, error) {
 	var quotas v1alpha1.DownstreamQuotaList
 	if err := c.List(ctx, &quotas, client.MatchingFields{indexer.QuotaDownstreamKey: downstream}); err != nil {
 		return nil, fmt.Errorf("controller: list quotas of downstream %s: %w", downstream, err)
@@ -38,6 +41,9 @@ func oversubscription(ctx context.Context, c client.Reader, downstream string) (
 		o := &quotas.Items[i]
 		if o.Spec.Contract == nil || !o.DeletionTimestamp.IsZero() {
 			continue // a shared quota counts through its contract
+		}
+		if o.Status.ConfigMap == nil && client.ObjectKeyFromObject(o) != self {
+			continue
 		}
 		spec := quota.Default(o.Spec)
 		all = append(all, claimant{

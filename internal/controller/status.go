@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
 // staleRecheck is how soon a division whose record could not be written,
@@ -62,6 +63,10 @@ func (p *Publisher) writeStatus(ctx context.Context, q *v1alpha1.DownstreamQuota
 		switch {
 		case err == nil:
 			return prev, written, nil
+		case apierrors.IsNotFound(err):
+			// The quota was deleted while it was reconciled: there is no
+			// status left to write, and nothing went wrong.
+			return nil, false, nil
 		case !apierrors.IsConflict(err) || attempt > 0:
 			return nil, false, fmt.Errorf("controller: write status of quota %s/%s: %w", q.Namespace, q.Name, err)
 		}
@@ -124,4 +129,24 @@ func (p *Publisher) patchStatus(ctx context.Context, q, base *v1alpha1.Downstrea
 func sameCondition(conds []metav1.Condition, c metav1.Condition) bool {
 	old := meta.FindStatusCondition(conds, c.Type)
 	return old != nil && old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message
+}
+
+// withoutReadyPods returns the per-pod share, demand and findings a status
+// shows for pl, sized over divisor pods. With no Ready pod (divisor 0) pl
+// was sized over one pod, to validate the spec and show the rest of the
+// arithmetic; but no pod holds anything, so the status says 0 permits per
+// pod (PERMITS/POD) rather than the whole usable total, and drops
+// QuotaTooSmall, which would only say that a shared contract's part of 0
+// for a caller without Ready pods gives a pod nothing: a nightly job
+// scaled to 0 is not a problem to report.
+func withoutReadyPods(pl quota.Sizing, divisor int32) (*v1alpha1.PerPodPlan, *v1alpha1.DemandStatus, []v1alpha1.Diagnostic) {
+	perPod := pl.PerPod
+	if divisor > 0 {
+		return &perPod, pl.Demand, pl.Diagnostics
+	}
+	perPod.Permits = 0
+	diags := slices.DeleteFunc(slices.Clone(pl.Diagnostics), func(d v1alpha1.Diagnostic) bool {
+		return d.Reason == v1alpha1.ReasonQuotaTooSmall
+	})
+	return &perPod, pl.Demand, diags
 }

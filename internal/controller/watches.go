@@ -65,7 +65,7 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts cont
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(m.quotasForHPA), builder.WithPredicates(hpaChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(m.quotasForPod), builder.WithPredicates(podChanged)).
 		Watches(&corev1.ConfigMap{}, m.configMapHandler(nil)).
-		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted, publishingChanged))).
 		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 	if err != nil {
@@ -459,6 +459,21 @@ var deletionStarted = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+	},
+}
+
+// publishingChanged passes a quota's update that starts or stops its
+// publishing (status.configMap set or cleared): the other quotas of its
+// downstream count it in their oversubscription check only while it
+// publishes.
+var publishingChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.DownstreamQuota)
+		n, ok2 := e.ObjectNew.(*v1alpha1.DownstreamQuota)
+		return ok1 && ok2 && (o.Status.ConfigMap == nil) != (n.Status.ConfigMap == nil)
 	},
 }
 

@@ -1,0 +1,139 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+)
+
+// sharingCaller creates a quota in ns over the Deployment workload that
+// shares the contract named contract.
+func sharingCaller(ctx context.Context, ns, name, workload, contract, downstream string) *v1alpha1.DownstreamQuota {
+	q := &v1alpha1.DownstreamQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.DownstreamQuotaSpec{
+			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
+			Downstream:  downstream,
+			ContractRef: &v1alpha1.ContractReference{Name: contract},
+			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 100 * time.Millisecond}},
+			Deadline:    metav1.Duration{Duration: time.Second},
+		},
+	}
+	Expect(k8s.Create(ctx, q)).To(Succeed())
+	return q
+}
+
+var _ = Describe("What a sharing caller's status says", func() {
+	It("is Ready, without a Warning, while its workload has no Ready pod, as a quota with its own contract is", func(ctx SpecContext) {
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		dc := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "nightly-" + nsA},
+			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: "nightly-" + nsA + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
+		}
+		Expect(k8s.Create(ctx, dc)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		// The nightly job, scaled to nothing, is there first.
+		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 0))).To(Succeed())
+		sharingCaller(ctx, nsB, "payments", "report", dc.Name, dc.Spec.Downstream)
+		Expect(k8s.Create(ctx, newDeployment(nsA, "search", 1))).To(Succeed())
+		readyPod(ctx, nsA, "search", "search-0")
+		sharingCaller(ctx, nsA, "payments", "search", dc.Name, dc.Spec.Downstream)
+
+		Consistently(func(g Gomega) {
+			q := getQuota(ctx, g, nsB, "payments")
+			if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "a caller with no Ready pod: %+v", c)
+			}
+			g.Expect(warnings(ctx, g, nsB, "payments", v1alpha1.ReasonQuotaTooSmall)).To(BeEmpty())
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(ready(g, getQuota(ctx, g, nsB, "payments")).Status).To(Equal(metav1.ConditionTrue))
+		}).Should(Succeed())
+	})
+
+	It("names the other callers' pods as <namespace>/<pod> in the handover's message, and never an empty list", func(ctx SpecContext) {
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		dc := &v1alpha1.DownstreamContract{
+			ObjectMeta: metav1.ObjectMeta{Name: "split-" + nsA},
+			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: "split-" + nsA + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
+		}
+		Expect(k8s.Create(ctx, dc)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		Expect(k8s.Create(ctx, newDeployment(nsA, "search", 2))).To(Succeed())
+		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 2))).To(Succeed())
+		a0, a1 := readyPod(ctx, nsA, "search", "search-0"), readyPod(ctx, nsA, "search", "search-1")
+		b0, b1 := readyPod(ctx, nsB, "report", "report-0"), readyPod(ctx, nsB, "report", "report-1")
+		qa := sharingCaller(ctx, nsA, "payments", "search", dc.Name, dc.Spec.Downstream)
+		qb := sharingCaller(ctx, nsB, "payments", "report", dc.Name, dc.Spec.Downstream)
+		// Everyone acknowledges the even split, 10 each.
+		Eventually(func(g Gomega) {
+			got := getContract(ctx, g, dc.Name)
+			g.Expect(got.Status.Division).NotTo(BeNil())
+			current := fmt.Sprintf("%s/%d", got.UID, got.Status.Division.Revision)
+			ackShared(ctx, qa.Name, current, a0, a1)
+			ackShared(ctx, qb.Name, current, b0, b1)
+			g.Expect(handedOver(g, getQuota(ctx, g, nsA, qa.Name)).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(heldBy(getContract(ctx, g, dc.Name).Status.Division)).To(BeEquivalentTo(40))
+		}).Should(Succeed())
+
+		// The report's pods stop being Ready and do not acknowledge: the
+		// search's pods wait for them.
+		setNotReady(ctx, b0, b1)
+		Eventually(func(g Gomega) {
+			a := handedOver(g, getQuota(ctx, g, nsA, qa.Name))
+			b := handedOver(g, getQuota(ctx, g, nsB, qb.Name))
+			g.Expect(a.Reason).To(Equal(v1alpha1.ReasonHandoverInProgress))
+			g.Expect(a.Message).To(ContainSubstring(nsB+"/report-0"), "search's message names the pods it waits for with their namespace")
+			g.Expect(b.Message).To(ContainSubstring(nsA+"/search-0"), "report's message names the pods waiting for its own with their namespace")
+			for _, m := range []string{a.Message, b.Message} {
+				g.Expect(m).NotTo(ContainSubstring("pods  "), "an empty list of pods")
+				g.Expect(m).NotTo(HavePrefix("no pods wait"))
+			}
+		}).Should(Succeed())
+	})
+})
+
+var _ = Describe("ContractOversubscribed", func() {
+	It("does not count a quota that publishes nothing, its workload missing", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 1))).To(Succeed())
+		readyPod(ctx, ns, "api", "api-0")
+		downstream := "ghost-" + ns + ".example.com"
+		one := newQuota(ns, "one", "api", 50) // 40 of 50
+		one.Spec.Downstream = downstream
+		Expect(k8s.Create(ctx, one)).To(Succeed())
+		ghost := newQuota(ns, "ghost", "nothing-here", 50) // would be 80 of 50
+		ghost.Spec.Downstream = downstream
+		Expect(k8s.Create(ctx, ghost)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(ready(g, getQuota(ctx, g, ns, "ghost")).Reason).To(Equal(v1alpha1.ReasonWorkloadNotFound))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			c := ready(g, getQuota(ctx, g, ns, "one"))
+			g.Expect(c.Reason).NotTo(Equal(v1alpha1.ReasonContractOversubscribed), "40 published permits of a contract of 50: %s", c.Message)
+		}).WithTimeout(3 * time.Second).Should(Succeed())
+	})
+})
+
+var _ = Describe("PERMITS/POD", func() {
+	It("is 0 while no pod of the workload is Ready: no pod holds 40", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 8))).To(Succeed())
+		Expect(k8s.Create(ctx, newQuota(ns, "logistics", "api", 50))).To(Succeed())
+		Eventually(func(g Gomega) {
+			q := getQuota(ctx, g, ns, "logistics")
+			g.Expect(q.Status.Replicas).NotTo(BeNil())
+			g.Expect(q.Status.Replicas.Divisor).To(BeEquivalentTo(0))
+			g.Expect(q.Status.PerPod).NotTo(BeNil())
+			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(0), "the printer column PERMITS/POD")
+		}).Should(Succeed())
+	})
+})
