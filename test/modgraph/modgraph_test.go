@@ -34,10 +34,12 @@ var moduleDirs = map[string]string{
 }
 
 // banned are the path prefixes of the modules that only a benchmark
-// (hack/bench) or the demo's plot (hack/stormplot) needs.
+// (hack/bench), the demo's plot (hack/stormplot) or the protobuf compiler
+// (hack/tools/protoc) needs.
 var banned = []string{
 	"github.com/panjf2000/ants",
 	"gonum.org/",
+	"github.com/bufbuild/",
 }
 
 // operatorOnly are the modules an application that requires the library
