@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
 func TestConfig(t *testing.T) {
@@ -188,5 +190,67 @@ func TestKilledAndRestarted(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("after SIGTERM: %v, want exit 0", err)
+	}
+}
+
+// TestGateWaitsForALentPermit runs the library's gate, with the library's
+// borrowing client, against this server: a call that waits in the gate's
+// waiting room waits at the server too, and runs on the permit another pod
+// returns there, before its own gate frees one.
+func TestGateWaitsForALentPermit(t *testing.T) {
+	cfg, err := parseConfig([]string{"--capacity", "g=1", "--max-lease", "200ms", "--lease-margin", "10ms",
+		"--listen-address", "127.0.0.1:0", "--metrics-listen", ""}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	serving, stop := context.WithCancel(ctx)
+	defer stop()
+	started := make(chan *server, 1)
+	go func() { _ = run(serving, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *server) { started <- s }) }()
+	s := <-started
+	conn := dial(t, s.addr())
+	other := borrowAfterLearning(ctx, t, reservev1.NewReserveClient(conn)) // another pod holds the reserve
+
+	client, err := reserve.New(conn, reserve.Options{Pod: "pod-b", Budget: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gate.New("g", gate.Limits{Permits: 1, QueueCapacity: 1, MaxQueueWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetLender(client.Lender("g"))
+	own, err := g.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Release()
+	done := make(chan error, 1)
+	var lent gate.Permit
+	call, endCall := context.WithTimeout(ctx, 150*time.Millisecond) // within the longest lease
+	defer endCall()
+	go func() {
+		var err error
+		lent, err = g.Acquire(call)
+		done <- err
+	}()
+	for g.Stats().Queued == 0 || s.broker.Stats()[0].Waiting == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	ret, err := reservev1.NewReserveClient(conn).Return(ctx, &reservev1.ReturnRequest{Gate: "g", Incarnation: other.GetIncarnation(), Id: other.GetId()})
+	if err != nil || !ret.GetReturned() {
+		t.Fatalf("returning the other pod's lease: %v, %v", ret, err)
+	}
+	if err := <-done; err != nil || !lent.Borrowed() {
+		t.Fatalf("the waiting call: %v (borrowed %v), want the lent permit", err, lent.Borrowed())
+	}
+	if st := g.Stats(); st.Queued != 0 || st.Borrowed != 1 {
+		t.Errorf("gate after the loan: queued %d, borrowed %d", st.Queued, st.Borrowed)
+	}
+	lent.Release()
+	for s.broker.Stats()[0].Leases != 0 {
+		time.Sleep(time.Millisecond)
 	}
 }
