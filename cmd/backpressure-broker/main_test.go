@@ -76,25 +76,37 @@ func borrowAfterLearning(ctx context.Context, t *testing.T, c reservev1.ReserveC
 	}
 }
 
+// serveInProcess runs the broker with args until stop is called; done
+// receives run's result.
+func serveInProcess(ctx context.Context, t *testing.T, args ...string) (s *server, stop context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cfg, err := parseConfig(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, stop := context.WithCancel(ctx)
+	started := make(chan *server, 1)
+	result := make(chan error, 1)
+	go func() {
+		result <- run(serving, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *server) { started <- s })
+	}()
+	select {
+	case s = <-started:
+	case err := <-result:
+		t.Fatalf("the broker did not start: %v", err)
+	}
+	return s, stop, result
+}
+
 // TestServe runs the broker in-process on free ports of 127.0.0.1: it
 // learns, lends, reports health and metrics, and stops when its context
 // ends.
 func TestServe(t *testing.T) {
-	cfg, err := parseConfig([]string{"--capacity", "g=1", "--max-lease", "300ms", "--lease-margin", "10ms",
-		"--listen-address", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	serving, stop := context.WithCancel(ctx)
-	started := make(chan *server, 1)
-	done := make(chan error, 1)
 	launched := time.Now() // the server learns from a later instant
-	go func() {
-		done <- run(serving, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *server) { started <- s })
-	}()
-	s := <-started
+	s, stop, done := serveInProcess(ctx, t, "--capacity", "g=1", "--max-lease", "300ms", "--lease-margin", "10ms",
+		"--listen-address", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	conn := dial(t, s.addr())
 	health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -198,18 +210,11 @@ func TestKilledAndRestarted(t *testing.T) {
 // waiting room waits at the server too, and runs on the permit another pod
 // returns there, before its own gate frees one.
 func TestGateWaitsForALentPermit(t *testing.T) {
-	cfg, err := parseConfig([]string{"--capacity", "g=1", "--max-lease", "200ms", "--lease-margin", "10ms",
-		"--listen-address", "127.0.0.1:0", "--metrics-listen", ""}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	serving, stop := context.WithCancel(ctx)
+	s, stop, _ := serveInProcess(ctx, t, "--capacity", "g=1", "--max-lease", "2s", "--lease-margin", "10ms",
+		"--listen-address", "127.0.0.1:0", "--metrics-listen", "")
 	defer stop()
-	started := make(chan *server, 1)
-	go func() { _ = run(serving, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *server) { started <- s }) }()
-	s := <-started
 	conn := dial(t, s.addr())
 	other := borrowAfterLearning(ctx, t, reservev1.NewReserveClient(conn)) // another pod holds the reserve
 
@@ -229,16 +234,16 @@ func TestGateWaitsForALentPermit(t *testing.T) {
 	defer own.Release()
 	done := make(chan error, 1)
 	var lent gate.Permit
-	call, endCall := context.WithTimeout(ctx, 150*time.Millisecond) // within the longest lease
+	call, endCall := context.WithTimeout(ctx, 1500*time.Millisecond) // within the longest lease
 	defer endCall()
 	go func() {
 		var err error
 		lent, err = g.Acquire(call)
 		done <- err
 	}()
-	for g.Stats().Queued == 0 || s.broker.Stats()[0].Waiting == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the call waits at the gate and at the server", func() bool {
+		return g.Stats().Queued == 1 && s.broker.Stats()[0].Waiting == 1
+	})
 	ret, err := reservev1.NewReserveClient(conn).Return(ctx, &reservev1.ReturnRequest{Gate: "g", Incarnation: other.GetIncarnation(), Id: other.GetId()})
 	if err != nil || !ret.GetReturned() {
 		t.Fatalf("returning the other pod's lease: %v, %v", ret, err)
@@ -250,7 +255,17 @@ func TestGateWaitsForALentPermit(t *testing.T) {
 		t.Errorf("gate after the loan: queued %d, borrowed %d", st.Queued, st.Borrowed)
 	}
 	lent.Release()
-	for s.broker.Stats()[0].Leases != 0 {
+	waitUntil(t, "the lent permit is back", func() bool { return s.broker.Stats()[0].Leases == 0 })
+}
+
+// waitUntil polls cond for up to ten seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -72,12 +72,8 @@ func (g *Gate) SetLender(l Lender) {
 // lendNow asks the Lender, if any, for a permit at once, for a call that
 // the waiting room cannot take; nil when none is lent.
 func (g *Gate) lendNow(ctx context.Context, deadline time.Time, hasDeadline bool) Loan {
-	ref := g.lender.Load()
-	if ref == nil || !hasDeadline {
-		return nil
-	}
-	hold := time.Until(deadline)
-	if hold <= 0 {
+	ref, hold := g.lenderFor(deadline, hasDeadline)
+	if ref == nil {
 		return nil
 	}
 	loan, err := ref.Lend(ctx, hold, 0)
@@ -86,6 +82,21 @@ func (g *Gate) lendNow(ctx context.Context, deadline time.Time, hasDeadline bool
 	}
 	g.borrowed.Add(1)
 	return loan
+}
+
+// lenderFor returns the Lender to ask for a call with that deadline, and
+// the call's remaining time; nil when there is no Lender, or no deadline
+// to bound a lease by.
+func (g *Gate) lenderFor(deadline time.Time, hasDeadline bool) (*lenderRef, time.Duration) {
+	ref := g.lender.Load()
+	if ref == nil || !hasDeadline {
+		return nil, 0
+	}
+	hold := time.Until(deadline)
+	if hold <= 0 {
+		return nil, 0
+	}
+	return ref, hold
 }
 
 // countLend reports whether a Lend lent, and counts it when it did not: a
@@ -119,12 +130,8 @@ type lent struct {
 // about to wait up to wait in the waiting room; nil when there is no
 // Lender or the call has no deadline.
 func (g *Gate) startLending(ctx context.Context, deadline time.Time, hasDeadline bool, wait time.Duration) *lending {
-	ref := g.lender.Load()
-	if ref == nil || !hasDeadline {
-		return nil
-	}
-	hold := time.Until(deadline)
-	if hold <= 0 {
+	ref, hold := g.lenderFor(deadline, hasDeadline)
+	if ref == nil {
 		return nil
 	}
 	lctx, cancel := context.WithCancel(ctx)

@@ -34,14 +34,15 @@ func (l *lender) Lend(ctx context.Context, hold, wait time.Duration) (gate.Loan,
 			return nil, err
 		}
 		l.lent.Add(1)
-		return &loan{l: l}, nil
+		return &loan{back: &l.back}, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
+// loan counts its return in back, and panics on a second one.
 type loan struct {
-	l        *lender
+	back     *atomic.Int64
 	returned atomic.Bool
 }
 
@@ -49,7 +50,7 @@ func (x *loan) Return() {
 	if x.returned.Swap(true) {
 		panic("a loan returned twice")
 	}
-	x.l.back.Add(1)
+	x.back.Add(1)
 }
 
 func (l *lender) nextAsk(t *testing.T) ask {
@@ -280,23 +281,11 @@ func (l *randomLender) Lend(ctx context.Context, _, wait time.Duration) (gate.Lo
 	switch n % 3 {
 	case 0:
 		l.lent.Add(1)
-		return &randomLoan{l: l}, nil
+		return &loan{back: &l.back}, nil
 	case 1:
 		return nil, gate.ErrNotLent
 	}
 	return nil, errors.New("down")
-}
-
-type randomLoan struct {
-	l    *randomLender
-	done atomic.Bool
-}
-
-func (x *randomLoan) Return() {
-	if x.done.Swap(true) {
-		panic("a loan returned twice")
-	}
-	x.l.back.Add(1)
 }
 
 func TestReleaseFuncOfALoan(t *testing.T) {

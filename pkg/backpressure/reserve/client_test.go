@@ -70,7 +70,7 @@ func (s *server) set(f func(*server)) {
 
 // start serves s on a free port of 127.0.0.1 until the test ends, and
 // returns a Client of it.
-func start(t *testing.T, s *server, opts reserve.Options) (*reserve.Client, string) {
+func start(t *testing.T, s *server, opts reserve.Options) *reserve.Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -80,7 +80,7 @@ func start(t *testing.T, s *server, opts reserve.Options) (*reserve.Client, stri
 	reservev1.RegisterReserveServer(srv, s)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return client(t, lis.Addr().String(), opts), lis.Addr().String()
+	return client(t, lis.Addr().String(), opts)
 }
 
 func client(t *testing.T, addr string, opts reserve.Options) *reserve.Client {
@@ -116,7 +116,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestLendAndReturn(t *testing.T) {
 	s := &server{permits: 1}
-	c, _ := start(t, s, reserve.Options{Pod: "pod-a"})
+	c := start(t, s, reserve.Options{Pod: "pod-a"})
 	l := c.Lender("logistics")
 	loan, err := l.Lend(context.Background(), 300*time.Millisecond, 40*time.Millisecond)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestLendAndReturn(t *testing.T) {
 // while.
 func TestQuietAfterRefusals(t *testing.T) {
 	s := &server{refusal: &reservev1.Refusal{Reason: reservev1.Reason_REASON_LEARNING, RetryAfter: durationpb.New(300 * time.Millisecond)}}
-	c, _ := start(t, s, reserve.Options{})
+	c := start(t, s, reserve.Options{})
 	l := c.Lender("g")
 	if _, err := l.Lend(context.Background(), time.Second, 0); !errors.Is(err, gate.ErrNotLent) {
 		t.Fatalf("learning: %v, want not lent", err)
@@ -163,7 +163,7 @@ func TestQuietAfterRefusals(t *testing.T) {
 // TestBudget: a server slower than the budget is not waited for.
 func TestBudget(t *testing.T) {
 	s := &server{permits: 1, delay: 5 * time.Second}
-	c, _ := start(t, s, reserve.Options{Budget: 20 * time.Millisecond})
+	c := start(t, s, reserve.Options{Budget: 20 * time.Millisecond})
 	start := time.Now()
 	_, err := c.Lender("g").Lend(context.Background(), time.Second, 0)
 	if err == nil || errors.Is(err, gate.ErrNotLent) {
@@ -200,7 +200,7 @@ func TestUnreachable(t *testing.T) {
 // ends.
 func TestGateBorrows(t *testing.T) {
 	s := &server{permits: 1}
-	c, _ := start(t, s, reserve.Options{})
+	c := start(t, s, reserve.Options{})
 	g, err := gate.New("g", gate.Limits{Permits: 1})
 	if err != nil {
 		t.Fatal(err)
