@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
 	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 	"github.com/backpressure-dev/backpressure-operator/internal/sizing"
@@ -165,7 +166,7 @@ type planAdmissionJSON struct {
 	Admission admissionJSON `json:"admission"`
 }
 
-// predict simulates the plan's division at the offered load.
+// predict simulates the quota's division at the offered load.
 func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissionJSON, error) {
 	load, err := fraction("offered-load", a.load, 10)
 	if err != nil {
@@ -176,7 +177,7 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		return admissionJSON{}, err
 	}
 	if res.Usable < 1 || res.Usable > int64(plannedPermitsMost) {
-		return admissionJSON{}, fmt.Errorf("--offered-load: the plan has %d usable permits; the simulation needs 1 to %d", res.Usable, plannedPermitsMost)
+		return admissionJSON{}, fmt.Errorf("--offered-load: the quota has %d usable permits; the simulation needs 1 to %d", res.Usable, plannedPermitsMost)
 	}
 	reserve, err := a.reservePermits(res.Usable)
 	if err != nil {
@@ -273,7 +274,7 @@ func writeAdmission(out io.Writer, usable int64, a admissionJSON) error {
 		return err
 	}
 	_, err := fmt.Fprintf(out, "Smallest reserve for %s of one gate with demand-following shares: %s of %d (%s of one gate, %s of the admitted calls borrowed).\n",
-		percent(z.Target), permitsWord(int64(z.Reserve)), usable, percent(z.RatioToGlobalGate), percent(z.BorrowedFraction))
+		percent(z.Target), division.Permits(int64(z.Reserve)), usable, percent(z.RatioToGlobalGate), percent(z.BorrowedFraction))
 	return err
 }
 

@@ -5,7 +5,7 @@
 // win back. It is the calculator behind `kubectl backpressure plan
 // --offered-load` and the oracle the storm's partial-load measurement is
 // checked against, so it shares no code with the gate, the division or the
-// plan: it is a model of them, written from their documented behaviour.
+// sizing: it is a model of them, written from their documented behaviour.
 //
 // # Why a simulation
 //

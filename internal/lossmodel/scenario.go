@@ -116,7 +116,7 @@ type Scenario struct {
 	MaxQueueWait time.Duration
 	// QueueCapacity gives the size of the waiting room of a pod holding
 	// the given permits; nil means unbounded (the wait is still bounded by
-	// MaxQueueWait). The plan's rule is floor(permits × MaxQueueWait /
+	// MaxQueueWait). The sizing rule is floor(permits × MaxQueueWait /
 	// typical latency).
 	QueueCapacity func(permits int) int
 	// Borrowing says when a call whose pod is full runs on a reserve
