@@ -18,13 +18,15 @@ BENCHSTAT := $(GO) tool -modfile=hack/tools/benchstat/go.mod benchstat
 PROTOC := $(GO) -C hack/tools/protoc run . -root $(CURDIR)
 
 # The library's modules: the plan document both sides read (api/plan, tag
-# api/plan/vX.Y.Z), the library an application requires (pkg/backpressure,
-# tag pkg/backpressure/vX.Y.Z), and the library's tests that need an API
+# api/plan/vX.Y.Z), the permit server's protocol the library's borrowing
+# client and the permit server speak (api/reserve, tag api/reserve/vX.Y.Z),
+# the library an application requires (pkg/backpressure, tag
+# pkg/backpressure/vX.Y.Z), and the library's tests that need an API
 # server, which alone require this module for its test environment
 # (pkg/backpressure/internal/apitest). An application that requires the
 # library gets neither this module nor controller-runtime in its module
 # graph (test/modgraph checks it).
-LIBRARY_MODULES := api/plan pkg/backpressure pkg/backpressure/internal/apitest
+LIBRARY_MODULES := api/plan api/reserve pkg/backpressure pkg/backpressure/internal/apitest
 
 # The nested modules, each with a go.mod that replaces the modules it uses
 # with the working tree: the library's, the dispatcher's comparison with

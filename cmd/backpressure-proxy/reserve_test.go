@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
 	"github.com/backpressure-dev/backpressure-operator/internal/broker"
 )
@@ -50,10 +50,7 @@ func startBroker(t *testing.T, permits int) (*broker.Broker, string) {
 func TestBorrowsFromThePermitServer(t *testing.T) {
 	b, brokerAddr := startBroker(t, 1)
 	dir := t.TempDir()
-	d := testPlan(testGate, 1, 0)
-	d.DeadlineSeconds = 2
-	d.Hash = plan.Hash(d)
-	writePlan(t, dir, d)
+	plantest.Write(t, dir, plantest.MakeDocument(testGate).Permits(1).Deadline(2*time.Second).Obj())
 	u := startUpstream(t, 0)
 	env := map[string]string{"POD_NAME": "gateway-0"}
 	cfg, err := parseConfig([]string{"--plan-dir", dir, "--route", "listen=127.0.0.1:0,gate=" + testGate + ",upstream=" + u.URL,

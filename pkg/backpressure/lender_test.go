@@ -12,6 +12,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
 // countingLender lends every time and remembers for which gates it was
@@ -43,7 +44,7 @@ func (c *countingLender) Return() {
 // borrows from it when its share is full; the borrows are exported.
 func TestOptionsLender(t *testing.T) {
 	dir := t.TempDir()
-	writePlan(t, dir, doc("logistics-api", 1))
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
 	lender := &countingLender{}
 	reg := prometheus.NewPedanticRegistry()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
@@ -52,7 +53,7 @@ func TestOptionsLender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := mustGate(t, rt, "logistics-api")
+	g := sharetest.MustGate(t, rt, "logistics-api")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	own, err := g.Acquire(ctx)
