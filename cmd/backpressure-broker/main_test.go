@@ -47,7 +47,7 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -59,7 +59,7 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 
 // borrowAfterLearning borrows until the server has learned, waiting as
 // long as its refusals say, and returns the lease.
-func borrowAfterLearning(ctx context.Context, t *testing.T, c reservev1.ReserveClient) *reservev1.Lease {
+func borrowAfterLearning(ctx context.Context, t testing.TB, c reservev1.ReserveClient) *reservev1.Lease {
 	t.Helper()
 	for {
 		resp, err := c.Borrow(ctx, &reservev1.BorrowRequest{Gate: "g", Pod: "pod", Hold: durationpb.New(100 * time.Millisecond)})
@@ -78,7 +78,7 @@ func borrowAfterLearning(ctx context.Context, t *testing.T, c reservev1.ReserveC
 
 // serveInProcess runs the broker with args until stop is called; done
 // receives run's result.
-func serveInProcess(ctx context.Context, t *testing.T, args ...string) (s *server, stop context.CancelFunc, done <-chan error) {
+func serveInProcess(ctx context.Context, t testing.TB, args ...string) (s *server, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
 	cfg, err := parseConfig(args, io.Discard)
 	if err != nil {
