@@ -24,11 +24,12 @@
 FROM --platform=$BUILDPLATFORM golang:1.26.8@sha256:3c3e25a4da13fd0478eed2df1eb35a0e667094a7124d3993a6a1d30f71c17e79 AS modules
 WORKDIR /workspace
 # Modules first, so that a source change does not download them again. The
-# plan document and the library are modules of their own that go.mod
-# replaces with their directories, so their go.mod files are part of the
-# module graph.
+# plan document, the permit server's protocol and the library are modules
+# of their own that go.mod replaces with their directories, so their go.mod
+# files are part of the module graph.
 COPY go.mod go.sum ./
 COPY api/plan/go.mod api/plan/go.sum api/plan/
+COPY api/reserve/go.mod api/reserve/go.sum api/reserve/
 COPY pkg/backpressure/go.mod pkg/backpressure/go.sum pkg/backpressure/
 RUN go mod download
 
@@ -47,8 +48,9 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
     -o manager ./cmd/manager
 
 # The proxy needs the library (pkg/backpressure), the plan document
-# (api/plan), internal/version and internal/httpshutdown only, so a change
-# to the manager does not rebuild it.
+# (api/plan), the permit server's protocol (api/reserve, to borrow from the
+# reserve), internal/version and internal/httpshutdown only, so a change to
+# the manager does not rebuild it.
 FROM modules AS proxy-builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -56,6 +58,7 @@ COPY cmd/backpressure-proxy/ cmd/backpressure-proxy/
 COPY internal/version/ internal/version/
 COPY internal/httpshutdown/ internal/httpshutdown/
 COPY api/plan/ api/plan/
+COPY api/reserve/ api/reserve/
 COPY pkg/backpressure/ pkg/backpressure/
 ARG VERSION
 ARG COMMIT

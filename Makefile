@@ -13,22 +13,28 @@ GO ?= go
 CONTROLLER_GEN := $(GO) tool -modfile=hack/tools/controller-gen/go.mod controller-gen
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/hack/tools/golangci-lint/go.mod golangci-lint
 BENCHSTAT := $(GO) tool -modfile=hack/tools/benchstat/go.mod benchstat
+# The protobuf compiler: hack/tools/protoc, a module of its own (protocompile
+# and the pinned protoc-gen-go and protoc-gen-go-grpc), run from its directory.
+PROTOC := $(GO) -C hack/tools/protoc run . -root $(CURDIR)
 
 # The library's modules: the plan document both sides read (api/plan, tag
-# api/plan/vX.Y.Z), the library an application requires (pkg/backpressure,
-# tag pkg/backpressure/vX.Y.Z), and the library's tests that need an API
+# api/plan/vX.Y.Z), the permit server's protocol the library's borrowing
+# client and the permit server speak (api/reserve, tag api/reserve/vX.Y.Z),
+# the library an application requires (pkg/backpressure, tag
+# pkg/backpressure/vX.Y.Z), and the library's tests that need an API
 # server, which alone require this module for its test environment
 # (pkg/backpressure/internal/apitest). An application that requires the
 # library gets neither this module nor controller-runtime in its module
 # graph (test/modgraph checks it).
-LIBRARY_MODULES := api/plan pkg/backpressure pkg/backpressure/internal/apitest
+LIBRARY_MODULES := api/plan api/reserve pkg/backpressure pkg/backpressure/internal/apitest
 
 # The nested modules, each with a go.mod that replaces the modules it uses
 # with the working tree: the library's, the dispatcher's comparison with
-# ants (hack/bench) and the storm's plotting command (hack/stormplot). The
-# last two are modules of their own so that ants and gonum stay out of
-# every module graph but theirs; fmt, vet, lint and test run them all.
-NESTED_MODULES := $(LIBRARY_MODULES) hack/bench hack/stormplot
+# ants (hack/bench), the storm's plotting command (hack/stormplot) and the
+# protobuf compiler (hack/tools/protoc). The last three are modules of their
+# own so that ants, gonum and protocompile stay out of every module graph but
+# theirs; fmt, vet and lint run them all.
+NESTED_MODULES := $(LIBRARY_MODULES) hack/bench hack/stormplot hack/tools/protoc
 
 # Go test flags; `make test GOTESTFLAGS=-v` for more.
 GOTESTFLAGS ?=
@@ -68,9 +74,13 @@ manifests: ## Generate the CRDs and the manager's RBAC from the markers, and cop
 generate: ## Generate the deepcopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 
+.PHONY: proto
+proto: ## Generate the Go code of the permit server's protocol from api/reserve/v1/reserve.proto.
+	$(PROTOC) backpressure/reserve/v1/reserve.proto=api/reserve/v1/reserve.proto
+
 .PHONY: verify-generated
 verify-generated: ## Fail when a generated file is stale.
-	hack/verify-generated.sh manifests generate docs
+	hack/verify-generated.sh manifests generate docs proto
 
 .PHONY: fmt
 fmt: ## Format the Go code.

@@ -2,16 +2,19 @@ module github.com/backpressure-dev/backpressure-operator
 
 go 1.26.0
 
-// The wire document (api/plan) and the library (pkg/backpressure) are
-// modules of their own, nested here; the operator, the sidecar and the
-// example build against the working tree.
+// The wire document (api/plan), the permit server's protocol (api/reserve)
+// and the library (pkg/backpressure) are modules of their own, nested here;
+// the operator, the permit server, the sidecar and the example build
+// against the working tree.
 replace (
 	github.com/backpressure-dev/backpressure-operator/api/plan => ./api/plan
+	github.com/backpressure-dev/backpressure-operator/api/reserve => ./api/reserve
 	github.com/backpressure-dev/backpressure-operator/pkg/backpressure => ./pkg/backpressure
 )
 
 require (
 	github.com/backpressure-dev/backpressure-operator/api/plan v0.0.0
+	github.com/backpressure-dev/backpressure-operator/api/reserve v0.0.0
 	github.com/backpressure-dev/backpressure-operator/pkg/backpressure v0.0.0
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-cmp v0.7.0
@@ -22,6 +25,8 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/cli-runtime v0.37.2
@@ -113,8 +118,6 @@ require (
 	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiextensions-apiserver v0.37.0 // indirect

@@ -24,10 +24,11 @@
 #   minisign -Vm backpressure-proxy_v0.1.0_linux_amd64.tar.gz -P <public key>
 #
 # The Go modules are released by their git tags, not by this script: the
-# root module by vX.Y.Z, and the two nested modules an application requires
-# by their own tag prefixes, pkg/backpressure/vX.Y.Z (the library) and
-# api/plan/vX.Y.Z (the plan document, which the library requires; tag it
-# first when it changed).
+# root module by vX.Y.Z, and the three nested modules an application
+# requires by their own tag prefixes, pkg/backpressure/vX.Y.Z (the library),
+# api/plan/vX.Y.Z (the plan document) and api/reserve/vX.Y.Z (the permit
+# server's protocol), both of which the library requires; tag those first
+# when they changed.
 #
 # Usage: hack/release.sh VERSION        (make release VERSION=v0.1.0)
 #

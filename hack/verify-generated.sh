@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 # What the generators write; keep in step with the Makefile.
 GENERATED=(api/v1alpha1/zz_generated.deepcopy.go config/crd/bases config/rbac/role.yaml docs/reference/api.md docs/reference/plan-bounds.md
-  charts/backpressure-operator/crds charts/backpressure-operator/files)
+  charts/backpressure-operator/crds charts/backpressure-operator/files api/reserve/v1/reserve.pb.go api/reserve/v1/reserve_grpc.pb.go)
 for extra in ${VERIFY_GENERATED_EXTRA:-}; do GENERATED+=("$extra"); done
 
 before="$(mktemp -d)"

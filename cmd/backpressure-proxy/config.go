@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
@@ -30,6 +32,11 @@ type config struct {
 	maxCallDuration time.Duration
 	shutdownTimeout time.Duration
 	version         bool
+	// reserveAddress is the permit server to borrow from; "" for none.
+	reserveAddress string
+	reserveBudget  time.Duration
+	// pod is $POD_NAME, the borrower's name to the permit server.
+	pod string
 }
 
 // route is one local port standing for one downstream.
@@ -139,6 +146,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.DurationVar(&c.maxCallDuration, "max-call-duration", 0, "the longest one call may take on the application's side, its request body and its whole answer, an upgraded connection included; 0: twice the plan's deadline (20s without one)")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
+	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the downstream's reserve from when the pod's own share is full, host:port; every call then gets the plan's deadline (empty: no borrowing)")
+	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow that must answer at once may take before the call goes on without it")
+	c.pod = getenv(backpressure.EnvPodName)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -180,6 +190,17 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		errs = append(errs, fmt.Errorf("--max-call-duration %v must not be negative", c.maxCallDuration))
 	}
 	errs = append(errs, c.Check()...)
+	if c.reserveAddress != "" {
+		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--reserve-address %q is not host:port", c.reserveAddress))
+		}
+		if c.pod == "" {
+			errs = append(errs, fmt.Errorf("--reserve-address needs $%s, the pod's name, which the permit server counts borrows by", backpressure.EnvPodName))
+		}
+		if c.reserveBudget <= 0 {
+			errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
+		}
+	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
 	}

@@ -60,7 +60,14 @@ var rejectedValue = []string{"true"}
 // for that long at most. An h2c upgrade is refused by leaving the Upgrade out:
 // over one HTTP/2 connection the client would send any number of calls on
 // one permit, and an h2c client goes on in HTTP/1.1 when not upgraded.
-func gated(g *gate.Gate, rp http.Handler, linger, limit func() time.Duration) http.Handler {
+//
+// With bounded (--reserve-address), every call is given the plan's deadline
+// before it asks the gate: a call may then borrow a permit of the reserve
+// (gate.Gate.SetLender), whose lease must end after the call does, and the
+// call ends by the deadline plus linger() at the latest (lingering asks
+// the lease for that much more, see lingering); limit() only ends it
+// sooner.
+func gated(g *gate.Gate, rp http.Handler, linger, limit func() time.Duration, bounded bool) http.Handler {
 	admitted := httpmw.Middleware(g)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		delete(w.Header(), RejectedHeader)
 		end := time.Now().Add(limit())
@@ -81,6 +88,11 @@ func gated(g *gate.Gate, rp http.Handler, linger, limit func() time.Duration) ht
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		dropH2C(r)
 		w.Header()[RejectedHeader] = rejectedValue
+		if bounded {
+			ctx, cancel := context.WithTimeout(r.Context(), linger())
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		admitted.ServeHTTP(w, r)
 	})
 }
@@ -115,6 +127,17 @@ func callLimit(maxCall time.Duration, linger func() time.Duration) func() time.D
 		return func() time.Duration { return maxCall }
 	}
 	return func() time.Duration { return 2 * linger() }
+}
+
+// lingering asks its Lender for leases longer by linger(): a call's permit
+// may be held that long after the call's deadline (gated's Detach).
+type lingering struct {
+	gate.Lender
+	linger func() time.Duration
+}
+
+func (l lingering) Lend(ctx context.Context, hold, wait time.Duration) (gate.Loan, error) {
+	return l.Lender.Lend(ctx, hold+l.linger(), wait)
 }
 
 // defaultLinger bounds how long a call whose client has left may keep its
@@ -255,7 +278,7 @@ type forwarder struct {
 	hosts map[string]http.Handler // lower-case host or host:port → gated proxy
 }
 
-func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport func(gate string) http.RoundTripper, maxCall time.Duration, log *slog.Logger) (*forwarder, error) {
+func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport func(gate string) http.RoundTripper, maxCall time.Duration, bounded bool, log *slog.Logger) (*forwarder, error) {
 	byGate := map[string]http.Handler{}
 	f := &forwarder{hosts: map[string]http.Handler{}}
 	for host, name := range hosts {
@@ -266,7 +289,7 @@ func newForwarder(hosts map[string]string, rt *backpressure.Runtime, transport f
 				return nil, err
 			}
 			linger := lingerFor(rt, name)
-			h = gated(g, newReverseProxy(nil, transport(name), log), linger, callLimit(maxCall, linger))
+			h = gated(g, newReverseProxy(nil, transport(name), log), linger, callLimit(maxCall, linger), bounded)
 			byGate[name] = h
 		}
 		f.hosts[host] = h

@@ -8,15 +8,20 @@ import (
 	"net"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
 // proxy is the running sidecar: one server per route, one for forwarding,
@@ -33,6 +38,37 @@ type proxy struct {
 	metricsAddr, probeAddr string
 	// stopping turns /readyz to 503 once shutdown has begun.
 	stopping atomic.Bool
+	// reserveConn is the connection to the permit server, nil without
+	// --reserve-address.
+	reserveConn *grpc.ClientConn
+}
+
+// reserveLender connects to the permit server of --reserve-address and
+// returns the Lender of each gate, asking for leases that cover the
+// linger after a call's deadline (see gated). rt returns the Runtime, for
+// the plans' deadlines, once it exists.
+func reserveLender(cfg config, rt func() *backpressure.Runtime) (func(string) gate.Lender, *grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(cfg.reserveAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+	}
+	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod, Budget: cfg.reserveBudget})
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+	}
+	return func(name string) gate.Lender {
+		linger := func() time.Duration { return lingerFor(rt(), name)() }
+		return lingering{Lender: client.Lender(name), linger: linger}
+	}, conn, nil
+}
+
+// closeReserve closes the connection to the permit server, if any: the
+// leases of calls still lent then end on their own.
+func (p *proxy) closeReserve() {
+	if p.reserveConn != nil {
+		_ = p.reserveConn.Close()
+	}
 }
 
 // server is one listener and what it serves.
@@ -58,13 +94,23 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 		DrainTimeout: cfg.shutdownTimeout,
 		Ack:          ack,
 	}
+	if cfg.reserveAddress != "" {
+		lender, conn, err := reserveLender(cfg, func() *backpressure.Runtime { return p.rt })
+		if err != nil {
+			return nil, err
+		}
+		p.reserveConn = conn
+		opts.Lender = lender
+	}
 	if p.rt, err = backpressure.New(ctx, src, opts); err != nil {
+		p.closeReserve()
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			p.closeListeners()
 			_ = p.rt.Shutdown(context.Background())
+			p.closeReserve()
 		}
 	}()
 
@@ -82,13 +128,13 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 			return nil, err
 		}
 		linger := lingerFor(p.rt, r.gate)
-		h := gated(g, newReverseProxy(r.upstream, transport(r.gate), log), linger, callLimit(cfg.maxCallDuration, linger))
+		h := gated(g, newReverseProxy(r.upstream, transport(r.gate), log), linger, callLimit(cfg.maxCallDuration, linger), cfg.reserveAddress != "")
 		if err := p.listen(r.gate, r.listen, h); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.forwardListen != "" {
-		fw, err := newForwarder(cfg.forwardHosts, p.rt, transport, cfg.maxCallDuration, log)
+		fw, err := newForwarder(cfg.forwardHosts, p.rt, transport, cfg.maxCallDuration, cfg.reserveAddress != "", log)
 		if err != nil {
 			return nil, err
 		}
@@ -235,6 +281,7 @@ func (p *proxy) shutdown(stopSource context.CancelFunc, started <-chan error) er
 			_ = srv.Shutdown(ctx)
 		}
 	}
+	p.closeReserve()
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -70,6 +70,8 @@ type planOptions struct {
 	config *genericclioptions.ConfigFlags
 	// live is the dq/NAME argument, when the quota comes from the cluster.
 	live string
+
+	admission admissionOptions
 }
 
 func newPlanCommand(format func() string) *cobra.Command {
@@ -103,16 +105,26 @@ and the contract flags override the live spec to ask "what if".
 splits it over the quotas of -f FILE that name it in contractRef, as the
 operator does: by weighted max-min fairness capped at each caller's demand,
 then exactly over each caller's Ready pods (--replicas for every caller,
---caller-replicas NAMESPACE/NAME=COUNT for one).`,
+--caller-replicas NAMESPACE/NAME=COUNT for one).
+
+--offered-load LOAD predicts, by a seeded simulation, the part of the calls
+the division admits at that load (a fraction of usable / latency) behind a
+--balancer, against one gate of all the usable permits fed the same calls:
+with equal and demand-following shares, with a --reserve lent per call,
+and the smallest reserve that reaches --reserve-target (docs/plugin.md).`,
 		Example: `  kubectl backpressure plan -f quota.yaml --replicas 8
   kubectl backpressure plan -f quota.yaml --replicas-range 2..60 -o json
   kubectl backpressure plan -f quota.yaml --replicas-range 1..60 --compare
   kubectl backpressure plan dq/logistics-api -n shop
   kubectl get dq logistics-api -n shop -o yaml | kubectl backpressure plan -f - --replicas 8
   kubectl backpressure plan --concurrency 50 --latency 220ms --worst-latency 1.8s --deadline 2s \
-    --max-queue-wait 100ms --demand 1900 --replicas 8`,
+    --max-queue-wait 100ms --demand 1900 --replicas 8
+  kubectl backpressure plan -f quota.yaml --replicas 8 --offered-load 80% --balancer pinned --reserve 8`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.admission.check(cmd.Flags(), o.contract != ""); err != nil {
+				return err
+			}
 			if len(args) == 1 {
 				return o.runLive(cmd, format(), args[0])
 			}
@@ -144,6 +156,7 @@ then exactly over each caller's Ready pods (--replicas for every caller,
 	f.Int32Var(&o.retries, "retries", 0, "most retries of one call (spec.retry.maxRetries)")
 	f.Int32Var(&o.retryBudget, "retry-budget", 0, "global retries per second (spec.retry.budgetPerSecond)")
 	f.StringVar(&o.belowOne, "below-one", string(quota.DefaultBelowOne), "Strict or AtLeastOne (spec.belowOne)")
+	o.admission.register(f)
 	return cmd
 }
 
@@ -254,6 +267,9 @@ func (o *planOptions) print(cmd *cobra.Command, format string, q v1alpha1.Downst
 	plan, err := quota.Size(q.Spec, o.replicas)
 	if err != nil {
 		return o.explain(flags, err)
+	}
+	if flags.Changed("offered-load") {
+		return o.printAdmission(out, format, q, plan)
 	}
 	if structured(format) {
 		return writeOutput(out, format, planJSONOf(plan))

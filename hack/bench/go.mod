@@ -14,5 +14,6 @@ require golang.org/x/sync v0.23.0 // indirect
 
 replace (
 	github.com/backpressure-dev/backpressure-operator/api/plan => ../../api/plan
+	github.com/backpressure-dev/backpressure-operator/api/reserve => ../../api/reserve
 	github.com/backpressure-dev/backpressure-operator/pkg/backpressure => ../../pkg/backpressure
 )

@@ -81,5 +81,6 @@ replace github.com/backpressure-dev/backpressure-operator => ../..
 
 replace (
 	github.com/backpressure-dev/backpressure-operator/api/plan => ../../api/plan
+	github.com/backpressure-dev/backpressure-operator/api/reserve => ../../api/reserve
 	github.com/backpressure-dev/backpressure-operator/pkg/backpressure => ../../pkg/backpressure
 )

@@ -6,9 +6,15 @@ module github.com/backpressure-dev/backpressure-operator/pkg/backpressure
 
 go 1.26.0
 
-require github.com/backpressure-dev/backpressure-operator/api/plan v0.0.0
+require (
+	github.com/backpressure-dev/backpressure-operator/api/plan v0.0.0
+	github.com/backpressure-dev/backpressure-operator/api/reserve v0.0.0
+)
 
-replace github.com/backpressure-dev/backpressure-operator/api/plan => ../../api/plan
+replace (
+	github.com/backpressure-dev/backpressure-operator/api/plan => ../../api/plan
+	github.com/backpressure-dev/backpressure-operator/api/reserve => ../../api/reserve
+)
 
 require (
 	github.com/fsnotify/fsnotify v1.9.0

@@ -94,6 +94,12 @@ type Options struct {
 	// it starts on Bootstrap; zero means DefaultBootstrapWait. Ignored
 	// without Bootstrap.
 	BootstrapWait time.Duration
+	// Lender, when not nil, gives each gate, as it is made, the Lender of
+	// its downstream's reserve: the pod borrows a permit of the reserve
+	// when its own share is full (gate.Gate.SetLender says when). The
+	// permit server's is package reserve's Client.Lender. A nil Lender
+	// returned for a gate leaves that gate without one.
+	Lender func(gate string) gate.Lender
 }
 
 // Defaults of Options.
@@ -140,8 +146,9 @@ type Runtime struct {
 	metrics        *collectors
 	onApplied      func(Applied)
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
-	pod            string          // this pod's name, "" when unknown
-	namespace      string          // this pod's namespace, "" when unknown
+	lender         func(string) gate.Lender
+	pod            string // this pod's name, "" when unknown
+	namespace      string // this pod's namespace, "" when unknown
 	drainTimeout   time.Duration
 	releaseTimeout time.Duration
 	started        atomic.Bool
@@ -197,6 +204,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		metrics:        m,
 		onApplied:      opts.OnApplied,
 		dispatched:     map[string]bool{},
+		lender:         opts.Lender,
 		gates:          map[string]*enforcer{},
 		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
 		releaseTimeout: cmp.Or(opts.ReleaseTimeout, DefaultReleaseTimeout),
@@ -645,6 +653,11 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	g, err := gate.New(d.Gate, limits)
 	if err != nil {
 		return fmt.Errorf("backpressure: %w", err)
+	}
+	if r.lender != nil {
+		if l := r.lender(d.Gate); l != nil {
+			g.SetLender(l)
+		}
 	}
 	e := &enforcer{gate: g, budget: retry.NewBudget(d.Gate, d.RetryBudgetPerSecond, retryBurst), plan: d}
 	if r.dispatched[d.Gate] {

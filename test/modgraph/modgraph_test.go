@@ -20,6 +20,7 @@ const (
 	rootModule    = "github.com/backpressure-dev/backpressure-operator"
 	libraryModule = rootModule + "/pkg/backpressure"
 	planModule    = rootModule + "/api/plan"
+	reserveModule = rootModule + "/api/reserve"
 )
 
 // moduleDirs are the directories of the repository's modules, relative to
@@ -27,6 +28,7 @@ const (
 var moduleDirs = map[string]string{
 	rootModule:                          ".",
 	planModule:                          "api/plan",
+	reserveModule:                       "api/reserve",
 	libraryModule:                       "pkg/backpressure",
 	libraryModule + "/internal/apitest": "pkg/backpressure/internal/apitest",
 	rootModule + "/hack/bench":          "hack/bench",
@@ -34,10 +36,12 @@ var moduleDirs = map[string]string{
 }
 
 // banned are the path prefixes of the modules that only a benchmark
-// (hack/bench) or the demo's plot (hack/stormplot) needs.
+// (hack/bench), the demo's plot (hack/stormplot) or the protobuf compiler
+// (hack/tools/protoc) needs.
 var banned = []string{
 	"github.com/panjf2000/ants",
 	"gonum.org/",
+	"github.com/bufbuild/",
 }
 
 // operatorOnly are the modules an application that requires the library
@@ -129,11 +133,12 @@ func requirements(t *testing.T, dir string) []string {
 }
 
 // TestRequirements: neither the root go.mod nor the library's nor the plan
-// document's requires ants or gonum, directly or indirectly. An
+// document's nor the permit server's protocol's requires ants, gonum or
+// protocompile, directly or indirectly. An
 // application's module graph holds every requirement of a module it
 // requires, whatever packages it imports.
 func TestRequirements(t *testing.T) {
-	for _, dir := range []string{".", "pkg/backpressure", "api/plan"} {
+	for _, dir := range []string{".", "pkg/backpressure", "api/plan", "api/reserve"} {
 		paths := requirements(t, filepath.Join(root(t), dir))
 		if len(paths) == 0 {
 			t.Fatalf("%s/go.mod requires nothing; not the go.mod of the repository", dir)
@@ -188,7 +193,8 @@ func TestApplicationModuleGraph(t *testing.T) {
 	main.WriteString(")\n\nfunc main() {}\n")
 	gomod := "module example.com/app\n\ngo 1.26.0\n\nrequire " + libraryModule + " v0.0.0\n\nreplace (\n" +
 		"\t" + libraryModule + " => " + libDir + "\n" +
-		"\t" + planModule + " => " + filepath.Join(repo, "api", "plan") + "\n)\n"
+		"\t" + planModule + " => " + filepath.Join(repo, "api", "plan") + "\n" +
+		"\t" + reserveModule + " => " + filepath.Join(repo, "api", "reserve") + "\n)\n"
 	sums, err := os.ReadFile(filepath.Join(libDir, "go.sum"))
 	if err != nil {
 		t.Fatal(err)
@@ -200,8 +206,8 @@ func TestApplicationModuleGraph(t *testing.T) {
 	}
 	goCmd(t, app, []string{"GOFLAGS=-mod=mod"}, "mod", "tidy")
 	goCmd(t, app, nil, "build", "./...")
-	if got := requirements(t, app); !slices.Contains(got, libraryModule) || !slices.Contains(got, planModule) {
-		t.Fatalf("the application's go.mod requires %v, not the library and the plan document", got)
+	if got := requirements(t, app); !slices.Contains(got, libraryModule) || !slices.Contains(got, planModule) || !slices.Contains(got, reserveModule) {
+		t.Fatalf("the application's go.mod requires %v, not the library, the plan document and the permit server's protocol", got)
 	}
 
 	appMods := modules(t, app)
@@ -223,7 +229,8 @@ func TestApplicationModuleGraph(t *testing.T) {
 
 // TestLayering: following every import, no package of the library or its
 // tests reaches the operator's packages, no package of the operator
-// reaches the library's, and the plan document reaches neither.
+// reaches the library's, and the plan document and the permit server's
+// protocol (api/reserve), the leaves both sides import, reach neither.
 func TestLayering(t *testing.T) {
 	repo := root(t)
 	deps := func(dir string, patterns ...string) []string {
@@ -242,7 +249,8 @@ func TestLayering(t *testing.T) {
 	}
 	isLibrary := func(p string) bool { return strings.HasPrefix(p, "pkg/backpressure") }
 	isPlan := func(p string) bool { return p == "api/plan" || strings.HasPrefix(p, "api/plan/") }
-	isOperator := func(p string) bool { return !isLibrary(p) && !isPlan(p) }
+	isReserve := func(p string) bool { return p == "api/reserve" || strings.HasPrefix(p, "api/reserve/") }
+	isOperator := func(p string) bool { return !isLibrary(p) && !isPlan(p) && !isReserve(p) }
 
 	lib := deps("pkg/backpressure", "./...")
 	if !slices.Contains(lib, libraryModule+"/gate") {
@@ -263,6 +271,9 @@ func TestLayering(t *testing.T) {
 	}
 	if found := ours(deps("api/plan", "./..."), func(p string) bool { return !isPlan(p) }); len(found) != 0 {
 		t.Errorf("the plan document reaches %v", found)
+	}
+	if found := ours(deps("api/reserve", "./..."), func(p string) bool { return !isReserve(p) }); len(found) != 0 {
+		t.Errorf("the permit server's protocol reaches %v", found)
 	}
 }
 

@@ -51,7 +51,19 @@ func newBenchGate(b *testing.B, l gate.Limits) *gate.Gate {
 	return g
 }
 
-// BenchmarkAcquireRelease measures one uncontended Acquire and Release.
+// refusingLender is a Lender that a benchmark of the local path must never
+// reach: the gate's own permits are free.
+type refusingLender struct{ b *testing.B }
+
+func (l refusingLender) Lend(context.Context, time.Duration, time.Duration) (gate.Loan, error) {
+	l.b.Error("the gate borrowed while its own permits were free")
+	return nil, gate.ErrNotLent
+}
+
+// BenchmarkAcquireRelease measures one uncontended Acquire and Release;
+// gate_with_lender is the same gate set to borrow from a reserve, whose
+// own permits are free: the local path, which must cost what it did
+// without a lender.
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	const permits = 64
@@ -59,6 +71,9 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	withLatency := benchLimits(permits)
 	withLatency.TypicalLatency = 200 * time.Millisecond
 	b.Run("gate_deadline_check", func(b *testing.B) { benchGate(b, withLatency) })
+	b.Run("gate_with_lender", func(b *testing.B) {
+		benchGateWith(b, benchLimits(permits), func(g *gate.Gate) { g.SetLender(refusingLender{b}) })
+	})
 	b.Run("xsync", func(b *testing.B) {
 		s := semaphore.NewWeighted(permits)
 		b.ReportAllocs()
@@ -83,9 +98,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
-func benchGate(b *testing.B, l gate.Limits) {
+func benchGate(b *testing.B, l gate.Limits) { benchGateWith(b, l, func(*gate.Gate) {}) }
+
+// benchGateWith is benchGate on a gate that set changes first.
+func benchGateWith(b *testing.B, l gate.Limits, set func(*gate.Gate)) {
 	ctx := context.Background()
 	g := newBenchGate(b, l)
+	set(g)
 	b.ReportAllocs()
 	for b.Loop() {
 		p, err := g.Acquire(ctx)
@@ -101,8 +120,7 @@ func benchGate(b *testing.B, l gate.Limits) {
 func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	ctx := context.Background()
 	permits := 64 * max(1, runtime.GOMAXPROCS(0))
-	b.Run("gate", func(b *testing.B) {
-		g := newBenchGate(b, benchLimits(permits))
+	parallel := func(b *testing.B, g *gate.Gate) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
@@ -113,6 +131,12 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 				p.Release()
 			}
 		})
+	}
+	b.Run("gate", func(b *testing.B) { parallel(b, newBenchGate(b, benchLimits(permits))) })
+	b.Run("gate_with_lender", func(b *testing.B) {
+		g := newBenchGate(b, benchLimits(permits))
+		g.SetLender(refusingLender{b})
+		parallel(b, g)
 	})
 	b.Run("xsync", func(b *testing.B) {
 		s := semaphore.NewWeighted(int64(permits))

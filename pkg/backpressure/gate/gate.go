@@ -36,6 +36,12 @@ type Gate struct {
 	// phantoms counts fast-path admissions undone after a lost race; tests
 	// read it to know that path ran.
 	phantoms atomic.Uint64
+	// lender lends permits beyond the gate's own (SetLender); nil for none.
+	lender                        atomic.Pointer[lenderRef]
+	borrowed, notLent, lendFailed atomic.Uint64
+	// loan is set, and nothing else, in the Gate that stands for a lent
+	// permit (see lentPermit).
+	loan Loan
 
 	mu             sync.Mutex
 	limits         Limits               // guarded by mu
@@ -180,6 +186,11 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 	}
 	if !wait || g.room.Len() >= g.limits.QueueCapacity {
 		g.mu.Unlock()
+		if wait {
+			if loan := g.lendNow(ctx, deadline, hasDeadline); loan != nil {
+				return lentPermit(loan), nil
+			}
+		}
 		return g.reject(QueueFull, 0)
 	}
 	if now.IsZero() {
@@ -210,50 +221,86 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		return Permit{g: g}, nil
 	}
 	g.mu.Unlock()
-	return g.await(ctx, w, now, bound, bounded, reason)
+	lendFor := bound
+	if !bounded {
+		lendFor = deadline.Sub(now) // only used when the call has a deadline
+	}
+	return g.await(ctx, w, now, bound, bounded, reason, g.startLending(ctx, deadline, hasDeadline, lendFor))
 }
 
 // await blocks until w is granted a permit, the gate closes, ctx ends or the
-// wait bound passes. Only calls that reach it count in the queue-wait
-// histogram.
-func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time.Duration, bounded bool, reason Reason) (Permit, error) {
+// wait bound passes, or, when lending is not nil, the Lender lends a permit
+// first. Only calls that reach it count in the queue-wait histogram.
+func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time.Duration, bounded bool, reason Reason, lending *lending) (Permit, error) {
 	var expired <-chan time.Time
 	if bounded {
 		t := time.NewTimer(bound)
 		defer t.Stop()
 		expired = t.C
 	}
+	var lentCh <-chan lent
+	if lending != nil {
+		lentCh = lending.result
+	}
 	var granted, closed bool
+	var loan Loan
 	var err error
-	select {
-	case <-w.Value.ready:
-		g.mu.Lock()
-		granted, closed = w.Value.granted, w.Value.closed
-		g.recycleLocked(w)
-		if granted {
-			g.admittedLocked++
+	for waiting := true; waiting; {
+		waiting = false
+		select {
+		case r := <-lentCh:
+			lending, lentCh = nil, nil // its outcome is taken
+			if !g.countLend(ctx, r.loan, r.err) {
+				waiting = true // refused: wait for the gate's own permits only
+				continue
+			}
+			loan = r.loan
+			g.mu.Lock()
+			if granted, closed = g.leaveLocked(w); granted {
+				g.admittedLocked++
+			}
+			g.mu.Unlock()
+		case <-w.Value.ready:
+			g.mu.Lock()
+			granted, closed = w.Value.granted, w.Value.closed
+			g.recycleLocked(w)
+			if granted {
+				g.admittedLocked++
+			}
+			g.mu.Unlock()
+		case <-ctx.Done():
+			err = ctx.Err()
+			g.mu.Lock()
+			if granted, _ = g.leaveLocked(w); granted {
+				// Granted as ctx ended: hand the permit on, as if never taken
+				// (it was not counted as an admission yet).
+				g.releaseLocked()
+				granted = false
+			}
+			g.mu.Unlock()
+		case <-expired:
+			// A grant that raced with the timer is kept: it was made while a
+			// permit was free, and the caller is still waiting for it.
+			g.mu.Lock()
+			if granted, closed = g.leaveLocked(w); granted {
+				g.admittedLocked++
+			}
+			g.mu.Unlock()
 		}
-		g.mu.Unlock()
-	case <-ctx.Done():
-		err = ctx.Err()
-		g.mu.Lock()
-		if granted, _ = g.leaveLocked(w); granted {
-			// Granted as ctx ended: hand the permit on, as if never taken
-			// (it was not counted as an admission yet).
-			g.releaseLocked()
-			granted = false
-		}
-		g.mu.Unlock()
-	case <-expired:
-		// A grant that raced with the timer is kept: it was made while a
-		// permit was free, and the caller is still waiting for it.
-		g.mu.Lock()
-		if granted, closed = g.leaveLocked(w); granted {
-			g.admittedLocked++
-		}
-		g.mu.Unlock()
+	}
+	if lending != nil {
+		lending.abandon()
 	}
 	g.waits.Observe(time.Since(start))
+	switch {
+	case loan != nil && !granted && !closed:
+		g.borrowed.Add(1)
+		return lentPermit(loan), nil
+	case loan != nil:
+		// The gate's own permit came at the same moment (keep it), or the
+		// gate closed (it admits nothing, lent or not).
+		loan.Return()
+	}
 	switch {
 	case granted:
 		return Permit{g: g}, nil
@@ -381,8 +428,12 @@ func (g *Gate) release() {
 }
 
 // releaseSlow follows a release that found waiters: it hands the permit to
-// the first one.
+// the first one. For a lent permit (see lentPermit) it returns the loan.
 func (g *Gate) releaseSlow() {
+	if g.loan != nil {
+		g.loan.Return()
+		return
+	}
 	g.mu.Lock()
 	g.checkOverRelease(g.load())
 	g.dispatchLocked()

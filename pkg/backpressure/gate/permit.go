@@ -22,7 +22,8 @@ type Permit struct {
 	g *Gate
 }
 
-// Release returns the permit to its gate. Calls after the first do nothing.
+// Release returns the permit to its gate, or a lent permit to its Lender.
+// Calls after the first do nothing.
 func (p *Permit) Release() {
 	g := p.g
 	p.g = nil
@@ -36,6 +37,10 @@ func (p *Permit) Release() {
 
 // Held reports whether p holds a permit that has not been released.
 func (p *Permit) Held() bool { return p.g != nil }
+
+// Borrowed reports whether p holds a permit lent by the gate's Lender
+// rather than one of the gate's own.
+func (p *Permit) Borrowed() bool { return p.g != nil && p.g.loan != nil }
 
 // ReleaseFunc moves the permit into a function that releases it on its first
 // call and does nothing on later ones, from any goroutine. p no longer holds

@@ -17,6 +17,11 @@ type Stats struct {
 	Admitted uint64
 	// Rejected counts rejections by reason; every Reason has an entry.
 	Rejected map[Reason]uint64
+	// Borrowed counts the calls admitted on a permit the gate's Lender lent
+	// (not in Admitted); NotLent the times the Lender had none to lend;
+	// LendFailed the times it could not be asked or did not answer in time
+	// (the call then went on with the gate's own permits). See SetLender.
+	Borrowed, NotLent, LendFailed uint64
 	// QueueWait holds the time spent in the waiting room by every call that
 	// waited there, whatever the outcome. Calls admitted at once are not in it.
 	QueueWait queuewait.Snapshot
@@ -44,6 +49,7 @@ func (g *Gate) Stats() Stats {
 	for _, r := range Reasons {
 		st.Rejected[r] = g.rejected[r].Load()
 	}
+	st.Borrowed, st.NotLent, st.LendFailed = g.borrowed.Load(), g.notLent.Load(), g.lendFailed.Load()
 	st.QueueWait = g.waits.Snapshot()
 	return st
 }

@@ -79,5 +79,6 @@ require (
 replace (
 	github.com/backpressure-dev/backpressure-operator => ../../../..
 	github.com/backpressure-dev/backpressure-operator/api/plan => ../../../../api/plan
+	github.com/backpressure-dev/backpressure-operator/api/reserve => ../../../../api/reserve
 	github.com/backpressure-dev/backpressure-operator/pkg/backpressure => ../..
 )

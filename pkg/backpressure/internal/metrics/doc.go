@@ -19,6 +19,7 @@
 //	backpressure_gate_queue_wait_seconds{gate}          histogram: time in the waiting room, of calls that waited
 //	backpressure_gate_admitted_total{gate}              counter
 //	backpressure_gate_rejected_total{gate,reason}       counter; reason: closed, deadline_too_short, rate_limited, queue_full, wait_timeout
+//	backpressure_gate_borrows_total{gate,result}        counter; result: borrowed, not_lent, failed (permits asked of a reserve)
 //	backpressure_dispatcher_workers{dispatcher}         gauge: workers configured
 //	backpressure_dispatcher_active_workers{dispatcher}  gauge: workers not idle
 //	backpressure_dispatcher_queue_depth{dispatcher}     gauge: tasks waiting for a worker

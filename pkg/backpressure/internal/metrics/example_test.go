@@ -34,6 +34,7 @@ func ExampleNewGateCollector() {
 	}
 	// Output:
 	// backpressure_gate_admitted_total 1
+	// backpressure_gate_borrows_total 3
 	// backpressure_gate_in_flight 1
 	// backpressure_gate_permits 1
 	// backpressure_gate_queue_depth 1

@@ -17,7 +17,7 @@ type GateSource interface {
 type GateCollector struct {
 	sources sources[GateSource]
 
-	permits, inFlight, queueDepth, queueWait, admitted, rejected *prometheus.Desc
+	permits, inFlight, queueDepth, queueWait, admitted, rejected, borrows *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*GateCollector)(nil)
@@ -34,6 +34,9 @@ func NewGateCollector(reg prometheus.Registerer) (*GateCollector, error) {
 		queueWait:  prometheus.NewDesc("backpressure_gate_queue_wait_seconds", "Time calls that waited spent in the gate's waiting room, whether admitted or not.", gl, nil),
 		admitted:   prometheus.NewDesc("backpressure_gate_admitted_total", "Calls the gate admitted.", gl, nil),
 		rejected:   prometheus.NewDesc("backpressure_gate_rejected_total", "Calls the gate rejected, by reason.", []string{"gate", "reason"}, nil),
+		borrows: prometheus.NewDesc("backpressure_gate_borrows_total",
+			"Permits the gate asked of the reserve's permit server when its own were taken, by result: borrowed (the call ran on a lent permit, not counted in admitted), not_lent (none to lend), failed (the server could not be asked in time; the call went on with the pod's own share).",
+			[]string{"gate", "result"}, nil),
 	}
 	if err := register(reg, c); err != nil {
 		return nil, err
@@ -49,7 +52,7 @@ func (c *GateCollector) Remove(name string) { c.sources.remove(name) }
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *GateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected} {
+	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected, c.borrows} {
 		ch <- d
 	}
 }
@@ -66,5 +69,8 @@ func (c *GateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range gate.Reasons {
 			ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(st.Rejected[r]), name, r.String())
 		}
+		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.Borrowed), name, "borrowed")
+		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.NotLent), name, "not_lent")
+		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.LendFailed), name, "failed")
 	}
 }

@@ -48,6 +48,14 @@ const gateWant = `
 # TYPE backpressure_gate_admitted_total counter
 backpressure_gate_admitted_total{gate="logistics"} 42
 backpressure_gate_admitted_total{gate="payments"} 0
+# HELP backpressure_gate_borrows_total Permits the gate asked of the reserve's permit server when its own were taken, by result: borrowed (the call ran on a lent permit, not counted in admitted), not_lent (none to lend), failed (the server could not be asked in time; the call went on with the pod's own share).
+# TYPE backpressure_gate_borrows_total counter
+backpressure_gate_borrows_total{gate="logistics",result="borrowed"} 4
+backpressure_gate_borrows_total{gate="logistics",result="failed"} 1
+backpressure_gate_borrows_total{gate="logistics",result="not_lent"} 6
+backpressure_gate_borrows_total{gate="payments",result="borrowed"} 0
+backpressure_gate_borrows_total{gate="payments",result="failed"} 0
+backpressure_gate_borrows_total{gate="payments",result="not_lent"} 0
 # HELP backpressure_gate_in_flight Calls admitted by the gate and not yet released.
 # TYPE backpressure_gate_in_flight gauge
 backpressure_gate_in_flight{gate="logistics"} 3
@@ -123,6 +131,7 @@ func TestGateCollectorExposition(t *testing.T) {
 		Admitted:  42,
 		Rejected:  map[gate.Reason]uint64{gate.DeadlineTooShort: 1, gate.QueueFull: 7, gate.WaitTimeout: 2},
 		QueueWait: waits(2*time.Millisecond, 40*time.Millisecond),
+		Borrowed:  4, NotLent: 6, LendFailed: 1,
 	}}
 	// One registry serves many gates.
 	payments := fakeGate{name: "payments", stats: gate.Stats{Limits: gate.Limits{Permits: 1}}}

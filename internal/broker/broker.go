@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxLease is long enough for the per-hop deadlines the operator
+	// sizes for (seconds at most) and short enough that a restarted server
+	// lends again soon.
+	DefaultMaxLease = 10 * time.Second
+	// DefaultMargin covers what outlives a call's deadline on the caller's
+	// side: the release after the call returns, a transport that finishes
+	// reading an answer.
+	DefaultMargin = 100 * time.Millisecond
+	// DefaultMaxWait bounds how long a borrow may wait, well above the
+	// waiting rooms the plans size (tens of milliseconds).
+	DefaultMaxWait = time.Second
+	// DefaultPodRetention is how long a pod's counts outlive its last
+	// borrow: several scrapes and several demand readings.
+	DefaultPodRetention = 10 * time.Minute
+)
+
+// Options configure a Broker. Zero values take the defaults above.
+type Options struct {
+	// MaxLease is the longest lease; a new Broker lends nothing for that
+	// long (see the package documentation, Restarts).
+	MaxLease time.Duration
+	// Margin is added to every hold.
+	Margin time.Duration
+	// MaxWait is the longest a borrow waits for a permit.
+	MaxWait time.Duration
+	// PodRetention is how long a pod's counts are kept after its last
+	// borrow.
+	PodRetention time.Duration
+	// Clock tells the time of leases and learning; nil means the real
+	// clock. Waits use real timers.
+	Clock clock.PassiveClock
+	// Registerer registers the Broker's collector; nil registers nothing
+	// (Collector returns it for the caller to register).
+	Registerer prometheus.Registerer
+}
+
+// Request is one borrow.
+type Request struct {
+	// Gate and Pod name the reserve and the borrower.
+	Gate, Pod string
+	// Hold is the longest the caller will hold the permit.
+	Hold time.Duration
+	// Wait is how long the borrow may wait for a permit; 0 answers at once.
+	Wait time.Duration
+}
+
+// Lease is a permit lent: it must be returned with its Incarnation and ID,
+// and ends on its own TTL after it was granted.
+type Lease struct {
+	Incarnation, ID uint64
+	TTL             time.Duration
+}
+
+// Refusal is the error Borrow returns when it lends nothing.
+type Refusal struct {
+	Reason reservev1.Reason
+	// RetryAfter, when positive, is how long asking again is useless.
+	RetryAfter time.Duration
+	Message    string
+}
+
+func (r *Refusal) Error() string { return "broker: " + r.Message }
+
+// ErrInvalid is matched (errors.Is) by the error of a malformed request.
+var ErrInvalid = errors.New("broker: invalid request")
+
+// Broker lends the permits of the reserves it holds. See the package
+// documentation for its guarantees. It is safe for concurrent use.
+type Broker struct {
+	opts          Options
+	clock         clock.PassiveClock
+	incarnation   uint64
+	learningUntil time.Time
+	refusals      refusalCounts
+
+	mu    sync.RWMutex
+	pools map[string]*pool // guarded by mu
+}
+
+// New returns a Broker that starts learning now, with no gate.
+func New(opts Options) (*Broker, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&opts.MaxLease, DefaultMaxLease)
+	def(&opts.Margin, DefaultMargin)
+	def(&opts.MaxWait, DefaultMaxWait)
+	def(&opts.PodRetention, DefaultPodRetention)
+	switch {
+	case opts.MaxLease < 0 || opts.Margin < 0 || opts.MaxWait < 0 || opts.PodRetention < 0:
+		return nil, fmt.Errorf("broker: options: durations must not be negative: %+v", opts)
+	case opts.Margin >= opts.MaxLease:
+		return nil, fmt.Errorf("broker: margin %s must be below the longest lease %s", opts.Margin, opts.MaxLease)
+	}
+	c := opts.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	b := &Broker{
+		opts:          opts,
+		clock:         c,
+		incarnation:   rand.Uint64(),
+		learningUntil: c.Now().Add(opts.MaxLease),
+		pools:         map[string]*pool{},
+	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(b.Collector()); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Incarnation names this run of the server in its leases.
+func (b *Broker) Incarnation() uint64 { return b.incarnation }
+
+// LearningUntil is when the Broker starts lending.
+func (b *Broker) LearningUntil() time.Time { return b.learningUntil }
+
+// SetCapacity puts capacity in force for gate, creating the gate if it is
+// new. A larger capacity serves waiting borrows at once; a smaller one
+// revokes nothing.
+func (b *Broker) SetCapacity(gate string, capacity int) error {
+	if gate == "" {
+		return fmt.Errorf("%w: gate: must not be empty", ErrInvalid)
+	}
+	if capacity < 0 {
+		return fmt.Errorf("%w: capacity of %s: must be at least 0, got %d", ErrInvalid, gate, capacity)
+	}
+	b.mu.Lock()
+	p := b.pools[gate]
+	if p == nil {
+		p = newPool(gate)
+		b.pools[gate] = p
+	}
+	b.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := b.clock.Now()
+	p.capacity = capacity
+	p.expireLocked(now)
+	p.dispatchLocked(now)
+	return nil
+}
+
+func (b *Broker) pool(gate string) *pool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.pools[gate]
+}
+
+func (r Request) validate() error {
+	var problems []string
+	if r.Gate == "" {
+		problems = append(problems, "gate: must not be empty")
+	}
+	if r.Pod == "" {
+		problems = append(problems, "pod: must not be empty")
+	}
+	if r.Hold <= 0 {
+		problems = append(problems, fmt.Sprintf("hold: must be positive, got %s", r.Hold))
+	}
+	if r.Wait < 0 {
+		problems = append(problems, fmt.Sprintf("wait: must not be negative, got %s", r.Wait))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Borrow lends one permit of r.Gate, waiting for one up to r.Wait (at most
+// Options.MaxWait) when none is free. It returns the lease, a *Refusal, an
+// error matching ErrInvalid, or ctx.Err() when ctx ends while it waits.
+func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
+	if err := r.validate(); err != nil {
+		return Lease{}, err
+	}
+	p := b.pool(r.Gate)
+	if p == nil {
+		return Lease{}, b.refuse(reservev1.Reason_REASON_UNKNOWN_GATE, 0, "no reserve for gate %q here", r.Gate)
+	}
+	ttl := r.Hold + b.opts.Margin
+	p.mu.Lock()
+	// The time of a grant is read once the lock is held, as everywhere: a
+	// time read before could precede the ask of a borrow that queued
+	// meanwhile, and its lease would end before the borrower's own
+	// reckoning of it (ask + ttl).
+	now := b.clock.Now()
+	switch {
+	case now.Before(b.learningUntil):
+		p.tallyLocked(r.Pod, now).refused++
+		p.mu.Unlock()
+		left := b.learningUntil.Sub(now)
+		return Lease{}, b.refuse(reservev1.Reason_REASON_LEARNING, left, "started less than the longest lease (%s) ago: lending from %s on", b.opts.MaxLease, b.learningUntil.Format(time.RFC3339Nano))
+	case ttl > b.opts.MaxLease:
+		p.tallyLocked(r.Pod, now).refused++
+		p.mu.Unlock()
+		return Lease{}, b.refuse(reservev1.Reason_REASON_HOLD_TOO_LONG, 0, "hold %s plus margin %s exceeds the longest lease %s", r.Hold, b.opts.Margin, b.opts.MaxLease)
+	}
+	p.expireLocked(now)
+	if p.freeLocked() && p.waiting.Len() == 0 {
+		l := p.grantLocked(r.Pod, now, ttl)
+		p.mu.Unlock()
+		return b.leaseOf(l, ttl), nil
+	}
+	wait := min(r.Wait, b.opts.MaxWait)
+	if wait <= 0 {
+		p.tallyLocked(r.Pod, now).refused++
+		p.mu.Unlock()
+		return Lease{}, b.exhausted(p)
+	}
+	w := &waiter{pod: r.Pod, ttl: ttl, ready: make(chan struct{})}
+	e := p.waiting.PushBack(w)
+	p.mu.Unlock()
+	return b.await(ctx, p, w, e, wait)
+}
+
+// await blocks until w is granted, its wait ends or ctx ends.
+func (b *Broker) await(ctx context.Context, p *pool, w *waiter, e *list.Element, wait time.Duration) (Lease, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		return b.leaseOf(w.lease, w.ttl), nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.lease != nil {
+		// Granted as the wait ended. A caller that gave up never sees the
+		// lease: end it now rather than when it expires.
+		if ctx.Err() != nil {
+			p.endLocked(w.lease)
+			p.returned++
+			p.dispatchLocked(b.clock.Now())
+			return Lease{}, ctx.Err()
+		}
+		return b.leaseOf(w.lease, w.ttl), nil
+	}
+	p.waiting.Remove(e)
+	p.tallyLocked(w.pod, b.clock.Now()).refused++
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
+	return Lease{}, b.exhausted(p)
+}
+
+func (b *Broker) exhausted(p *pool) error {
+	return b.refuse(reservev1.Reason_REASON_EXHAUSTED, 0, "every permit of gate %q's reserve here is lent (%d)", p.gate, p.capacity)
+}
+
+func (b *Broker) leaseOf(l *lease, ttl time.Duration) Lease {
+	return Lease{Incarnation: b.incarnation, ID: l.id, TTL: ttl}
+}
+
+func (b *Broker) refuse(reason reservev1.Reason, retryAfter time.Duration, format string, args ...any) *Refusal {
+	b.refusals.add(reason)
+	return &Refusal{Reason: reason, RetryAfter: retryAfter, Message: fmt.Sprintf(format, args...)}
+}
+
+// Return ends a lease before its time, freeing its permit. It reports
+// false when the lease had already ended: returned, expired, or granted by
+// another incarnation.
+func (b *Broker) Return(gate string, incarnation, id uint64) bool {
+	if incarnation != b.incarnation {
+		return false
+	}
+	p := b.pool(gate)
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := b.clock.Now()
+	p.expireLocked(now) // a lease whose time is up has ended, returned or not
+	defer p.dispatchLocked(now)
+	l := p.leases[id]
+	if l == nil {
+		return false
+	}
+	p.endLocked(l)
+	p.returned++
+	return true
+}
+
+// Expire ends every lease whose time is up, lending the permits it frees
+// to the borrows waiting, and forgets the pods that have not borrowed for
+// Options.PodRetention. Borrow expires leases itself before it decides;
+// Run calls Expire so that waiting borrows get expired leases' permits in
+// time.
+func (b *Broker) Expire() {
+	b.eachPool(func(p *pool) {
+		now := b.clock.Now()
+		p.expireLocked(now)
+		p.dispatchLocked(now)
+		p.forgetLocked(now.Add(-b.opts.PodRetention))
+	})
+}
+
+// Run calls Expire every interval until ctx ends, and returns nil.
+func (b *Broker) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			b.Expire()
+		}
+	}
+}
+
+// GateStats is a gate's state at one instant.
+type GateStats struct {
+	Gate string
+	// Capacity is the capacity in force; Leases the leases outstanding,
+	// which exceed it only after a shrink, until enough have ended.
+	Capacity, Leases, Waiting int
+	// Returned and Expired count the leases that ended each way.
+	Returned, Expired uint64
+}
+
+// Stats returns every gate's state, by gate name.
+func (b *Broker) Stats() []GateStats {
+	var out []GateStats
+	b.eachPool(func(p *pool) {
+		out = append(out, GateStats{
+			Gate: p.gate, Capacity: p.capacity, Leases: len(p.leases), Waiting: p.waiting.Len(),
+			Returned: p.returned, Expired: p.expired,
+		})
+	})
+	return out
+}
+
+// Borrowers is what one pod asked of one gate: the demand signal.
+type Borrowers struct {
+	Gate, Pod        string
+	Granted, Refused uint64
+	LastBorrow       time.Time
+}
+
+// Borrowers returns the counts of every pod that borrowed within
+// Options.PodRetention, by gate and pod.
+func (b *Broker) Borrowers() []Borrowers {
+	var out []Borrowers
+	b.eachPool(func(p *pool) {
+		start := len(out)
+		for pod, t := range p.pods {
+			out = append(out, Borrowers{Gate: p.gate, Pod: pod, Granted: t.granted, Refused: t.refused, LastBorrow: t.last})
+		}
+		slices.SortFunc(out[start:], func(x, y Borrowers) int { return strings.Compare(x.Pod, y.Pod) })
+	})
+	return out
+}
+
+// eachPool calls f on every pool under its lock, by gate name.
+func (b *Broker) eachPool(f func(*pool)) {
+	b.mu.RLock()
+	pools := make([]*pool, 0, len(b.pools))
+	for _, p := range b.pools {
+		pools = append(pools, p)
+	}
+	b.mu.RUnlock()
+	slices.SortFunc(pools, func(x, y *pool) int { return strings.Compare(x.gate, y.gate) })
+	for _, p := range pools {
+		p.mu.Lock()
+		f(p)
+		p.mu.Unlock()
+	}
+}

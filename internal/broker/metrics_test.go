@@ -1,0 +1,68 @@
+package broker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/broker"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	clock := clocktesting.NewFakePassiveClock(t0)
+	b, err := broker.New(broker.Options{MaxLease: maxLease, Margin: margin, Clock: clock, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.SetCapacity("g", 1)
+	_, _ = borrow(b, "pod-a") // learning
+	clock.SetTime(b.LearningUntil())
+	l := mustBorrow(t, b, "pod-a")
+	_, _ = borrow(b, "pod-b") // exhausted
+	b.Return("g", l.Incarnation, l.ID)
+	mustBorrow(t, b, "pod-b")
+	_, _ = b.Borrow(context.Background(), broker.Request{Gate: "x", Pod: "p", Hold: time.Second})
+
+	want := `
+# HELP backpressure_broker_borrows_total Borrows by pod and result (granted or refused): the demand beyond each pod's own share. A pod's series goes away after it stops borrowing.
+# TYPE backpressure_broker_borrows_total counter
+backpressure_broker_borrows_total{gate="g",pod="pod-a",result="granted"} 1
+backpressure_broker_borrows_total{gate="g",pod="pod-a",result="refused"} 1
+backpressure_broker_borrows_total{gate="g",pod="pod-b",result="granted"} 1
+backpressure_broker_borrows_total{gate="g",pod="pod-b",result="refused"} 1
+# HELP backpressure_broker_capacity Permits of the gate's reserve this server may lend: the capacity in force.
+# TYPE backpressure_broker_capacity gauge
+backpressure_broker_capacity{gate="g"} 1
+# HELP backpressure_broker_leases Leases outstanding; above the capacity only after it shrank, until enough have ended.
+# TYPE backpressure_broker_leases gauge
+backpressure_broker_leases{gate="g"} 1
+# HELP backpressure_broker_leases_ended_total Leases ended, by how: returned by the borrower, or expired at the end of their time.
+# TYPE backpressure_broker_leases_ended_total counter
+backpressure_broker_leases_ended_total{gate="g",how="expired"} 0
+backpressure_broker_leases_ended_total{gate="g",how="returned"} 1
+# HELP backpressure_broker_learning 1 while the server waits out the leases an earlier run may have granted, lending nothing; else 0.
+# TYPE backpressure_broker_learning gauge
+backpressure_broker_learning 0
+# HELP backpressure_broker_refusals_total Borrows refused, by reason, all gates together.
+# TYPE backpressure_broker_refusals_total counter
+backpressure_broker_refusals_total{reason="exhausted"} 1
+backpressure_broker_refusals_total{reason="hold_too_long"} 0
+backpressure_broker_refusals_total{reason="learning"} 1
+backpressure_broker_refusals_total{reason="unknown_gate"} 1
+# HELP backpressure_broker_waiting Borrows waiting for a permit.
+# TYPE backpressure_broker_waiting gauge
+backpressure_broker_waiting{gate="g"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	if _, err := broker.New(broker.Options{Registerer: reg}); err == nil {
+		t.Error("a second Broker registered the same metrics without error")
+	}
+}

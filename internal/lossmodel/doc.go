@@ -1,0 +1,65 @@
+// Package lossmodel predicts how many calls per-pod shares admit compared
+// with one global gate of the same permits: the loss that dividing one
+// semaphore of A into P semaphores costs when the load on the pods is not
+// perfectly even, and what a pooled reserve and shares that follow demand
+// win back. It is the calculator behind `kubectl backpressure plan
+// --offered-load` and the oracle the storm's partial-load measurement is
+// checked against, so it shares no code with the gate, the division or the
+// sizing: it is a model of them, written from their documented behaviour.
+//
+// # Why a simulation
+//
+// It is a seeded discrete-event simulation, not Erlang arithmetic. Erlang's
+// loss formula (B) is exact for one pool without a waiting room under
+// Poisson arrivals, whatever the latency distribution, and so for a random
+// balancer or pinned connections without a waiting room (each pod then sees
+// Poisson arrivals of its own). It says nothing exact about what the
+// operator actually runs: a waiting room bounded in time (a call leaves
+// after MaxQueueWait) and in size, a round-robin balancer (each pod sees
+// regular, not Poisson, arrivals), a reserve that only the overflow of full
+// pods reaches (overflow traffic is burstier than Poisson; Hayward's and
+// Wilkinson's approximations exist but not for waiting rooms). A
+// simulation handles all of them with one small loop; its price is sampling
+// noise, which the default run length keeps below half a point, and a
+// run time of tens of milliseconds. The tests check it against Erlang's B
+// and the M/M/s/K formula where those are exact.
+//
+// # What it models
+//
+//   - Arrivals are Poisson at Load × A / mean latency calls per second:
+//     Load is the offered load as a fraction of what A permits serve.
+//   - Latencies are lognormal with a mean and a coefficient of variation
+//     (or exponential, for the closed-form checks), drawn per call.
+//   - A balancer sends each call to a pod: RoundRobin (an ideal L4
+//     balancer), Random (kube-proxy's iptables mode), or Pinned (long-lived
+//     connections: pod p receives a fixed part w_p of the calls, the weights
+//     lognormal with parameter Skew, drawn from the seed by Weights).
+//   - Each pod holds a share of the A − R permits outside the reserve:
+//     EqualShares (the exact division: floor and one more), or DemandShares
+//     (idealised shares that follow demand: every pod's long-run offered
+//     in-flight, w_p × Load × A, known exactly; max-min fairness capped at
+//     that demand, the surplus split evenly, no pod below Floor). Measured
+//     demand in a real cluster lags and is noisy, so DemandShares is what
+//     demand-following approaches, not what it achieves.
+//   - A call is admitted at once if its pod has a permit free and nobody
+//     waits there. Otherwise it is lent one of the R reserve permits if one
+//     is free. Otherwise it waits in its pod's FIFO waiting room, if there
+//     is room, for at most MaxQueueWait, and under BorrowWaiting (the
+//     library's rule) it waits for a reserve permit at the same time: a
+//     permit freed at its pod goes to the pod's first waiter, a reserve
+//     permit going back goes to the call that has waited longest in any
+//     pod, and the call runs on whichever comes first. Otherwise it is
+//     shed. Under BorrowOnce a call tries the reserve only on arrival.
+//
+// What it leaves out: the token bucket, deadlines (DeadlineTooShort), the
+// borrow's round trip (a millisecond against latencies of hundreds), the
+// lease margin (a permit returned to the reserve a little after its call
+// ended), and the time demand-following takes to follow.
+//
+// # Reproducibility
+//
+// The same Scenario gives the same Result. Arrivals and latencies, routing,
+// and the pinned weights come from three streams of the seed, so a scenario
+// and its GlobalGate see the same calls with the same latencies (common
+// random numbers: their ratio is less noisy than either figure).
+package lossmodel

@@ -1,0 +1,367 @@
+package lossmodel_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
+)
+
+// sample is the issue's measurement: 40 permits over 8 pods, 80 % load,
+// lognormal latency of mean 220 ms and cv 0.5, a 40 ms waiting room.
+func sample() lossmodel.Scenario {
+	return lossmodel.Scenario{
+		Permits:      40,
+		Pods:         8,
+		Load:         0.8,
+		Latency:      lossmodel.Latency{Mean: 220 * time.Millisecond, CV: 0.5},
+		MaxQueueWait: 40 * time.Millisecond,
+	}
+}
+
+// erlangB is Erlang's loss formula by its recursion, the oracle for one
+// pool without a waiting room under Poisson arrivals (whatever the latency
+// distribution).
+func erlangB(erlangs float64, servers int) float64 {
+	b := 1.0
+	for k := 1; k <= servers; k++ {
+		b = erlangs * b / (float64(k) + erlangs*b)
+	}
+	return b
+}
+
+func within(t *testing.T, what string, got, want, tolerance float64) {
+	t.Helper()
+	if math.Abs(got-want) > tolerance {
+		t.Errorf("%s = %.4f, want %.4f ± %.4f", what, got, want, tolerance)
+	}
+}
+
+func simulate(t *testing.T, s lossmodel.Scenario) lossmodel.Result {
+	t.Helper()
+	r, err := lossmodel.Simulate(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func compare(t *testing.T, s lossmodel.Scenario) lossmodel.Comparison {
+	t.Helper()
+	c, err := lossmodel.Compare(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestErlangBTable checks one pool without a waiting room against the
+// published Erlang-B table: the offered traffic at which N servers block
+// 1 % or 5 % of the calls. Constant latencies and lognormal ones with a cv
+// of 1.5 (neither exponential) test the formula's insensitivity to the
+// distribution too.
+func TestErlangBTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		servers int
+		erlangs float64
+		blocked float64
+	}{
+		{5, 1.361, 0.01},
+		{5, 2.219, 0.05},
+		{10, 4.461, 0.01},
+		{10, 6.216, 0.05},
+		{40, 29.007, 0.01},
+		{40, 31.0, 0.02},
+	} {
+		for _, cv := range []float64{0, 1.5} {
+			s := lossmodel.Scenario{
+				Permits: c.servers, Pods: 1, Load: c.erlangs / float64(c.servers),
+				Latency: lossmodel.Latency{Mean: 100 * time.Millisecond, CV: cv}, Seed: 7, Calls: 150_000,
+			}
+			r := simulate(t, s)
+			within(t, "blocked", 1-r.AdmittedFraction(), c.blocked, 0.003+c.blocked/10)
+		}
+	}
+}
+
+// TestSplitPoolsAreErlangB: without a waiting room, a random balancer gives
+// each pod Poisson arrivals of its own, so 8 pods of 5 at 80 % of 40
+// permits lose what one pool of 5 at 4 Erlangs loses (19.9 %), and pinned
+// connections lose Σ w_p B(w_p × 32, s_p) with the pod's weights and shares.
+func TestSplitPoolsAreErlangB(t *testing.T) {
+	t.Parallel()
+	s := sample()
+	s.MaxQueueWait = 0
+	s.Balancer = lossmodel.Random
+	within(t, "random, admitted", simulate(t, s).AdmittedFraction(), 1-0.19907, 0.006)
+
+	for _, sharing := range []lossmodel.Sharing{lossmodel.EqualShares, lossmodel.DemandShares} {
+		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor = lossmodel.Pinned, 0.8, 3, sharing, 1
+		r := simulate(t, s)
+		var want float64
+		for p, w := range r.Weights {
+			want += w * (1 - erlangB(w*32, r.Shares[p]))
+		}
+		within(t, "pinned "+string(sharing)+", admitted", r.AdmittedFraction(), want, 0.006)
+	}
+}
+
+// TestFiniteWaitingRoomIsMMsK checks a waiting room without a time bound
+// against the M/M/s/K formula (exponential latencies): 5 permits and room
+// for 3 more calls at 90 % load.
+func TestFiniteWaitingRoomIsMMsK(t *testing.T) {
+	t.Parallel()
+	const servers, room, load = 5, 3, 0.9
+	s := lossmodel.Scenario{
+		Permits: servers, Pods: 1, Load: load,
+		Latency:       lossmodel.Latency{Mean: 100 * time.Millisecond, Shape: lossmodel.Exponential},
+		MaxQueueWait:  time.Hour,
+		QueueCapacity: func(int) int { return room },
+		Seed:          11,
+		Calls:         400_000,
+	}
+	a := load * servers
+	p := make([]float64, servers+room+1)
+	p[0] = 1
+	for n := 1; n < len(p); n++ {
+		p[n] = p[n-1] * a / float64(min(n, servers))
+	}
+	var sum float64
+	for _, v := range p {
+		sum += v
+	}
+	within(t, "blocked", 1-simulate(t, s).AdmittedFraction(), p[len(p)-1]/sum, 0.005)
+}
+
+// TestIssueTable checks the model against the table the issue measured
+// with the project's gate (8 gates of 5 against one of 40, two 15 s runs).
+// The waiting room there was bounded in time only. Agreement within a few
+// points is what a model of a measured system can promise.
+func TestIssueTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		balancer lossmodel.Balancer
+		lo, hi   float64 // the measured range, widened by 2 points each way
+	}{
+		{lossmodel.RoundRobin, 0.926, 0.978},
+		{lossmodel.Random, 0.83, 0.899},
+	} {
+		s := sample()
+		s.Balancer, s.Calls = c.balancer, 100_000
+		cmp := compare(t, s)
+		if got := cmp.Scenario.AdmittedFraction(); got < c.lo || got > c.hi {
+			t.Errorf("%s: 8 gates of 5 admit %.3f, the issue measured within [%.3f, %.3f]", c.balancer, got, c.lo, c.hi)
+		}
+		if got := cmp.Global.AdmittedFraction(); got < 0.985 {
+			t.Errorf("%s: one gate of 40 admits %.3f, the issue measured 98.7–100 %%", c.balancer, got)
+		}
+	}
+}
+
+// TestPinnedDependsOnTheDraw: with pinned connections the loss depends on
+// which weights the seed draws. The issue measured 59.9–61.9 % for one
+// draw of σ 0.8; over 16 draws the model ranges from about 60 % to 78 %,
+// and the measured figure is among its more skewed draws.
+func TestPinnedDependsOnTheDraw(t *testing.T) {
+	t.Parallel()
+	var admitted []float64
+	for seed := range uint64(16) {
+		s := sample()
+		s.Balancer, s.Skew, s.Seed, s.Calls = lossmodel.Pinned, 0.8, seed, 50_000
+		admitted = append(admitted, simulate(t, s).AdmittedFraction())
+	}
+	slices.Sort(admitted)
+	if admitted[0] > 0.62 || admitted[len(admitted)-1] < 0.75 {
+		t.Errorf("pinned σ 0.8 over 16 draws ranges over [%.3f, %.3f], want from below 0.62 (the issue's draw) to above 0.75", admitted[0], admitted[len(admitted)-1])
+	}
+}
+
+// TestOnePodIsTheGlobalGate: a single pod holding every permit is the
+// global gate, call for call.
+func TestOnePodIsTheGlobalGate(t *testing.T) {
+	t.Parallel()
+	s := sample()
+	s.Pods, s.Calls = 1, 20_000
+	c := compare(t, s)
+	if diff := cmp.Diff(c.Global, c.Scenario); diff != "" {
+		t.Errorf("one pod of 40 and the global gate differ (-global +pod):\n%s", diff)
+	}
+}
+
+// TestAllReserveIsTheGlobalGate: with every permit in the reserve and the
+// waiting rooms unbounded in size, every call borrows, a call that cannot
+// waits at the permit server in arrival order, and the reserve is one gate
+// of A fed the same calls: the same calls are admitted.
+func TestAllReserveIsTheGlobalGate(t *testing.T) {
+	t.Parallel()
+	for _, b := range lossmodel.Balancers {
+		s := sample()
+		s.Reserve, s.Balancer, s.Skew, s.Calls = 40, b, 0.8, 20_000
+		c := compare(t, s)
+		if c.Scenario.Admitted != c.Global.Admitted || c.Scenario.Borrowed != c.Scenario.Admitted {
+			t.Errorf("%s: all reserve admitted %d (%d borrowed), the global gate %d", b, c.Scenario.Admitted, c.Scenario.Borrowed, c.Global.Admitted)
+		}
+	}
+}
+
+// TestNeverAboveThePermits: whatever the scenario, the calls in flight never
+// exceed A.
+func TestNeverAboveThePermits(t *testing.T) {
+	t.Parallel()
+	for _, r := range []int{0, 7, 40} {
+		for _, b := range lossmodel.Balancers {
+			s := sample()
+			s.Load, s.Reserve, s.Balancer, s.Skew, s.Calls = 1.5, r, b, 1.2, 10_000
+			s.Sharing, s.Floor = lossmodel.DemandShares, 1
+			if got := simulate(t, s).PeakInFlight; got != 40 {
+				t.Errorf("reserve %d, %s at 150 %% load: peak in flight %d, want 40 (full, never above)", r, b, got)
+			}
+		}
+	}
+}
+
+// TestDemandShares: shares that follow demand give pinned pods permits in
+// the order of their weights, never below the floor, summing to A − R, and
+// admit more than equal shares; with equal weights they are the exact
+// division.
+func TestDemandShares(t *testing.T) {
+	t.Parallel()
+	s := sample()
+	s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Reserve, s.Calls = lossmodel.Pinned, 0.8, 5, lossmodel.DemandShares, 2, 4, 100_000
+	shares := s.Shares()
+	w := lossmodel.Weights(5, 8, 0.8)
+	var sum int
+	for p := range shares {
+		sum += shares[p]
+		if shares[p] < 2 {
+			t.Errorf("pod %d: share %d below the floor 2", p, shares[p])
+		}
+		for q := range shares {
+			if w[p] > w[q] && shares[p] < shares[q] {
+				t.Errorf("pod %d (weight %.3f) holds %d, pod %d (weight %.3f) %d", p, w[p], shares[p], q, w[q], shares[q])
+			}
+		}
+	}
+	if sum != 36 {
+		t.Errorf("shares %v sum to %d, want A − R = 36", shares, sum)
+	}
+
+	equal := s
+	equal.Sharing = lossmodel.EqualShares
+	if d, e := simulate(t, s).AdmittedFraction(), simulate(t, equal).AdmittedFraction(); d < e+0.05 {
+		t.Errorf("pinned: demand shares admit %.3f, equal shares %.3f: want at least 5 points more", d, e)
+	}
+
+	s.Balancer = lossmodel.Random
+	if diff := cmp.Diff([]int{5, 5, 5, 5, 4, 4, 4, 4}, s.Shares()); diff != "" {
+		t.Errorf("random balancer: demand shares are not the exact division (-want +got):\n%s", diff)
+	}
+}
+
+// TestBorrowWaitingAdmitsMore: a call that waits for a reserve permit while
+// it waits in its pod's waiting room is admitted more often than one that
+// tries the reserve only when it arrives.
+func TestBorrowWaitingAdmitsMore(t *testing.T) {
+	t.Parallel()
+	s := sample()
+	s.Balancer, s.Reserve, s.Calls = lossmodel.Random, 16, 100_000
+	once := s
+	once.Borrowing = lossmodel.BorrowOnce
+	waiting, single := compare(t, s).Ratio(), compare(t, once).Ratio()
+	if waiting < single+0.01 {
+		t.Errorf("reserve 16, random: waiting borrows reach %.3f of the global gate, single tries %.3f: want at least a point more", waiting, single)
+	}
+}
+
+// TestDeterministic: the same scenario gives the same result; another seed
+// another one.
+func TestDeterministic(t *testing.T) {
+	t.Parallel()
+	s := sample()
+	s.Balancer, s.Reserve, s.Calls = lossmodel.Random, 8, 20_000
+	a, b := simulate(t, s), simulate(t, s)
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("two runs differ (-first +second):\n%s", diff)
+	}
+	s.Seed++
+	if c := simulate(t, s); c.Admitted == a.Admitted && c.Borrowed == a.Borrowed {
+		t.Errorf("seeds 0 and 1 gave the same result %+v", c)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		edit func(*lossmodel.Scenario)
+		want string
+	}{
+		{func(s *lossmodel.Scenario) { s.Permits = 0 }, "lossmodel: permits: must be at least 1, got 0"},
+		{func(s *lossmodel.Scenario) { s.Pods = -1 }, "lossmodel: pods: must be at least 1, got -1"},
+		{func(s *lossmodel.Scenario) { s.Reserve = 41 }, "lossmodel: reserve: must be between 0 and the 40 permits, got 41"},
+		{func(s *lossmodel.Scenario) { s.Load = math.NaN() }, "lossmodel: load: must be a positive fraction of A / latency, got NaN"},
+		{func(s *lossmodel.Scenario) { s.Latency.Mean = 0 }, "lossmodel: latency: mean must be positive, got 0s"},
+		{func(s *lossmodel.Scenario) { s.Balancer = "sticky" }, `lossmodel: balancer: must be round-robin, random or pinned, got "sticky"`},
+		{func(s *lossmodel.Scenario) { s.Skew = -1 }, "lossmodel: skew: must be at least 0, got -1"},
+		{func(s *lossmodel.Scenario) { s.Borrowing = "later" }, `lossmodel: borrowing: must be waiting or once, got "later"`},
+		{func(s *lossmodel.Scenario) { s.MaxQueueWait = -time.Second }, "lossmodel: max queue wait: must be at least 0, got -1s"},
+	} {
+		s := sample()
+		c.edit(&s)
+		_, err := lossmodel.Simulate(s)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("got error %v, want %q", err, c.want)
+		}
+	}
+}
+
+// TestReserveForTheIssueGoals sizes the reserve for the partial-load goals
+// (the sample at 80 %, shares that follow demand): 99 % of the global gate
+// with a random balancer, 98 % with pinned connections. It takes about 23
+// of the 40 permits for random and about 21 for pinned, and then more than
+// half of the admitted calls borrow: the goal of at most half borrowed
+// cannot be met together with these ratios by a reserve alone. Lent only
+// to calls that find a reserve permit free on arrival, even all 40 in the
+// reserve stay below both ratios.
+func TestReserveForTheIssueGoals(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		balancer lossmodel.Balancer
+		seed     uint64
+		target   float64
+		lo, hi   int
+	}{
+		{lossmodel.Random, 0, 0.99, 21, 26},
+		{lossmodel.Pinned, 2, 0.98, 18, 24},
+	} {
+		s := sample()
+		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = c.balancer, 0.8, c.seed, lossmodel.DemandShares, 1, 100_000
+		z, err := lossmodel.SmallestReserve(s, c.target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !z.Found || z.Reserve < c.lo || z.Reserve > c.hi {
+			t.Errorf("%s: smallest reserve for %.2f of the global gate: %d (found %v), want within [%d, %d]", c.balancer, c.target, z.Reserve, z.Found, c.lo, c.hi)
+		}
+		if b := z.Comparison.Scenario.BorrowedFraction(); b <= 0.5 {
+			t.Errorf("%s: reserve %d borrows %.3f of the admitted calls, want above 0.5", c.balancer, z.Reserve, b)
+		}
+		s.Borrowing, s.Reserve = lossmodel.BorrowOnce, 40
+		if r := compare(t, s).Ratio(); r >= c.target {
+			t.Errorf("%s, borrowing once: all 40 in the reserve reach %.3f of the global gate, want below %.2f", c.balancer, r, c.target)
+		}
+	}
+}
+
+func TestSmallestReserveTarget(t *testing.T) {
+	t.Parallel()
+	for _, target := range []float64{0, -1, 1.01, math.NaN()} {
+		if _, err := lossmodel.SmallestReserve(sample(), target); err == nil {
+			t.Errorf("target %v: no error", target)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package lossmodel
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Balancer says how each call is sent to a pod.
+type Balancer string
+
+const (
+	// RoundRobin sends the calls to the pods in turn: an ideal L4 balancer.
+	RoundRobin Balancer = "round-robin"
+	// Random sends each call to a pod chosen uniformly: kube-proxy's
+	// iptables mode.
+	Random Balancer = "random"
+	// Pinned sends each call to pod p with probability w_p, the pod's
+	// weight: long-lived gRPC or HTTP/2 connections, each pinned to one pod,
+	// carry unequal parts of the load. The weights are lognormal with
+	// parameter Scenario.Skew (see Weights).
+	Pinned Balancer = "pinned"
+)
+
+// Balancers lists the balancers in the order the plugin documents them.
+var Balancers = []Balancer{RoundRobin, Random, Pinned}
+
+// Sharing says how the permits outside the reserve are divided over the
+// pods.
+type Sharing string
+
+const (
+	// EqualShares is the exact division: every pod holds floor(S/P) of the
+	// S permits outside the reserve, and S mod P of them one more.
+	EqualShares Sharing = "equal"
+	// DemandShares follows each pod's long-run demand: max-min fairness
+	// over the pods capped at each pod's offered in-flight, the surplus
+	// split evenly, no pod below Scenario.Floor.
+	DemandShares Sharing = "demand"
+)
+
+// Borrowing says when a call whose pod is full is lent a reserve permit.
+type Borrowing string
+
+const (
+	// BorrowWaiting lends a call whose pod is full a reserve permit at once
+	// if one is free; otherwise the call waits for one at the permit server
+	// (first come, first served over all pods) for as long as it waits in
+	// its pod's waiting room, and runs on whichever permit comes first. A
+	// call its pod's waiting room cannot take is shed. This is what the
+	// library does.
+	BorrowWaiting Borrowing = "waiting"
+	// BorrowOnce lends a reserve permit only to a call that finds one free
+	// when it arrives; a call refused then waits for its pod's permits
+	// only.
+	BorrowOnce Borrowing = "once"
+)
+
+// Shape is the family of the latency distribution.
+type Shape string
+
+const (
+	// Lognormal latencies have the given mean and coefficient of variation;
+	// a CV of 0 makes every call take the mean.
+	Lognormal Shape = "lognormal"
+	// Exponential latencies have the given mean (their CV is 1, and
+	// Latency.CV is ignored). They are here for the closed-form checks.
+	Exponential Shape = "exponential"
+)
+
+// Latency is the distribution of the time a call holds its permit.
+type Latency struct {
+	// Mean is the mean latency; it must be positive.
+	Mean time.Duration
+	// CV is the coefficient of variation (standard deviation over mean) of
+	// a lognormal latency, at least 0.
+	CV float64
+	// Shape is Lognormal when empty.
+	Shape Shape
+}
+
+// DefaultCalls is the number of calls a Scenario simulates when Calls is 0:
+// enough for the admitted fraction to be within about half a point of its
+// limit at the loads the plugin is asked about.
+const DefaultCalls = 200_000
+
+// Scenario is one configuration of pods, shares, reserve and load. The zero
+// values of the optional fields mean: no reserve, equal shares, round-robin,
+// no waiting room, seed 0, DefaultCalls calls.
+type Scenario struct {
+	// Permits is A, the usable permits: the reserve plus what the pods
+	// hold.
+	Permits int
+	// Pods is P, the pods the calls are balanced over.
+	Pods int
+	// Reserve is R, the permits pooled rather than divided: 0 ≤ R ≤ A.
+	Reserve int
+	// Sharing divides the A − R other permits over the pods.
+	Sharing Sharing
+	// Floor is the fewest permits DemandShares gives a pod, so that an
+	// idle pod can still serve its next call; it is lowered when A − R
+	// cannot give every pod that many.
+	Floor int
+	// Load is the offered load as a fraction of what A permits serve:
+	// calls arrive at Load × A / Latency.Mean per second.
+	Load float64
+	// Latency is the distribution of the calls' latencies.
+	Latency Latency
+	// Balancer sends each call to a pod; RoundRobin when empty.
+	Balancer Balancer
+	// Skew is σ of the pinned weights' lognormal, at least 0; only Pinned
+	// uses it.
+	Skew float64
+	// MaxQueueWait is the longest a call waits in its pod's waiting room; 0
+	// means no waiting room.
+	MaxQueueWait time.Duration
+	// QueueCapacity gives the size of the waiting room of a pod holding
+	// the given permits; nil means unbounded (the wait is still bounded by
+	// MaxQueueWait). The sizing rule is floor(permits × MaxQueueWait /
+	// typical latency).
+	QueueCapacity func(permits int) int
+	// Borrowing says when a call whose pod is full runs on a reserve
+	// permit; BorrowWaiting when empty.
+	Borrowing Borrowing
+	// Seed chooses the arrivals, latencies, routing and pinned weights.
+	Seed uint64
+	// Calls is the number of calls simulated; DefaultCalls when 0. The
+	// first 2 % are a warm-up and not counted.
+	Calls int
+}
+
+// Validate returns an error naming the first field that is out of range.
+func (s Scenario) Validate() error {
+	switch {
+	case s.Permits < 1:
+		return fmt.Errorf("lossmodel: permits: must be at least 1, got %d", s.Permits)
+	case s.Pods < 1:
+		return fmt.Errorf("lossmodel: pods: must be at least 1, got %d", s.Pods)
+	case s.Reserve < 0 || s.Reserve > s.Permits:
+		return fmt.Errorf("lossmodel: reserve: must be between 0 and the %d permits, got %d", s.Permits, s.Reserve)
+	case s.Sharing != "" && s.Sharing != EqualShares && s.Sharing != DemandShares:
+		return fmt.Errorf("lossmodel: sharing: must be %s or %s, got %q", EqualShares, DemandShares, s.Sharing)
+	case s.Borrowing != "" && s.Borrowing != BorrowWaiting && s.Borrowing != BorrowOnce:
+		return fmt.Errorf("lossmodel: borrowing: must be %s or %s, got %q", BorrowWaiting, BorrowOnce, s.Borrowing)
+	case s.Floor < 0:
+		return fmt.Errorf("lossmodel: floor: must be at least 0, got %d", s.Floor)
+	case !(s.Load > 0) || math.IsInf(s.Load, 1):
+		return fmt.Errorf("lossmodel: load: must be a positive fraction of A / latency, got %v", s.Load)
+	case s.Latency.Mean <= 0:
+		return fmt.Errorf("lossmodel: latency: mean must be positive, got %s", s.Latency.Mean)
+	case !(s.Latency.CV >= 0) || math.IsInf(s.Latency.CV, 1):
+		return fmt.Errorf("lossmodel: latency: cv must be at least 0, got %v", s.Latency.CV)
+	case s.Latency.Shape != "" && s.Latency.Shape != Lognormal && s.Latency.Shape != Exponential:
+		return fmt.Errorf("lossmodel: latency: shape must be %s or %s, got %q", Lognormal, Exponential, s.Latency.Shape)
+	case s.Balancer != "" && s.Balancer != RoundRobin && s.Balancer != Random && s.Balancer != Pinned:
+		return fmt.Errorf("lossmodel: balancer: must be %s, %s or %s, got %q", RoundRobin, Random, Pinned, s.Balancer)
+	case !(s.Skew >= 0) || math.IsInf(s.Skew, 1):
+		return fmt.Errorf("lossmodel: skew: must be at least 0, got %v", s.Skew)
+	case s.MaxQueueWait < 0:
+		return fmt.Errorf("lossmodel: max queue wait: must be at least 0, got %s", s.MaxQueueWait)
+	case s.Calls < 0:
+		return fmt.Errorf("lossmodel: calls: must be at least 0, got %d", s.Calls)
+	}
+	return nil
+}
+
+// GlobalGate returns the ideal s is compared with: one gate of all A
+// permits, no reserve, its waiting room sized by the same rule, fed the
+// same calls with the same latencies.
+func (s Scenario) GlobalGate() Scenario {
+	g := s
+	g.Pods, g.Reserve, g.Sharing, g.Balancer, g.Skew = 1, 0, EqualShares, RoundRobin, 0
+	return g
+}
+
+func (s Scenario) calls() int {
+	if s.Calls == 0 {
+		return DefaultCalls
+	}
+	return s.Calls
+}
+
+func (s Scenario) borrowing() Borrowing {
+	if s.Borrowing == "" {
+		return BorrowWaiting
+	}
+	return s.Borrowing
+}
+
+func (s Scenario) balancer() Balancer {
+	if s.Balancer == "" {
+		return RoundRobin
+	}
+	return s.Balancer
+}

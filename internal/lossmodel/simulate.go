@@ -1,0 +1,339 @@
+package lossmodel
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// Result is what one Scenario admitted.
+type Result struct {
+	// Calls is the calls counted (after the warm-up).
+	Calls int
+	// Admitted is the calls admitted, by their pod's share or the reserve.
+	Admitted int
+	// Borrowed is the admitted calls that ran on a reserve permit.
+	Borrowed int
+	// Waited is the admitted calls that waited in a waiting room first.
+	Waited int
+	// PeakInFlight is the most calls in flight at once, the reserve's
+	// included; it never exceeds A.
+	PeakInFlight int
+	// Shares is the permits each pod held.
+	Shares []int
+	// Weights is each pod's part of the calls.
+	Weights []float64
+}
+
+// AdmittedFraction is Admitted / Calls.
+func (r Result) AdmittedFraction() float64 { return ratio(r.Admitted, r.Calls) }
+
+// BorrowedFraction is Borrowed / Admitted: the part of the admitted calls
+// not decided inside their pod.
+func (r Result) BorrowedFraction() float64 { return ratio(r.Borrowed, r.Admitted) }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// Comparison is a scenario beside its global gate.
+type Comparison struct {
+	Scenario, Global Result
+}
+
+// Ratio is the calls the scenario admitted over those the global gate
+// admitted, from the same calls.
+func (c Comparison) Ratio() float64 { return ratio(c.Scenario.Admitted, c.Global.Admitted) }
+
+// Compare simulates s and its GlobalGate on the same calls.
+func Compare(s Scenario) (Comparison, error) {
+	r, err := Simulate(s)
+	if err != nil {
+		return Comparison{}, err
+	}
+	g, err := Simulate(s.GlobalGate())
+	if err != nil {
+		return Comparison{}, err
+	}
+	return Comparison{Scenario: r, Global: g}, nil
+}
+
+// Simulate runs s and returns what it admitted.
+func Simulate(s Scenario) (Result, error) {
+	if err := s.Validate(); err != nil {
+		return Result{}, err
+	}
+	w := s.weights()
+	sim := newSimulation(s, w)
+	sim.run()
+	sim.res.Shares = sim.shares
+	sim.res.Weights = w
+	return sim.res, nil
+}
+
+// waiter is a call in a waiting room.
+type waiter struct {
+	arrival, latency float64
+	counted          bool
+}
+
+// pod is one pod's gate: its permits and its waiting room.
+type pod struct {
+	permits, inFlight, room int
+	queue                   fifo
+}
+
+// fifo is a waiting room, first in first out.
+type fifo struct {
+	items []waiter
+	head  int
+}
+
+func (q *fifo) len() int       { return len(q.items) - q.head }
+func (q *fifo) front() *waiter { return &q.items[q.head] }
+func (q *fifo) push(w waiter)  { q.items = append(q.items, w) }
+
+func (q *fifo) pop() waiter {
+	w := q.items[q.head]
+	q.head++
+	if q.head > 64 && q.head*2 > len(q.items) {
+		q.items = append(q.items[:0], q.items[q.head:]...)
+		q.head = 0
+	}
+	return w
+}
+
+type eventKind uint8
+
+const (
+	endLocal    eventKind = iota // a call on its pod's permit ends
+	endBorrowed                  // a call on a reserve permit ends
+	waitEnds                     // the pod's first waiter reaches MaxQueueWait
+)
+
+// event is something that happens to pod at t.
+type event struct {
+	t    float64
+	pod  int32
+	kind eventKind
+}
+
+// events is a binary min-heap on t. It is typed rather than built on
+// container/heap, whose interface would box every event: the heap is the
+// simulation's inner loop.
+type events []event
+
+func (h *events) push(x event) {
+	e := append(*h, x)
+	for i := len(e) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if e[parent].t <= e[i].t {
+			break
+		}
+		e[parent], e[i] = e[i], e[parent]
+		i = parent
+	}
+	*h = e
+}
+
+func (h *events) pop() event {
+	e := *h
+	top := e[0]
+	last := len(e) - 1
+	e[0] = e[last]
+	e = e[:last]
+	for i := 0; ; {
+		small, l, r := i, 2*i+1, 2*i+2
+		if l < last && e[l].t < e[small].t {
+			small = l
+		}
+		if r < last && e[r].t < e[small].t {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		e[i], e[small] = e[small], e[i]
+		i = small
+	}
+	*h = e
+	return top
+}
+
+type simulation struct {
+	s        Scenario
+	shares   []int
+	pods     []pod
+	cum      []float64 // cumulative weights, for Pinned
+	reserve  int       // reserve permits in use
+	inFlight int
+	maxWait  float64
+	events   events
+	arrivals *rand.Rand
+	routing  *rand.Rand
+	mu, sd   float64 // the lognormal's parameters
+	res      Result
+}
+
+func newSimulation(s Scenario, w []float64) *simulation {
+	sim := &simulation{
+		s:        s,
+		shares:   s.shares(w),
+		pods:     make([]pod, s.Pods),
+		arrivals: rand.New(rand.NewPCG(s.Seed, streamArrivals)),
+		routing:  rand.New(rand.NewPCG(s.Seed, streamRouting)),
+		maxWait:  s.MaxQueueWait.Seconds(),
+	}
+	for i := range sim.pods {
+		p := &sim.pods[i]
+		p.permits = sim.shares[i]
+		switch {
+		case s.MaxQueueWait == 0:
+			p.room = 0
+		case s.QueueCapacity == nil:
+			p.room = math.MaxInt
+		default:
+			p.room = max(0, s.QueueCapacity(p.permits))
+		}
+	}
+	var sum float64
+	for _, wi := range w {
+		sum += wi
+		sim.cum = append(sim.cum, sum)
+	}
+	mean := s.Latency.Mean.Seconds()
+	sim.sd = math.Sqrt(math.Log1p(s.Latency.CV * s.Latency.CV))
+	sim.mu = math.Log(mean) - sim.sd*sim.sd/2
+	return sim
+}
+
+func (sim *simulation) latency() float64 {
+	if sim.s.Latency.Shape == Exponential {
+		return sim.arrivals.ExpFloat64() * sim.s.Latency.Mean.Seconds()
+	}
+	return math.Exp(sim.mu + sim.sd*sim.arrivals.NormFloat64())
+}
+
+func (sim *simulation) route(i int) int {
+	switch sim.s.balancer() {
+	case Random:
+		return sim.routing.IntN(len(sim.pods))
+	case Pinned:
+		u := sim.routing.Float64() * sim.cum[len(sim.cum)-1]
+		for p, c := range sim.cum {
+			if u < c {
+				return p
+			}
+		}
+		return len(sim.cum) - 1
+	default:
+		return i % len(sim.pods)
+	}
+}
+
+func (sim *simulation) run() {
+	s := sim.s
+	rate := s.Load * float64(s.Permits) / s.Latency.Mean.Seconds()
+	calls := s.calls()
+	warmup := calls / 50
+	var t float64
+	for i := range calls {
+		t += sim.arrivals.ExpFloat64() / rate
+		latency := sim.latency()
+		p := sim.route(i)
+		sim.until(t)
+		sim.arrive(t, p, waiter{arrival: t, latency: latency, counted: i >= warmup})
+	}
+	// Whoever still waits once every call has ended was never admitted:
+	// counted as a call, not as admitted.
+	sim.until(math.Inf(1))
+}
+
+// until handles every event up to t, in order.
+func (sim *simulation) until(t float64) {
+	for len(sim.events) > 0 && sim.events[0].t <= t {
+		e := sim.events.pop()
+		p := &sim.pods[e.pod]
+		switch e.kind {
+		case endLocal:
+			sim.inFlight--
+			p.inFlight--
+			if p.queue.len() > 0 {
+				w := p.queue.pop()
+				sim.count(w, &sim.res.Waited)
+				sim.admit(e.t, int(e.pod), w, endLocal)
+			}
+		case endBorrowed:
+			sim.inFlight--
+			sim.giveBack(e.t)
+		case waitEnds:
+			// The waiters that reach MaxQueueWait leave, shed; MaxQueueWait
+			// is the same for every call, so they are at the front.
+			for p.queue.len() > 0 && p.queue.front().arrival+sim.maxWait <= e.t {
+				p.queue.pop()
+			}
+		}
+	}
+}
+
+// giveBack returns a reserve permit to the reserve at t. Under
+// BorrowWaiting the reserve lends it at once to the call that has waited
+// longest in any pod's waiting room (every waiter also waits at the permit
+// server, in the order it came).
+func (sim *simulation) giveBack(t float64) {
+	sim.reserve--
+	if sim.s.borrowing() != BorrowWaiting {
+		return
+	}
+	best := -1
+	for i := range sim.pods {
+		q := &sim.pods[i].queue
+		if q.len() > 0 && (best < 0 || q.front().arrival < sim.pods[best].queue.front().arrival) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		w := sim.pods[best].queue.pop()
+		sim.reserve++
+		sim.count(w, &sim.res.Borrowed)
+		sim.count(w, &sim.res.Waited)
+		sim.admit(t, best, w, endBorrowed)
+	}
+}
+
+func (sim *simulation) arrive(t float64, i int, w waiter) {
+	sim.count(w, &sim.res.Calls)
+	p := &sim.pods[i]
+	switch {
+	case p.inFlight < p.permits && p.queue.len() == 0:
+		sim.admit(t, i, w, endLocal)
+	case sim.reserve < sim.s.Reserve:
+		sim.reserve++
+		sim.count(w, &sim.res.Borrowed)
+		sim.admit(t, i, w, endBorrowed)
+	case p.queue.len() < p.room:
+		p.queue.push(w)
+		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
+	}
+}
+
+// count adds one to *n if w is counted.
+func (sim *simulation) count(w waiter, n *int) {
+	if w.counted {
+		*n++
+	}
+}
+
+// admit starts w's call at t at pod i, on the pod's permit (end is
+// endLocal) or a reserve permit (endBorrowed) that the caller took.
+func (sim *simulation) admit(t float64, i int, w waiter, end eventKind) {
+	if end == endLocal {
+		sim.pods[i].inFlight++
+	}
+	sim.inFlight++
+	sim.res.PeakInFlight = max(sim.res.PeakInFlight, sim.inFlight)
+	sim.count(w, &sim.res.Admitted)
+	sim.events.push(event{t: t + w.latency, pod: int32(i), kind: end})
+}

@@ -1,0 +1,85 @@
+package backpressure_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
+)
+
+// countingLender lends every time and remembers for which gates it was
+// made and how many loans came back.
+type countingLender struct {
+	mu       sync.Mutex
+	made     []string
+	returned int
+}
+
+func (c *countingLender) lenderFor(gateName string) gate.Lender {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.made = append(c.made, gateName)
+	return c
+}
+
+func (c *countingLender) Lend(context.Context, time.Duration, time.Duration) (gate.Loan, error) {
+	return c, nil
+}
+
+func (c *countingLender) Return() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.returned++
+}
+
+// TestOptionsLender: every gate the Runtime makes gets its Lender, and
+// borrows from it when its share is full; the borrows are exported.
+func TestOptionsLender(t *testing.T) {
+	dir := t.TempDir()
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
+	lender := &countingLender{}
+	reg := prometheus.NewPedanticRegistry()
+	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
+		Gates: []string{"logistics-api"}, Lender: lender.lenderFor, Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sharetest.MustGate(t, rt, "logistics-api")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	own, err := g.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent, err := g.Acquire(ctx)
+	if err != nil || !lent.Borrowed() {
+		t.Fatalf("beyond the share of 1: %v (borrowed %v), want a lent permit", err, lent.Borrowed())
+	}
+	lent.Release()
+	own.Release()
+	lender.mu.Lock()
+	made, returned := lender.made, lender.returned
+	lender.mu.Unlock()
+	if len(made) != 1 || made[0] != "logistics-api" || returned != 1 {
+		t.Errorf("lenders made for %v, loans returned %d: want one for logistics-api, one returned", made, returned)
+	}
+	want := `
+# HELP backpressure_gate_borrows_total Permits the gate asked of the reserve's permit server when its own were taken, by result: borrowed (the call ran on a lent permit, not counted in admitted), not_lent (none to lend), failed (the server could not be asked in time; the call went on with the pod's own share).
+# TYPE backpressure_gate_borrows_total counter
+backpressure_gate_borrows_total{gate="logistics-api",result="borrowed"} 1
+backpressure_gate_borrows_total{gate="logistics-api",result="failed"} 0
+backpressure_gate_borrows_total{gate="logistics-api",result="not_lent"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "backpressure_gate_borrows_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,39 @@
+// Package reserve borrows, for this pod's gates, permits of a downstream's
+// reserve: the part of the contract that the operator does not divide over
+// pods but pools in a permit server (backpressure-broker), which lends it
+// one call at a time over gRPC (the protocol in module api/reserve).
+//
+// A Client's Lender for a gate is a gate.Lender: set on the gate
+// (gate.Gate.SetLender, or Options.Reserve of package backpressure, which
+// does it for every gate), it is asked only when the pod's own permits are
+// all taken, and only for calls with a deadline. The gate's documentation
+// says when: at once, for a call its waiting room cannot take; and beside
+// the wait, for a call that waits.
+//
+// # Never worse than the pod's own share
+//
+// A borrow that must answer at once gets Options.Budget (1ms by default) in
+// all: past it, or when the server is unreachable, the call goes on as if
+// there were no reserve. A borrow beside a wait is bounded by that wait and
+// costs the call nothing. After the server says it is learning (restarted,
+// waiting out its earlier leases) or does not know the gate, the Lender
+// does not ask again for the time it said, or a second; after the server
+// was unreachable, for Options.Backoff. Every outcome is counted by the
+// gate (backpressure_gate_borrows_total).
+//
+// # Leases
+//
+// A lent permit is held for the call and returned when the call ends, in
+// the background: Return never makes the call wait for a round trip. The
+// lease the server grants lasts the call's remaining time plus the
+// server's margin from when it was granted, so a Return that is lost costs
+// the reserve that permit until then, and nothing more. The Lender asks
+// for the call's remaining time: the call ends by its deadline, and so
+// within the lease, whatever the clocks say.
+//
+// A Client uses one connection; every Return goes back on it. Behind a
+// Service of several permit servers, connect so that one connection
+// reaches one server (the default pick_first over a ClusterIP Service
+// does): a Return that reaches another server is refused, and the permit
+// comes back only when its lease ends.
+package reserve
