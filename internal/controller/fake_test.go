@@ -127,4 +127,6 @@ func fakeQuota(name, kind, workload string) *v1alpha1.DownstreamQuota {
 }
 
 // mapper returns the event mapping of the environment's controllers.
-func (e *fakeEnv) mapper() *mapper { return &mapper{client: e.client, applied: &e.pub.applied} }
+func (e *fakeEnv) mapper() *mapper {
+	return &mapper{client: e.client, applied: &e.pub.applied, releases: &e.pub.releases}
+}

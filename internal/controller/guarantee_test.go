@@ -655,3 +655,25 @@ func TestPlanTooLargeForAConfigMap(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasedThenGonePodIsReleased deletes api-a as a kubelet does once
+// its process has handed its share back: the release is seen on the pod
+// being deleted, and the object is gone before the next step. Its share
+// goes to api-b at once, not after the unacknowledged delay that a pod
+// gone without a word waits out.
+func TestReleasedThenGonePodIsReleased(t *testing.T) {
+	s := newInlineWorld(t, true)
+	epoch := quotaStatus(t, s.env, inlineGate).Division.Epoch
+	pod := guardPod("shop", "api", "api-a")
+	pod.DeletionTimestamp = ptr.To(metav1.Now())
+	pod.Annotations = map[string]string{appliedAnnotation(inlineGate): plan.Ack{Epoch: epoch, Released: true}.String()}
+	// The watch's last event of the pod, then its process ends and its
+	// object goes.
+	s.env.mapper().quotasForPod(context.Background(), pod)
+	s.w.end("shop", inlineGate, "api-a")
+	deleteObject(t, s.env, guardPod("shop", "api", "api-a"))
+	s.rounds(t, 2, "released, then gone")
+	if b := s.w.permits("shop", "api-b", inlineGate); b != 40 {
+		t.Errorf("after api-a released its share and went: api-b enforces %d, want 40", b)
+	}
+}

@@ -36,6 +36,9 @@ type Publisher struct {
 	// reconcile the quota, or its contract, once more for nothing; see
 	// ownGateWrite.
 	applied appliedGates
+	// releases are the releases seen on pods being deleted, for the steps
+	// that find them gone.
+	releases releases
 }
 
 // Option configures a Publisher.
@@ -124,6 +127,11 @@ func (p *Publisher) addDeparting(ctx context.Context, d *divisionInput, records 
 		switch {
 		case apierrors.IsNotFound(err):
 			m = member{key: key, name: name, gone: true}
+			// Gone after it said it released its share: as released as
+			// a pod seen leaving with that acknowledgement.
+			if a, ok := p.releases.released(c.namespace, name, c.gate, d.epoch); ok {
+				m.leaving, m.ack, m.acked = true, a, true
+			}
 		case err != nil:
 			return fmt.Errorf("controller: get pod %s/%s: %w", c.namespace, name, err)
 		case podFinished(pod):

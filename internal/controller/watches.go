@@ -55,11 +55,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, p *Publisher, opts controller.
 // SetupWithManager registers the DownstreamQuota controller with mgr; the
 // field indexes must be registered (see Setup).
 func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
-	m := &mapper{client: r.pub.client, applied: &r.pub.applied}
+	m := &mapper{client: r.pub.client, applied: &r.pub.applied, releases: &r.pub.releases}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(opts).
-		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
+		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted, divisionLost))).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(m.quotasForHPA), builder.WithPredicates(hpaChanged)).
@@ -79,11 +79,11 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts cont
 // and the quotas naming it, it watches their workloads, pods and
 // ConfigMaps, and the namespaces its selector may admit or turn away.
 func (r *DownstreamContractReconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
-	m := &mapper{client: r.pub.client, applied: &r.pub.applied}
+	m := &mapper{client: r.pub.client, applied: &r.pub.applied, releases: &r.pub.releases}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ContractControllerName).
 		WithOptions(opts).
-		For(&v1alpha1.DownstreamContract{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.DownstreamContract{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, divisionLost))).
 		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.contractsOf), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted))).
 		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(m.contractsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.contracts(m.quotasForWorkload(kindDeployment))), builder.WithPredicates(workloadChanged)).
@@ -105,6 +105,9 @@ type mapper struct {
 	// applied is the Publisher's memory of the gates it applied, so that
 	// its own writes coming back wake nothing.
 	applied *appliedGates
+	// releases is the Publisher's memory of the releases of pods being
+	// deleted, which every pod event the quotas see updates.
+	releases *releases
 }
 
 // quotasOfDownstream maps a quota or a contract to the quotas, in every
@@ -276,6 +279,7 @@ func (m *mapper) quotasForHPA(ctx context.Context, obj client.Object) []reconcil
 // Kubernetes warns against: its quotas count such a pod, but see its
 // changes only at their next reconcile.
 func (m *mapper) quotasForPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	m.releases.observe(obj)
 	switch key, owner := podWorkload(obj); owner {
 	case ownerWorkload:
 		return m.quotasMatching(ctx, obj.GetNamespace(), client.MatchingFields{indexer.QuotaWorkloadKey: key})
@@ -460,6 +464,31 @@ var deletionStarted = predicate.Funcs{
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
 	},
+}
+
+// divisionLost passes a quota's or a contract's update that removes its
+// status.division (a status edit, a restore): the record is rebuilt and
+// published again at once, above every revision seen, rather than at the
+// next unrelated change.
+var divisionLost = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return hasDivision(e.ObjectOld) && !hasDivision(e.ObjectNew)
+	},
+}
+
+// hasDivision says whether obj, a quota or a contract, holds a division
+// record.
+func hasDivision(obj client.Object) bool {
+	switch o := obj.(type) {
+	case *v1alpha1.DownstreamQuota:
+		return o.Status.Division != nil
+	case *v1alpha1.DownstreamContract:
+		return o.Status.Division != nil
+	}
+	return false
 }
 
 // publishingChanged passes a quota's update that starts or stops its
