@@ -22,7 +22,8 @@ import (
 
 // suiteTimeout bounds the whole suite: set-up, four variants of about 80
 // seconds each (the sidecar proxy's among them), the laggard and the two
-// callers (about 40 s each), the four fault scenarios (about 3 minutes
+// callers (about 40 s each), the shared contract's three events (about 50
+// s, contract_events_test.go), the four fault scenarios (about 3 minutes
 // together, faults_test.go; the StatefulSet's about 90 s) and teardown,
 // with room for a loaded machine. `make e2e`'s go test -timeout (20m) must
 // stay above it.

@@ -3,6 +3,7 @@
 package storm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,12 +54,32 @@ type CallerSpec struct {
 // contract they share through one DownstreamContract, each scaling on its
 // own schedule.
 type CallersScenario struct {
+	// Name names the run in the logs and its directories ("two-callers"
+	// when empty).
+	Name          string
 	Duration      time.Duration
 	PodStartDelay time.Duration
 	Callers       []CallerSpec
 	// Checkpoints are the moments at which each caller's Ready pods must
 	// hold its part.
 	Checkpoints []report.CallersCheckpoint
+	// Contract names the shared DownstreamContract (ContractName when
+	// empty).
+	Contract string
+	// NamespaceLabels, when set, label every caller's namespace, and the
+	// contract admits the namespaces that carry them; without them it
+	// admits every namespace.
+	NamespaceLabels map[string]string
+	// Events happen while the load runs (see Scenario.Events).
+	Events []Event
+}
+
+// contract returns the name of the scenario's DownstreamContract.
+func (cs CallersScenario) contract() string {
+	if cs.Contract == "" {
+		return ContractName
+	}
+	return cs.Contract
 }
 
 // replicasAt returns the replicas the caller's autoscaler has been asked
@@ -153,32 +174,42 @@ func (cs CallersScenario) data() *report.CallersData {
 	return d
 }
 
-// ContractObject returns the scenario's DownstreamContract: the quota's
-// contract, shared.
-func ContractObject() (*v1alpha1.DownstreamContract, error) {
+// ContractObject returns the two-callers scenario's DownstreamContract: the
+// quota's contract, shared, admitting every namespace.
+func ContractObject() (*v1alpha1.DownstreamContract, error) { return contractObject(ContractName, nil) }
+
+// contractObject returns the DownstreamContract name: the quota's contract,
+// shared with the namespaces labelled with labels (every namespace when
+// there are none).
+func contractObject(name string, labels map[string]string) (*v1alpha1.DownstreamContract, error) {
 	q, err := Quota()
 	if err != nil {
 		return nil, err
 	}
 	return &v1alpha1.DownstreamContract{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "DownstreamContract"},
-		ObjectMeta: metav1.ObjectMeta{Name: ContractName},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.DownstreamContractSpec{
 			Downstream:           q.Spec.Downstream,
 			Contract:             *q.Spec.Contract,
 			SafetyPercent:        q.Spec.SafetyPercent,
 			RetryBudgetPerSecond: q.Spec.Retry.BudgetPerSecond,
-			// Every namespace, and each weighs what its one caller states:
-			// the scenario measures the weighted split, not the tenancy cap.
-			NamespaceSelector:     &metav1.LabelSelector{},
+			// Each namespace weighs what its callers state: the scenario
+			// measures the weighted split, not the tenancy cap.
+			NamespaceSelector:     &metav1.LabelSelector{MatchLabels: labels},
 			MaxWeightPerNamespace: 1000,
 		},
 	}, nil
 }
 
-// CallerObjects returns a caller's Deployment, HPA and DownstreamQuota,
-// made from the scenario's manifests.
-func CallerObjects(c CallerSpec) ([]client.Object, error) {
+// CallerObjects returns a caller's Deployment, HPA and DownstreamQuota
+// naming the two-callers scenario's contract, made from the scenario's
+// manifests.
+func CallerObjects(c CallerSpec) ([]client.Object, error) { return callerObjects(c, ContractName) }
+
+// callerObjects returns a caller's Deployment, HPA and DownstreamQuota
+// naming the DownstreamContract contract.
+func callerObjects(c CallerSpec, contract string) ([]client.Object, error) {
 	var dep appsv1.Deployment
 	var hpa autoscalingv2.HorizontalPodAutoscaler
 	for name, obj := range map[string]any{"deployment.yaml": &dep, "hpa.yaml": &hpa} {
@@ -209,7 +240,7 @@ func CallerObjects(c CallerSpec) ([]client.Object, error) {
 	q.Namespace = c.Namespace
 	q.Spec.WorkloadRef.Name, q.Spec.HPAName = c.Name, c.Name
 	q.Spec.Contract, q.Spec.SafetyPercent = nil, 0
-	q.Spec.ContractRef = &v1alpha1.ContractReference{Name: ContractName}
+	q.Spec.ContractRef = &v1alpha1.ContractReference{Name: contract}
 	q.Spec.Weight = c.Weight
 	q.Spec.Demand = nil
 	if c.DemandInFlight > 0 {
@@ -237,6 +268,11 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (*report.C
 	if err != nil {
 		return nil, err
 	}
+	return analyzeCallers(cs.recorded(rec)), nil
+}
+
+// recorded returns the scenario's data with what the run recorded.
+func (cs CallersScenario) recorded(rec *Recording) *report.CallersData {
 	d := cs.data()
 	d.Samples, d.Final, d.Status = rec.Samples, rec.Final, rec.Contract
 	for _, c := range rec.Callers {
@@ -244,26 +280,26 @@ func (h *Harness) RunCallers(ctx context.Context, cs CallersScenario) (*report.C
 		d.Rollouts = append(d.Rollouts, report.Rollout(c.Published, c.Rollout, c.Alive, c.Acks))
 		d.PermitsChecks = append(d.PermitsChecks, c.PermitsCheck)
 	}
-	return analyzeCallers(d), nil
+	return d
 }
 
 // callersScenario is the scenario of cs: the shared contract and each
 // caller's objects, its pods running examples/gateway on the operator's
 // plan, each holding its part once settled.
 func (h *Harness) callersScenario(cs CallersScenario) (Scenario, error) {
-	dc, err := ContractObject()
+	dc, err := contractObject(cs.contract(), cs.NamespaceLabels)
 	if err != nil {
 		return Scenario{}, err
 	}
-	sc := Scenario{Name: "two-callers", Duration: cs.Duration, PodStartDelay: cs.PodStartDelay,
-		Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Objects: []client.Object{dc}, Contract: ContractName}
+	sc := Scenario{Name: cmp.Or(cs.Name, "two-callers"), Duration: cs.Duration, PodStartDelay: cs.PodStartDelay,
+		Latency: []schedule.LatencyStep{{Latency: TypicalLatency}}, Objects: []client.Object{dc}, Contract: cs.contract(), Events: cs.Events}
 	for _, c := range cs.Callers {
-		objs, err := CallerObjects(c)
+		objs, err := callerObjects(c, cs.contract())
 		if err != nil {
 			return Scenario{}, err
 		}
 		sc.Objects = append(sc.Objects, objs...)
-		sc.Callers = append(sc.Callers, Caller{Name: c.Name, Namespace: c.Namespace, Gate: QuotaName,
+		sc.Callers = append(sc.Callers, Caller{Name: c.Name, Namespace: c.Namespace, NamespaceLabels: cs.NamespaceLabels, Gate: QuotaName,
 			ConfigMap: c.Name + v1alpha1.ConfigMapSuffix, Program: h.gateway, RequestsPerSecond: c.RequestsPerSecond,
 			InitialReplicas: c.InitialReplicas, Scale: c.Scale, Holds: int(c.Part)})
 	}

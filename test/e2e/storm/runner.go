@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +114,15 @@ func (h *Harness) setUp(sc Scenario, teardown *[]func() error) (string, error) {
 		h.logf("[%s] Applying the %s %s, its HPA and its objects in namespace %s", sc.Name, cmp.Or(c.Kind, cluster.KindDeployment), c.Name, c.Namespace)
 		if err := h.Kubectl("create", "namespace", c.Namespace); err != nil {
 			return "", err
+		}
+		if len(c.NamespaceLabels) > 0 {
+			label := []string{"label", "namespace", c.Namespace}
+			for _, k := range slices.Sorted(maps.Keys(c.NamespaceLabels)) {
+				label = append(label, k+"="+c.NamespaceLabels[k])
+			}
+			if err := h.Kubectl(label...); err != nil {
+				return "", err
+			}
 		}
 		if len(c.Manifests) > 0 {
 			apply := []string{"apply", "--namespace", c.Namespace}

@@ -51,6 +51,8 @@ type Scenario struct {
 type Caller struct {
 	// Name is the workload's and its HPA's name, Namespace its own.
 	Name, Namespace string
+	// NamespaceLabels label the namespace when it is created.
+	NamespaceLabels map[string]string
 	// Kind is cluster.KindDeployment (when empty) or cluster.KindStatefulSet.
 	Kind string
 	// Manifests are files kubectl applies in Namespace, before Objects.
