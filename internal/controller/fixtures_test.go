@@ -26,6 +26,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
 )
 
 // testFinalizer keeps a deleted pod terminating until the test, playing the
@@ -44,18 +45,7 @@ func newNamespace(ctx context.Context) string {
 // newDeployment returns a Deployment of replicas whose pods carry
 // app=<name>.
 func newDeployment(ns, name string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-			},
-		},
-	}
+	return builders.MakeDeployment(ns, name).Replicas(replicas).Obj()
 }
 
 // newQuota returns a quota of concurrency over the Deployment workload, at
@@ -63,28 +53,12 @@ func newDeployment(ns, name string, replicas int32) *appsv1.Deployment {
 // is its own: quotas of one downstream that do not share a contract are
 // checked against each other, and the specs' namespaces are never deleted.
 func newQuota(ns, name, workload string, concurrency int32) *v1alpha1.DownstreamQuota {
-	return &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.DownstreamQuotaSpec{
-			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
-			Downstream:  name + "." + ns + ".example.com",
-			Contract:    &v1alpha1.Contract{Concurrency: concurrency},
-			Latency:     v1alpha1.Latency{Typical: metav1.Duration{Duration: 220 * time.Millisecond}},
-			Deadline:    metav1.Duration{Duration: 2 * time.Second},
-		},
-	}
+	return builders.MakeQuota(ns, name).Workload("Deployment", workload).Concurrency(concurrency).Obj()
 }
 
 // newHPA returns an HPA on the Deployment workload.
 func newHPA(ns, name, workload string, minReplicas, maxReplicas int32) *autoscalingv2.HorizontalPodAutoscaler {
-	return &autoscalingv2.HorizontalPodAutoscaler{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
-			ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: workload},
-			MinReplicas:    ptr.To(minReplicas),
-			MaxReplicas:    maxReplicas,
-		},
-	}
+	return builders.MakeHPA(ns, name).Target("Deployment", workload).Replicas(minReplicas, maxReplicas).Obj()
 }
 
 // createPod creates a pod of the Deployment workload, held by the test
