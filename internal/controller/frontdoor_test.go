@@ -14,11 +14,11 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
-// sharingCaller creates a quota in ns over the Deployment workload that
-// shares the contract named contract.
-func sharingCaller(ctx context.Context, ns, name, workload, contract, downstream string) *v1alpha1.DownstreamQuota {
+// sharingCaller creates the quota "payments" in ns over the Deployment
+// workload that shares the contract named contract.
+func sharingCaller(ctx context.Context, ns, workload, contract, downstream string) *v1alpha1.DownstreamQuota {
 	q := &v1alpha1.DownstreamQuota{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments"},
 		Spec: v1alpha1.DownstreamQuotaSpec{
 			WorkloadRef: v1alpha1.WorkloadReference{Kind: "Deployment", Name: workload},
 			Downstream:  downstream,
@@ -42,10 +42,10 @@ var _ = Describe("What a sharing caller's status says", func() {
 		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
 		// The nightly job, scaled to nothing, is there first.
 		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 0))).To(Succeed())
-		sharingCaller(ctx, nsB, "payments", "report", dc.Name, dc.Spec.Downstream)
+		sharingCaller(ctx, nsB, "report", dc.Name, dc.Spec.Downstream)
 		Expect(k8s.Create(ctx, newDeployment(nsA, "search", 1))).To(Succeed())
 		readyPod(ctx, nsA, "search", "search-0")
-		sharingCaller(ctx, nsA, "payments", "search", dc.Name, dc.Spec.Downstream)
+		sharingCaller(ctx, nsA, "search", dc.Name, dc.Spec.Downstream)
 
 		Consistently(func(g Gomega) {
 			q := getQuota(ctx, g, nsB, "payments")
@@ -71,8 +71,8 @@ var _ = Describe("What a sharing caller's status says", func() {
 		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 2))).To(Succeed())
 		a0, a1 := readyPod(ctx, nsA, "search", "search-0"), readyPod(ctx, nsA, "search", "search-1")
 		b0, b1 := readyPod(ctx, nsB, "report", "report-0"), readyPod(ctx, nsB, "report", "report-1")
-		qa := sharingCaller(ctx, nsA, "payments", "search", dc.Name, dc.Spec.Downstream)
-		qb := sharingCaller(ctx, nsB, "payments", "report", dc.Name, dc.Spec.Downstream)
+		qa := sharingCaller(ctx, nsA, "search", dc.Name, dc.Spec.Downstream)
+		qb := sharingCaller(ctx, nsB, "report", dc.Name, dc.Spec.Downstream)
 		// Everyone acknowledges the even split, 10 each.
 		Eventually(func(g Gomega) {
 			got := getContract(ctx, g, dc.Name)
