@@ -65,6 +65,9 @@ func TestConfigMapSourceAndAcknowledgement(t *testing.T) {
 		podName:                     {Permits: 3, Workers: 3, RetryBudgetPerSecond: 10},
 		"search-gateway-7d9f-other": {Permits: 7, Workers: 7, RetryBudgetPerSecond: 10},
 	}
+	// A newer revision of the epoch, as the operator publishes it: a pod
+	// refuses an older one.
+	second.Revision = first.Revision + 1
 	second.Hash = plan.Hash(second)
 	cm.Data[plan.KeyFor(testGate)] = mustMarshal(t, second)
 	updated := time.Now()

@@ -678,6 +678,14 @@ var _ = Describe("DownstreamQuota controller", func() {
 			g.Expect(handedOver(g, q).Reason).To(Equal(v1alpha1.ReasonHandoverInProgress))
 			doc, _ := publishedDocument(ctx, g, ns, configMap, "payments")
 			g.Expect(doc.For(silent.Name).Permits).To(Equal(20))
+			// The operator's cache has the document too: the delay counts
+			// from when the operator sees the smaller share published,
+			// and the clock is about to move.
+			cached := &corev1.ConfigMap{}
+			g.Expect(operatorCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: configMap}, cached)).To(Succeed())
+			seen, err := plan.Parse([]byte(cached.Data[plan.KeyFor("payments")]))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(seen.Revision).To(Equal(doc.Revision))
 		}).Should(Succeed())
 
 		By("short of the delay, nothing moves")

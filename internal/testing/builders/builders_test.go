@@ -72,7 +72,7 @@ func TestTheAPIServerAcceptsWhatTheBuildersBuild(t *testing.T) {
 		builders.MakeHPA("shop", "ledger").Target("StatefulSet", "ledger").Obj(),
 		builders.MakePod("shop", "search-gateway-0").Of("search-gateway").Annotation("a", "b").Finalizers("test.backpressure.dev/hold").Obj(),
 		builders.DesignQuota().Obj(),
-		builders.MakeQuota("shop", "ledger").Workload("StatefulSet", "ledger").HPA("ledger").ConfigMap("ledger-plan").
+		builders.MakeQuota("shop", "ledger").Workload("StatefulSet", "ledger").HPA("ledger").ConfigMap("ledger-ledger-backpressure").
 			Queue(50*time.Millisecond, 50*time.Millisecond).DemandInFlight(12).UID("ignored").Obj(),
 		builders.MakeQuota("shop", "shared").ContractRef("logistics", 3).Downstream("logistics.example.com").Obj(),
 		builders.MakeContract("logistics").Downstream("logistics.example.com").Concurrency(40).Safety(90).Obj(),
