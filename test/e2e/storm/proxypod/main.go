@@ -36,10 +36,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/internal/podmain"
 )
 
@@ -191,6 +194,14 @@ func writeApplicationPlan(dir string, c config) error {
 // to this process's stderr; done receives Wait's result.
 func start(path string, args []string, edit func(map[string]any)) (*exec.Cmd, <-chan error, error) {
 	cmd := exec.Command(path, args...)
+	if filepath.Base(path) == "gateway" {
+		// The application does not know its pod: the proxy beside it is
+		// the pod's one enforcer of the gate, and the library refuses a
+		// second one in the same pod (it claims the gate by pod name).
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, backpressure.EnvPodName+"=")
+		})
+	}
 	cmd.Stdout = os.Stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
