@@ -9,7 +9,6 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
@@ -34,12 +33,7 @@ func sharingCaller(ctx context.Context, ns, workload, contract, downstream strin
 var _ = Describe("What a sharing caller's status says", func() {
 	It("is Ready, without a Warning, while its workload has no Ready pod, as a quota with its own contract is", func(ctx SpecContext) {
 		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
-		dc := &v1alpha1.DownstreamContract{
-			ObjectMeta: metav1.ObjectMeta{Name: "nightly-" + nsA},
-			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: "nightly-" + nsA + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
-		}
-		Expect(k8s.Create(ctx, dc)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		dc := sharedContract(ctx, nsA, 50)
 		// The nightly job, scaled to nothing, is there first.
 		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 0))).To(Succeed())
 		sharingCaller(ctx, nsB, "report", dc.Name, dc.Spec.Downstream)
@@ -61,12 +55,7 @@ var _ = Describe("What a sharing caller's status says", func() {
 
 	It("names the other callers' pods as <namespace>/<pod> in the handover's message, and never an empty list", func(ctx SpecContext) {
 		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
-		dc := &v1alpha1.DownstreamContract{
-			ObjectMeta: metav1.ObjectMeta{Name: "split-" + nsA},
-			Spec:       v1alpha1.DownstreamContractSpec{NamespaceSelector: &metav1.LabelSelector{}, Downstream: "split-" + nsA + ".example.com", Contract: v1alpha1.Contract{Concurrency: 50}},
-		}
-		Expect(k8s.Create(ctx, dc)).To(Succeed())
-		DeferCleanup(func(ctx SpecContext) { Expect(client.IgnoreNotFound(k8s.Delete(ctx, dc))).To(Succeed()) })
+		dc := sharedContract(ctx, nsA, 50)
 		Expect(k8s.Create(ctx, newDeployment(nsA, "search", 2))).To(Succeed())
 		Expect(k8s.Create(ctx, newDeployment(nsB, "report", 2))).To(Succeed())
 		a0, a1 := readyPod(ctx, nsA, "search", "search-0"), readyPod(ctx, nsA, "search", "search-1")

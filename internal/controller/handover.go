@@ -700,9 +700,8 @@ func (c callerStep) condition() metav1.Condition {
 // podOfCaller returns a contract's division key <namespace>/<quota>/<pod>
 // as <namespace>/<pod>, the pod's name in the API.
 func podOfCaller(key string) string {
-	ns, rest, _ := strings.Cut(key, "/")
-	_, pod, ok := strings.Cut(rest, "/")
-	if !ok {
+	ns, _, pod := splitKey(key)
+	if ns == "" {
 		return key
 	}
 	return ns + "/" + pod

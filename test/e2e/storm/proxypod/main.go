@@ -128,7 +128,7 @@ func run(ctx context.Context, c config) error {
 		proxyArgs = append(proxyArgs, "--acknowledge")
 	}
 	route := make(chan string, 1)
-	proxy, proxyDone, err := start(filepath.Join(dir, "backpressure-proxy"), proxyArgs, func(l map[string]any) {
+	proxy, proxyDone, err := start(filepath.Join(dir, "backpressure-proxy"), proxyArgs, nil, func(l map[string]any) {
 		if l["msg"] == "Serving" && l["gate"] == c.gate {
 			l["msg"] = msgProxyServing
 			select {
@@ -155,7 +155,7 @@ func run(ctx context.Context, c config) error {
 	gateway, gatewayDone, err := start(filepath.Join(dir, "gateway"), []string{
 		"--listen", c.listen, "--downstream", "http://" + addr, "--gate", c.gate, "--plan-dir", planDir,
 		"--max-retries", "0", "--shutdown-timeout", c.shutdownTimeout.String(),
-	}, func(l map[string]any) {
+	}, withoutPodName(os.Environ()), func(l map[string]any) {
 		if l["msg"] == "Applied plan" {
 			l["msg"] = msgAppApplied
 		}
@@ -190,18 +190,12 @@ func writeApplicationPlan(dir string, c config) error {
 	return os.WriteFile(filepath.Join(dir, plan.KeyFor(c.gate)), b, 0o644)
 }
 
-// start runs a child whose stderr JSON lines pass through edit on their way
-// to this process's stderr; done receives Wait's result.
-func start(path string, args []string, edit func(map[string]any)) (*exec.Cmd, <-chan error, error) {
+// start runs a child, with env as its environment (nil: this process's),
+// whose stderr JSON lines pass through edit on their way to this process's
+// stderr; done receives Wait's result.
+func start(path string, args, env []string, edit func(map[string]any)) (*exec.Cmd, <-chan error, error) {
 	cmd := exec.Command(path, args...)
-	if filepath.Base(path) == "gateway" {
-		// The application does not know its pod: the proxy beside it is
-		// the pod's one enforcer of the gate, and the library refuses a
-		// second one in the same pod (it claims the gate by pod name).
-		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
-			return strings.HasPrefix(kv, backpressure.EnvPodName+"=")
-		})
-	}
+	cmd.Env = env
 	cmd.Stdout = os.Stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -259,4 +253,14 @@ func stopInOrder(gateway *exec.Cmd, gatewayDone <-chan error, proxy *exec.Cmd, p
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// withoutPodName returns env without the pod's name: the application does
+// not know its pod, so the proxy beside it is the pod's one enforcer of the
+// gate (the library claims a gate by pod name and refuses a second
+// enforcer in the same pod).
+func withoutPodName(env []string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, backpressure.EnvPodName+"=")
+	})
 }
