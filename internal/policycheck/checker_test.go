@@ -45,6 +45,9 @@ const (
 	// stop (or start) enforcing a policy, with a margin for a loaded
 	// machine.
 	reportBound = interval + 15*time.Second
+	// steadyFor is how long the API server must have denied a probe
+	// without a break before a test takes the policy as loaded.
+	steadyFor = 3 * time.Second
 )
 
 // policies reads the policies and bindings of config/policies as they are
@@ -254,14 +257,24 @@ func TestReportsAMissingBindingWithinABound(t *testing.T) {
 	ensureNamespace(ctx, t, admin, "probe")
 	bindings := install(ctx, t, admin, "")
 	manager := asManager(ctx, t, cfg, managerNamespace, managerName)
-	// The API server loads new policies through informers: the Checker
-	// starts once it enforces them, so that every event below comes from a
-	// change the test made.
-	await(t, "the API server to enforce the policy", func() error {
+	// The API server loads new policies through informers, and a first
+	// denial does not mean the next probe is denied too (seen on a loaded
+	// machine: denied, then let through once, then denied for good). The
+	// Checker starts once the API server has denied steadily for a while,
+	// so that every event below comes from a change the test made.
+	var deniedSince time.Time
+	await(t, "the API server to enforce the policy steadily", func() error {
 		_, err := manager.CoreV1().ConfigMaps("probe").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}},
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
+		switch {
+		case err == nil:
+			deniedSince = time.Time{}
 			return errors.New("not yet")
+		case deniedSince.IsZero():
+			deniedSince = time.Now()
+		}
+		if time.Since(deniedSince) < steadyFor {
+			return errors.New("denied, not yet for long")
 		}
 		return nil
 	})
