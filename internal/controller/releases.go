@@ -27,7 +27,17 @@ const releaseMemory = 10 * time.Minute
 type releases struct {
 	mu   sync.Mutex
 	pods map[types.NamespacedName]releasedPod
+	// pruned is when pods was last swept for memories past releaseMemory:
+	// sweeping at most every pruneEvery keeps a rollout of thousands of
+	// pods from scanning the whole map at every deletion.
+	pruned time.Time
+	// now is the clock; nil is time.Now.
+	now func() time.Time
 }
+
+// pruneEvery is how often the memory is swept: a memory lives at most
+// releaseMemory plus this.
+const pruneEvery = releaseMemory / 10
 
 // releasedPod is what a deleted pod said it released: its acknowledgement
 // annotations that say "released", by annotation.
@@ -51,15 +61,21 @@ func (r *releases) observe(obj client.Object) {
 		return
 	}
 	now := time.Now()
+	if r.now != nil {
+		now = r.now()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.pods == nil {
 		r.pods = map[types.NamespacedName]releasedPod{}
 	}
-	for k, p := range r.pods {
-		if now.Sub(p.seen) > releaseMemory {
-			delete(r.pods, k)
+	if now.Sub(r.pruned) >= pruneEvery {
+		for k, p := range r.pods {
+			if now.Sub(p.seen) > releaseMemory {
+				delete(r.pods, k)
+			}
 		}
+		r.pruned = now
 	}
 	r.pods[types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}] = releasedPod{acks: acks, seen: now}
 }
