@@ -602,6 +602,16 @@ type DownstreamQuotaStatus struct {
 	// that are starting or terminating, as they serve no traffic.
 	// +optional
 	PodsApplied string `json:"podsApplied,omitempty"`
+	// PodPermits is the permits the Ready pods (not terminating) are told
+	// in the published plan, the printer column PERMITS/POD: "5" when
+	// every one is told 5, "<least>-<most>" when they differ, such as
+	// "0-5" while new pods wait for old ones to let go of capacity in a
+	// handover, or "5-6" when the usable permits do not divide evenly
+	// (status.division.extra pods hold one more); "0" with no Ready pod.
+	// Unlike perPod.permits, the base share the division gives a pod once
+	// the handover is done, it is what the pods' gates enforce now.
+	// +optional
+	PodPermits string `json:"podPermits,omitempty"`
 }
 
 // DownstreamQuota divides a downstream's global contract over the pods of the
@@ -615,7 +625,7 @@ type DownstreamQuotaStatus struct {
 // +kubebuilder:printcolumn:name="Downstream",type=string,JSONPath=`.spec.downstream`
 // +kubebuilder:printcolumn:name="Concurrency",type=integer,JSONPath=`.spec.contract.concurrency`
 // +kubebuilder:printcolumn:name="Divisor",type=integer,JSONPath=`.status.replicas.divisor`
-// +kubebuilder:printcolumn:name="Permits/Pod",type=integer,JSONPath=`.status.perPod.permits`
+// +kubebuilder:printcolumn:name="Permits/Pod",type=string,JSONPath=`.status.podPermits`,description="Permits each Ready pod is told now: one number, or the least-most while they differ"
 // +kubebuilder:printcolumn:name="Handed-Out",type=integer,JSONPath=`.status.division.handedOut`
 // +kubebuilder:printcolumn:name="Usable",type=integer,JSONPath=`.status.division.usable`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -43,6 +43,9 @@ type quotaStatus struct {
 	// Division is status.division without its pods (see Pods); nil before
 	// the operator divided the permits.
 	Division *divisionView `json:"division"`
+	// PodPermits is status.podPermits, kubectl get's PERMITS/POD: what
+	// the Ready pods are told now, "20", or "0-20" while they differ.
+	PodPermits string `json:"podPermits"`
 	// Pods are the workload's pods that have not finished and the pods the
 	// division still counts, by name.
 	Pods []podView `json:"pods"`
@@ -185,6 +188,7 @@ func buildStatus(f quotaFacts) *quotaStatus {
 		Workload:    q.Spec.WorkloadRef.Kind + "/" + q.Spec.WorkloadRef.Name,
 		Contract:    contractOf(q, f.contract),
 		Divisor:     st.Replicas,
+		PodPermits:  st.PodPermits,
 		Ready:       conditionOf(st.Conditions, v1alpha1.ConditionReady),
 		HandedOver:  conditionOf(st.Conditions, v1alpha1.ConditionHandedOver),
 		Diagnostics: st.Diagnostics,

@@ -26,7 +26,7 @@ func TestBuildStatusPods(t *testing.T) {
 	leaving.DeletionTimestamp = &metav1.Time{}
 	q := &v1alpha1.DownstreamQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "ns"},
-		Status: v1alpha1.DownstreamQuotaStatus{Division: &v1alpha1.DivisionStatus{
+		Status: v1alpha1.DownstreamQuotaStatus{PodPermits: "0-2", Division: &v1alpha1.DivisionStatus{
 			Epoch: epoch, Revision: 4, Usable: 10, Base: 2, Extra: 0, HandedOut: 8, Held: 10,
 			Pods: []v1alpha1.PodShareStatus{{Name: "a", Permits: 2}, {Name: "e", Permits: 2}, {Name: "gone", Holds: new(int32(2))}},
 		}},
@@ -46,6 +46,9 @@ func TestBuildStatusPods(t *testing.T) {
 	want := []string{"a: yes", "b: no: released", "c: no: another epoch", "e: yes", `f: no: "4" is not <epoch>/<revision>`, "gone: gone"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+	if v.PodPermits != "0-2" {
+		t.Errorf("podPermits %q, want status.podPermits, 0-2", v.PodPermits)
 	}
 	if v.Applied != 2 || v.Total != 5 || v.AllApplied {
 		t.Errorf("applied %d of %d (all %v), want 2 of 5 and not all", v.Applied, v.Total, v.AllApplied)

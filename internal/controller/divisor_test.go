@@ -175,3 +175,46 @@ func divideOnly(callers []*caller, prev *v1alpha1.DivisionStatus, now time.Time)
 	d := &divisionInput{epoch: "uid-1", record: prev, callers: callers, now: now, clock: "test"}
 	return step(d, resume(d))
 }
+
+// TestPodPermits follows status.podPermits, the PERMITS/POD column, through
+// a scale-up: the share each Ready pod is told, as a range while they
+// differ, where the base share (status.perPod.permits) would say 2 while
+// the new pod is told 0.
+func TestPodPermits(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ready := func(names ...string) []corev1.Pod {
+		var pods []corev1.Pod
+		for _, n := range names {
+			pods = append(pods, statePod(n, true, false, corev1.PodRunning))
+		}
+		return pods
+	}
+	if got := divideOnly(one(10, nil), nil, now).callers[0].podPermits(); got != "0" {
+		t.Errorf("no Ready pod: %q, want 0", got)
+	}
+	h := divideOnly(one(10, ready("a", "b", "c")), nil, now)
+	if got := h.callers[0].podPermits(); got != "3-4" {
+		t.Errorf("10 over 3 pods: %q, want 3-4 (one pod holds the extra permit)", got)
+	}
+	h = divideOnly(one(12, ready("a", "b", "c")), h.status, now)
+	if got := h.callers[0].podPermits(); got != "4" {
+		t.Errorf("12 over 3 pods: %q, want 4", got)
+	}
+	// d turns Ready: the others are told 3 at once, but may hold 4 until
+	// the unacknowledged delay has passed; d waits at 0.
+	h = divideOnly(one(12, ready("a", "b", "c", "d")), h.status, now)
+	if got := h.callers[0].podPermits(); got != "0-3" || h.status.Base != 3 {
+		t.Errorf("handover: %q (base %d), want 0-3 (base 3)", got, h.status.Base)
+	}
+	h = divideOnly(one(12, ready("a", "b", "c", "d")), h.status, now.Add(DefaultUnacknowledgedDelay))
+	if got := h.callers[0].podPermits(); got != "3" || len(h.pending) != 0 {
+		t.Errorf("handover done: %q, pending %v, want 3 and none pending", got, h.pending)
+	}
+	// A pod that stops being Ready no longer counts, whatever it holds.
+	pods := ready("a", "b", "c", "d")
+	pods[3] = statePod("d", false, false, corev1.PodRunning)
+	h = divideOnly(one(12, pods), h.status, now.Add(DefaultUnacknowledgedDelay+time.Second))
+	if got := h.callers[0].podPermits(); got != "3" {
+		t.Errorf("d not Ready: %q, want 3 (a, b and c wait for d's 3)", got)
+	}
+}

@@ -185,6 +185,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		// Nothing of the step is recorded or published: the status keeps
 		// the division the pods were last told.
 		status.Division, status.ConfigMap, status.Rollout, status.PodsApplied = q.Status.Division, q.Status.ConfigMap, q.Status.Rollout, q.Status.PodsApplied
+		status.PodPermits = q.Status.PodPermits
 		in.handover, in.published, in.applied = nil, q.Status.ConfigMap, nil
 		return 0, nil, nil, nil
 	}

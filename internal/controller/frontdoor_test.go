@@ -2,14 +2,25 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	. "github.com/onsi/gomega/gstruct"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
@@ -129,7 +140,99 @@ var _ = Describe("PERMITS/POD", func() {
 			g.Expect(q.Status.Replicas).NotTo(BeNil())
 			g.Expect(q.Status.Replicas.Divisor).To(BeEquivalentTo(0))
 			g.Expect(q.Status.PerPod).NotTo(BeNil())
-			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(0), "the printer column PERMITS/POD")
+			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(0))
+			g.Expect(permitsColumn(ctx, g, ns, "logistics")).To(Equal("0"), "the printer column PERMITS/POD")
 		}).Should(Succeed())
 	})
+
+	It("says what the Ready pods are told during a handover, 0-20 while the new pod waits, and fires no event for the handover's steps", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 2))).To(Succeed())
+		silent := createReadyPods(ctx, ns, "api", 1)[0] // it never acknowledges
+		joining := createPod(ctx, ns, "api", "api-01")
+		waitCached(ctx, ns, "api", 2, 1)
+		q := newQuota(ns, "payments", "api", 50) // 40 usable
+		q.Spec.Handover = v1alpha1.Handover{UnacknowledgedDelay: &metav1.Duration{Duration: 2 * time.Second}}
+		Expect(k8s.Create(ctx, q)).To(Succeed())
+		Eventually(func(g Gomega) string { return permitsColumn(ctx, g, ns, "payments") }).Should(Equal("40"))
+
+		By("a second pod turns Ready: the first is told 20 at once, the second waits at 0 for the first's old share")
+		setReady(ctx, joining)
+		Eventually(func(g Gomega) {
+			q := getQuota(ctx, g, ns, "payments")
+			div := divisionOf(g, q)
+			g.Expect(shareOf(div, joining.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeZero(), "Target": HaveValue(BeEquivalentTo(20))}))
+			g.Expect(shareOf(div, silent.Name)).To(MatchFields(IgnoreExtras, Fields{"Permits": BeEquivalentTo(20), "Holds": HaveValue(BeEquivalentTo(40))}))
+			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(20), "perPod.permits stays the base share")
+			g.Expect(permitsColumn(ctx, g, ns, "payments")).To(Equal("0-20"))
+			// The delay counts from when the operator's cache holds the
+			// smaller share published; the clock is about to move.
+			doc, _ := publishedDocument(ctx, g, ns, "api-backpressure", "payments")
+			g.Expect(doc.For(silent.Name).Permits).To(Equal(20))
+			cached := &corev1.ConfigMap{}
+			g.Expect(operatorCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "api-backpressure"}, cached)).To(Succeed())
+			seen, err := plan.Parse([]byte(cached.Data[plan.KeyFor("payments")]))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(seen.Revision).To(Equal(doc.Revision))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) string { return permitsColumn(ctx, g, ns, "payments") }).WithTimeout(500 * time.Millisecond).Should(Equal("0-20"))
+
+		By("once the unacknowledged delay has passed, both pods are told 20")
+		advance(2 * time.Second)
+		_, err := reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "payments"}})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			q := getQuota(ctx, g, ns, "payments")
+			g.Expect(handedOver(g, q).Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(shareOf(divisionOf(g, q), joining.Name).Permits).To(BeEquivalentTo(20))
+			g.Expect(permitsColumn(ctx, g, ns, "payments")).To(Equal("20"))
+		}).Should(Succeed())
+
+		// The events compare the base share: the divisor's change is one
+		// event, and the step that grants the waiting pod its 20 is none.
+		planChanges := func(g Gomega) []string {
+			var out []string
+			for _, n := range notes(quotaEvents(ctx, g, ns, "payments")) {
+				if strings.HasPrefix(n, EventReasonPlanChanged+":") {
+					out = append(out, n)
+				}
+			}
+			return out
+		}
+		want := []string{
+			"PlanChanged: permits 40 per pod: Ready pods 1; 40 usable permits = 40 × 1 + 0; published to ConfigMap api-backpressure",
+			"PlanChanged: permits 40→20 per pod: Ready pods 1→2; 40 usable permits = 20 × 2 + 0",
+		}
+		Eventually(planChanges).Should(Equal(want))
+		Consistently(planChanges).WithTimeout(time.Second).Should(Equal(want))
+	})
 })
+
+// permitsColumn returns the PERMITS/POD cell of the quota as kubectl get
+// shows it: from the table the API server renders with the CRD's printer
+// columns.
+func permitsColumn(ctx context.Context, g Gomega, ns, name string) string {
+	rc, err := rest.RESTClientFor(tableConfig())
+	g.Expect(err).NotTo(HaveOccurred())
+	raw, err := rc.Get().AbsPath("/apis", v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version, "namespaces", ns, "downstreamquotas", name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	var table metav1.Table
+	g.Expect(json.Unmarshal(raw, &table)).To(Succeed())
+	col := slices.IndexFunc(table.ColumnDefinitions, func(c metav1.TableColumnDefinition) bool { return c.Name == "Permits/Pod" })
+	g.Expect(col).To(BeNumerically(">=", 0), "no column Permits/Pod in %v", table.ColumnDefinitions)
+	g.Expect(table.Rows).To(HaveLen(1))
+	cell := table.Rows[0].Cells[col]
+	if cell == nil {
+		return "<none>"
+	}
+	return fmt.Sprint(cell)
+}
+
+// tableConfig is the tests' client configuration for a raw request.
+func tableConfig() *rest.Config {
+	cfg := rest.CopyConfig(testEnv.Config)
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(k8s.Scheme()).WithoutConversion()
+	return cfg
+}

@@ -357,6 +357,27 @@ type callerStep struct {
 	// to let go of it: a caller's own pods may wait for theirs, or they
 	// for its own.
 	othersWaiting, othersPending []string
+	// serving counts the caller's serving pods, and least and most are
+	// the least and the most one of them is told: status.podPermits.
+	serving, least, most int64
+}
+
+// podPermits is status.podPermits: what the caller's serving pods are
+// told, "5", or "0-5" while they differ; "0" with no serving pod.
+func (c callerStep) podPermits() string {
+	if c.serving == 0 || c.least == c.most {
+		return fmt.Sprint(c.most)
+	}
+	return fmt.Sprintf("%d-%d", c.least, c.most)
+}
+
+// countServing notes that a serving pod of the caller is told told.
+func (c *callerStep) countServing(told int64) {
+	if c.serving == 0 {
+		c.least, c.most = told, told
+	}
+	c.serving++
+	c.least, c.most = min(c.least, told), max(c.most, told)
 }
 
 // shares returns the caller's part as a published document's division:
@@ -391,8 +412,14 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 			}
 			c.holding[e.m.name] = int(rec.Holds)
 		}
-		if e.m.serving && !e.m.gone && rec.Told < e.target {
-			out.waiting, c.waiting = append(out.waiting, e.m.key), append(c.waiting, e.m.name)
+		if e.m.serving && !e.m.gone {
+			// A serving pod is never told more than its target (a
+			// smaller share is told at once; the rest is what it holds),
+			// so its told share is what its gate enforces.
+			c.countServing(rec.Told)
+			if rec.Told < e.target {
+				out.waiting, c.waiting = append(out.waiting, e.m.key), append(c.waiting, e.m.name)
+			}
 		}
 		if rec.Bound() == 0 && e.target == 0 {
 			continue

@@ -120,7 +120,7 @@ func (part *quotaPart) ownHolds() bool { return part.ownCM != nil }
 func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep) error {
 	q := part.quota
 	part.step = cs
-	part.status.Division = cs.status
+	part.status.Division, part.status.PodPermits = cs.status, cs.podPermits()
 	part.in.handover = &part.step
 	if part.plan != nil {
 		d := part.plan.Document(q.Name, part.downstream, q.Generation, cs.shares())
