@@ -198,7 +198,7 @@ func TestHandoverInvariants(t *testing.T) {
 		cases = 1000
 	}
 	for c := range cases {
-		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2})
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2, cutOffs: true})
 	}
 }
 
@@ -220,7 +220,7 @@ func TestPodCutOffFromItsSourceNeedsTheLapse(t *testing.T) {
 					}
 				}
 			}, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 120, events: 6 + c%5, attacks: 4 + c%4, acksShare: 3,
-				callers: 1 + c%2, noLapse: noLapse})
+				callers: 1 + c%2, cutOffs: true, noLapse: noLapse})
 			if found {
 				violations++
 			}

@@ -699,7 +699,10 @@ type worldParams struct {
 	attacks   int // in 10 ticks
 	acksShare int // in 10 pods
 	callers   int
-	noLapse   bool // pods cut off from their source keep their limit
+	// cutOffs cuts pods that do not acknowledge off from their plan
+	// source now and then (see cutOff).
+	cutOffs bool
+	noLapse bool // pods cut off from their source keep their limit
 }
 
 // runWorld plays one world: ticks of events and attacks, checking at every
@@ -723,7 +726,9 @@ func runWorld(fail func(format string, args ...any), p worldParams) {
 		if w.rng.IntN(10) < p.attacks {
 			w.attack()
 		}
-		w.cutOff(p.attacks)
+		if p.cutOffs {
+			w.cutOff(p.attacks)
+		}
 		w.processes()
 		check("moving, pods", tick)
 		if w.rng.IntN(5) > 0 { // the controller lags now and then
