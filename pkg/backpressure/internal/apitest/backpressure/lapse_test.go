@@ -17,6 +17,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/internal/sharetest"
 )
 
@@ -160,14 +161,20 @@ func startRuntime(t *testing.T, client kubernetes.Interface, ns, pod string, ack
 	return rt
 }
 
-// admits reports whether the gate of rt admits a call now.
-func admits(t *testing.T, rt *backpressure.Runtime) bool {
+// lapseGateOf returns rt's gate.
+func lapseGateOf(t *testing.T, rt *backpressure.Runtime) *gate.Gate {
 	t.Helper()
 	g, err := rt.Gate(lapseGate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := g.TryAcquire(context.Background())
+	return g
+}
+
+// admits reports whether the gate of rt admits a call now.
+func admits(t *testing.T, rt *backpressure.Runtime) bool {
+	t.Helper()
+	p, err := lapseGateOf(t, rt).TryAcquire(context.Background())
 	if err != nil {
 		return false
 	}
@@ -177,11 +184,7 @@ func admits(t *testing.T, rt *backpressure.Runtime) bool {
 
 func permitsOf(t *testing.T, rt *backpressure.Runtime) int {
 	t.Helper()
-	g, err := rt.Gate(lapseGate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g.Limits().Permits
+	return lapseGateOf(t, rt).Limits().Permits
 }
 
 // TestGateThatDoesNotAcknowledgeLapsesWithoutItsSource reads one ConfigMap
@@ -265,7 +268,7 @@ func TestGateThatDoesNotAcknowledgeLapsesWithoutItsSource(t *testing.T) {
 		seen  = map[int]bool{}
 		watch sync.WaitGroup
 	)
-	g, _ := silent.Gate(lapseGate)
+	g := lapseGateOf(t, silent)
 	watch.Go(func() {
 		for {
 			seen[g.Limits().Permits] = true
