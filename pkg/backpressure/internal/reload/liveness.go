@@ -97,11 +97,13 @@ type liveWatch struct {
 	once  sync.Once
 }
 
+// Stop stops the watch and its forwarding.
 func (w *liveWatch) Stop() {
 	w.once.Do(func() { close(w.done) })
 	w.inner.Stop()
 }
 
+// ResultChan returns the forwarded events.
 func (w *liveWatch) ResultChan() <-chan watch.Event { return w.out }
 
 func (w *liveWatch) run(l *liveness) {
