@@ -111,6 +111,16 @@ type Document struct {
 	// operator's write-ahead record a lost record cannot be rebuilt without.
 	// At most MaxPods entries.
 	Holding map[string]int `json:"holding,omitempty"`
+
+	// UnacknowledgedDelaySeconds is the operator's
+	// spec.handover.unacknowledgedDelay: how long after publishing a
+	// smaller share it takes a pod that does not acknowledge to have
+	// applied it, and hands its capacity to others. Optional, 0 when
+	// unknown (a document from before the field). A pod that does not
+	// acknowledge and whose plan source has not confirmed its plan for
+	// nearly that long gives up its share (the library's lapse), since
+	// the operator may have given it away meanwhile. At most MaxSeconds.
+	UnacknowledgedDelaySeconds float64 `json:"unacknowledgedDelaySeconds,omitempty"`
 }
 
 // PodShare is one pod's share of a gate: the per-pod fields of Document.
@@ -196,6 +206,10 @@ func (d Document) MaxQueueWait() time.Duration { return seconds(d.MaxQueueWaitSe
 // AcquireTimeout returns AcquireTimeoutSeconds as a duration.
 func (d Document) AcquireTimeout() time.Duration { return seconds(d.AcquireTimeoutSeconds) }
 
+// UnacknowledgedDelay returns UnacknowledgedDelaySeconds as a duration;
+// 0 when the document does not carry it.
+func (d Document) UnacknowledgedDelay() time.Duration { return seconds(d.UnacknowledgedDelaySeconds) }
+
 // Latency returns LatencySeconds as a duration.
 func (d Document) Latency() time.Duration { return seconds(d.LatencySeconds) }
 
@@ -238,6 +252,7 @@ type header struct {
 	generation, revision          int64
 	maxQueueWait, acquireTimeout  float64
 	latency, deadline             float64
+	unacknowledgedDelay           float64
 }
 
 func (d Document) header() header {
@@ -246,6 +261,7 @@ func (d Document) header() header {
 		generation: d.Generation, revision: d.Revision,
 		maxQueueWait: d.MaxQueueWaitSeconds, acquireTimeout: d.AcquireTimeoutSeconds,
 		latency: d.LatencySeconds, deadline: d.DeadlineSeconds,
+		unacknowledgedDelay: d.UnacknowledgedDelaySeconds,
 	}
 }
 

@@ -9,12 +9,14 @@ import (
 
 // numericKeys returns the JSON names of t's int and float64 fields, in
 // order, leaving out the identifiers of a document (version, generation,
-// revision), which are not numbers of the plan.
+// revision), which are not numbers of the plan, and the handover's
+// unacknowledgedDelaySeconds, which is optional (older documents lack it)
+// and sizes nothing: Validate checks it on its own.
 func numericKeys(t reflect.Type) []string {
 	var keys []string
 	for key, i := range jsonIndex(t) {
 		switch key {
-		case "version", "generation", "revision":
+		case "version", "generation", "revision", "unacknowledgedDelaySeconds":
 			continue
 		}
 		if k := t.Field(i).Type.Kind(); k == reflect.Int || k == reflect.Float64 {

@@ -41,6 +41,8 @@ type wireDocument struct {
 	Pods map[string]*wirePodShare `json:"pods"`
 	// Holding is optional.
 	Holding map[string]int `json:"holding"`
+	// UnacknowledgedDelaySeconds is optional: older documents lack it.
+	UnacknowledgedDelaySeconds *float64 `json:"unacknowledgedDelaySeconds"`
 	// Shares is optional; version 3 only, decoded by groupedPods (a
 	// version 2 reader ignores it, as any field it does not know).
 	Shares json.RawMessage `json:"shares"`
@@ -150,6 +152,8 @@ func Parse(data []byte) (Document, error) {
 		Revision:   *w.Revision,
 		Pods:       pods,
 		Holding:    w.Holding,
+
+		UnacknowledgedDelaySeconds: deref(w.UnacknowledgedDelaySeconds),
 	}
 	for _, f := range fields {
 		if !f.PerPod {
@@ -203,6 +207,7 @@ func canonical(d Document) Document {
 	for _, f := range fields {
 		positiveZero(f.topLevel(&d))
 	}
+	positiveZero(reflect.ValueOf(&d.UnacknowledgedDelaySeconds).Elem())
 	if len(d.Holding) == 0 {
 		d.Holding = nil
 	}

@@ -76,6 +76,10 @@ func Validate(d Document) error {
 		}
 	}
 
+	if v := d.UnacknowledgedDelaySeconds; !inRange(v, MaxSeconds) {
+		bad("unacknowledgedDelaySeconds", "must be in [0, %d], got %v", MaxSeconds, v)
+	}
+
 	if len(d.Pods) > MaxPods {
 		errs = append(errs, podCountError(len(d.Pods)))
 	} else if len(d.Pods) > 0 {

@@ -357,6 +357,10 @@ type callerStep struct {
 	// to let go of it: a caller's own pods may wait for theirs, or they
 	// for its own.
 	othersWaiting, othersPending []string
+	// unacknowledged is the division's spec.handover.unacknowledgedDelay,
+	// which the documents carry: a pod that does not acknowledge and
+	// cannot reach its plan source gives its share up before it passes.
+	unacknowledged time.Duration
 	// serving counts the caller's serving pods, and least and most are
 	// the least and the most one of them is told: status.podPermits.
 	serving, least, most int64
@@ -383,14 +387,15 @@ func (c *callerStep) countServing(told int64) {
 // shares returns the caller's part as a published document's division:
 // pods not named hold nothing.
 func (c callerStep) shares() quota.Shares {
-	return quota.Shares{Epoch: c.status.Epoch, Revision: c.status.Revision, Pods: c.told, Holding: c.holding}
+	return quota.Shares{Epoch: c.status.Epoch, Revision: c.status.Revision, Pods: c.told, Holding: c.holding,
+		UnacknowledgedDelay: c.unacknowledged}
 }
 
 // step runs one handover step of the division from res: every caller's
 // part is divided exactly over its serving pods, and the handover runs
 // over all of them against the sum of the parts.
 func step(d *divisionInput, res handover.Resumed) handoverStep {
-	_, stalledAfter := handoverSettings(d.handover)
+	unacknowledged, stalledAfter := handoverSettings(d.handover)
 	entries, in := stepInput(d, res)
 	total := in.Total
 	r := handover.Step(in)
@@ -399,6 +404,7 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 	cs := make([]callerStep, len(d.callers))
 	for i := range cs {
 		cs[i].told = map[string]int{}
+		cs[i].unacknowledged = unacknowledged
 	}
 	views := make([]*v1alpha1.PodShareStatus, len(entries))
 	for i, e := range entries {

@@ -216,6 +216,7 @@ func (part *quotaPart) zeroDocument(cs callerStep) (plan.Document, bool) {
 	d := last.WithShare(plan.PodShare{})
 	d.Version, d.Generation = plan.CurrentVersion, part.quota.Generation
 	d.Epoch, d.Revision, d.Pods = cs.status.Epoch, cs.status.Revision, nil
+	d.UnacknowledgedDelaySeconds = cs.unacknowledged.Seconds()
 	d.Hash = plan.Hash(d)
 	return d, true
 }

@@ -1,6 +1,8 @@
 package handover
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,8 +198,43 @@ func TestHandoverInvariants(t *testing.T) {
 		cases = 1000
 	}
 	for c := range cases {
-		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2})
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2, cutOffs: true})
 	}
+}
+
+// TestPodCutOffFromItsSourceNeedsTheLapse plays 400 worlds where pods
+// that do not acknowledge are often cut off from their plan source, once
+// with the lapse and once with the pods keeping their last limit, as the
+// library did before it lapsed: with the lapse the pods never enforce more
+// than the total, without it some worlds do.
+func TestPodCutOffFromItsSourceNeedsTheLapse(t *testing.T) {
+	exceed := func(noLapse bool) (int, string) {
+		violations, first := 0, ""
+		for c := range 400 {
+			found := false
+			runWorld(func(format string, args ...any) {
+				if !found && strings.Contains(format, "can enforce") {
+					found = true
+					if first == "" {
+						first = strings.SplitN(fmt.Sprintf(format, args...), "\n", 2)[0]
+					}
+				}
+			}, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 120, events: 6 + c%5, attacks: 4 + c%4, acksShare: 3,
+				callers: 1 + c%2, cutOffs: true, noLapse: noLapse})
+			if found {
+				violations++
+			}
+		}
+		return violations, first
+	}
+	if n, first := exceed(false); n > 0 {
+		t.Errorf("with the lapse, %d worlds exceed the total; the first: %s", n, first)
+	}
+	n, first := exceed(true)
+	if n == 0 {
+		t.Fatal("without the lapse no world lets the pods enforce more than the total: the cut-offs test nothing")
+	}
+	t.Logf("without the lapse %d of 400 worlds exceed the total; the first: %s", n, first)
 }
 
 // TestStepAcknowledgementOfARevisionItCouldNotRead forges an acknowledgement

@@ -43,10 +43,22 @@ import (
 // the operator to a replica whose clock is off (by up to 250 ms). Pods
 // that acknowledge may refresh slowly, 10 to 30 s, when the operator can
 // tell that they do.
+//
+// A pod that does not acknowledge may also be cut off from its plan source
+// for up to 30 ticks: it keeps applying what its source held when it was
+// cut, reads nothing newer, and, as the library does, lapses to a limit of
+// 0 once it has gone simLapse without its source (the delay less the drain
+// bound of half the delay, less a tick for the source's last delivery),
+// and reads its ConfigMap again once the source is back. Without the lapse
+// (worldParams.noLapse) the guarantee does not hold.
 
 const (
 	simTick  = time.Second
 	simDelay = 10 * simTick // UnacknowledgedDelay
+	// simLapse is how long a pod cut off from its source goes before it
+	// lapses: the delay, less the half in which its calls drain, less a
+	// tick, the granularity of what its source last delivered.
+	simLapse = simDelay - simDelay/2 - simTick
 )
 
 // simDoc is one published document: what it gives each pod, by key (a pod
@@ -100,6 +112,12 @@ type simPod struct {
 	behind  time.Time // since when it has not applied its ConfigMap's document
 	// ackedDoc is the document it last acknowledged.
 	ackedDoc *simDoc
+	// cutAt and cutUntil bound a cut-off from its plan source, zero when
+	// connected; cutDoc is what the source held when it was cut.
+	cutAt, cutUntil time.Time
+	cutDoc          *simDoc
+	// lapsed is set while it enforces a limit of 0 for want of its source.
+	lapsed bool
 }
 
 // world is the simulation.
@@ -143,6 +161,10 @@ type world struct {
 	rolledBack bool
 	log        []string // what happened, for a failure's message
 	steps      int
+	// cuts draws the cut-offs from plan sources, apart from rng so that
+	// the other events of a seed are those they were before cut-offs.
+	cuts    *rand.Rand
+	noLapse bool // pods cut off from their source keep their limit
 }
 
 func newWorld(seed uint64, total int64, callers int) *world {
@@ -156,6 +178,7 @@ func newWorld(seed uint64, total int64, callers int) *world {
 		byKey:   map[string]*simPod{},
 		epochs:  [2]string{"epoch-own", "epoch-shared"},
 		clock:   "replica-0",
+		cuts:    rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
 	}
 	return w
 }
@@ -203,6 +226,9 @@ func (p *simPod) read(d *simDoc, now time.Time) bool {
 		return false
 	}
 	p.doc, p.seen[d.epoch] = d, d.revision
+	if p.lapsed {
+		return true // it admits nothing until its source is back
+	}
 	p.limit = d.shares[p.key]
 	if !p.acks && p.inflight > p.limit {
 		// Calls have deadlines: above the limit they are done within
@@ -411,7 +437,12 @@ func (w *world) processes() {
 			w.note("%s's process ended", p.key)
 			continue
 		}
-		if d := w.docs[p.caller]; d == nil || d == p.doc {
+		w.sourceOf(p)
+		d := w.docs[p.caller]
+		if !p.cutAt.IsZero() {
+			d = p.cutDoc
+		}
+		if d == nil || d == p.doc {
 			p.behind = time.Time{}
 		} else {
 			if p.behind.IsZero() {
@@ -453,6 +484,51 @@ func (w *world) processes() {
 			p.ann = &annotation{epoch: p.doc.epoch, released: true}
 		}
 	}
+}
+
+// sourceOf plays p's plan source for one tick: a cut-off ends, the pod
+// lapses, or it reads its ConfigMap again once back.
+func (w *world) sourceOf(p *simPod) {
+	if p.cutAt.IsZero() {
+		return
+	}
+	if !w.now.Before(p.cutUntil) {
+		p.cutAt, p.cutUntil, p.cutDoc = time.Time{}, time.Time{}, nil
+		// Back: the source reads the ConfigMap before the gate gets its
+		// share again.
+		if d := w.docs[p.caller]; d != nil {
+			p.read(d, w.now)
+		}
+		if p.lapsed {
+			p.lapsed, p.limit = false, 0
+			if p.doc != nil {
+				p.limit = p.doc.shares[p.key]
+			}
+			w.note("%s's source is back: %d", p.key, p.limit)
+		}
+		return
+	}
+	if !w.noLapse && !p.lapsed && w.now.Sub(p.cutAt) >= simLapse {
+		p.lapsed, p.limit = true, 0
+		if by := w.now.Add(simDelay / 2); p.inflight > 0 && (p.drainBy.IsZero() || by.Before(p.drainBy)) {
+			p.drainBy = by
+		}
+		w.note("%s lapsed without its source", p.key)
+	}
+}
+
+// cutOff cuts, with a chance of attacks in 40, a pod that does not
+// acknowledge off from its plan source for 1 to 30 ticks.
+func (w *world) cutOff(attacks int) {
+	if len(w.pods) == 0 || w.cuts.IntN(40) >= attacks {
+		return
+	}
+	p := w.pods[w.cuts.IntN(len(w.pods))]
+	if p.acks || !p.running || !p.cutAt.IsZero() {
+		return
+	}
+	p.cutAt, p.cutUntil, p.cutDoc = w.now, w.now.Add(time.Duration(1+w.cuts.IntN(30))*simTick), w.docs[p.caller]
+	w.note("%s cut off from its source until t+%v", p.key, p.cutUntil.Sub(w.now))
 }
 
 // event changes the world at random, as its users do.
@@ -623,6 +699,10 @@ type worldParams struct {
 	attacks   int // in 10 ticks
 	acksShare int // in 10 pods
 	callers   int
+	// cutOffs cuts pods that do not acknowledge off from their plan
+	// source now and then (see cutOff).
+	cutOffs bool
+	noLapse bool // pods cut off from their source keep their limit
 }
 
 // runWorld plays one world: ticks of events and attacks, checking at every
@@ -632,6 +712,7 @@ type worldParams struct {
 // caller's pods holding its fair part.
 func runWorld(fail func(format string, args ...any), p worldParams) {
 	w := newWorld(p.seed, p.total, p.callers)
+	w.noLapse = p.noLapse
 	check := func(phase string, tick int) {
 		if n, parts := w.enforceable(); n > w.total {
 			fail("seed %d, %s tick %d: the pods can enforce %d > %d: %s\n%s", p.seed, phase, tick, n, w.total, parts, strings.Join(w.log, "\n"))
@@ -644,6 +725,9 @@ func runWorld(fail func(format string, args ...any), p worldParams) {
 		}
 		if w.rng.IntN(10) < p.attacks {
 			w.attack()
+		}
+		if p.cutOffs {
+			w.cutOff(p.attacks)
 		}
 		w.processes()
 		check("moving, pods", tick)
@@ -659,6 +743,9 @@ func runWorld(fail func(format string, args ...any), p worldParams) {
 	// people declare what it does.
 	w.fail, w.away = false, [2]bool{}
 	for _, pod := range w.pods {
+		if !pod.cutAt.IsZero() {
+			pod.cutUntil = w.now
+		}
 		if pod.leaving {
 			pod.closed = true
 		}

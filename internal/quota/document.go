@@ -2,6 +2,7 @@ package quota
 
 import (
 	"maps"
+	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
@@ -22,6 +23,9 @@ type Shares struct {
 	// Holding maps each pod that may still hold more than it is told to
 	// what it may hold (plan.Document.Holding).
 	Holding map[string]int
+	// UnacknowledgedDelay is the handover's spec.handover.unacknowledgedDelay
+	// in effect (plan.Document.UnacknowledgedDelaySeconds); 0 leaves it out.
+	UnacknowledgedDelay time.Duration
 }
 
 // Document returns the document (the plan) that publishes p to the pods:
@@ -45,6 +49,8 @@ func (p Sizing) Document(gate, downstream string, generation int64, shares Share
 		AcquireTimeoutSeconds: base.AcquireTimeout.Seconds(),
 		LatencySeconds:        p.Input.Latency.Seconds(),
 		DeadlineSeconds:       p.Input.Deadline.Seconds(),
+
+		UnacknowledgedDelaySeconds: shares.UnacknowledgedDelay.Seconds(),
 	}.WithShare(base.PodShare)
 	if len(shares.Pods) > 0 {
 		d.Pods = make(map[string]plan.PodShare, len(shares.Pods))

@@ -119,6 +119,16 @@
 // (backpressure_config_gate_orphaned), and one whose document is rejected
 // keeps its last good plan (backpressure_config_gate_rejected).
 //
+// A gate that does not acknowledge, read with FromConfigMap, lapses to a
+// share of 0 once its source has not confirmed the plan for the operator's
+// unacknowledged delay, which the plan carries, less
+// Options.SourceLapseMargin and the plan's deadline: the operator hands
+// its share to others after that delay, and the pod may have missed the
+// smaller share. It says so in its log and in
+// backpressure_plan_source_lapsed, and enforces its share again as soon
+// as the source confirms a plan. FromDir gives no such signal and does not
+// lapse; a gate that acknowledges never needs to.
+//
 // # Metrics
 //
 // The metrics of the gates, retry budgets, dispatchers and plan sources

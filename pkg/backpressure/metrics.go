@@ -12,6 +12,7 @@ type collectors struct {
 	budgets     *metrics.RetryCollector
 	dispatchers *metrics.DispatcherCollector
 	bootstrap   *prometheus.GaugeVec // gate
+	lapsed      *prometheus.GaugeVec // gate
 }
 
 // newCollectors makes the collectors and registers them with reg unless reg
@@ -37,6 +38,11 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 		Name: "backpressure_config_gate_bootstrap",
 		Help: "1 while the gate enforces the application's bootstrap plan because no published plan was read " +
 			"when the pod started (the pod acknowledges nothing meanwhile), 0 once it enforces a published plan.",
+	}, []string{"gate"}), lapsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "backpressure_plan_source_lapsed",
+		Help: "1 while the gate admits nothing because its plan source has not confirmed the plan for nearly " +
+			"the operator's unacknowledged delay (the operator may have given the share away), 0 once it enforces " +
+			"its share again.",
 	}, []string{"gate"})}
 	if reg == nil {
 		return c, nil
@@ -51,6 +57,9 @@ func newCollectors(reg prometheus.Registerer) (*collectors, error) {
 		return nil, err
 	}
 	if c.bootstrap, err = metrics.Register(reg, c.bootstrap); err != nil {
+		return nil, err
+	}
+	if c.lapsed, err = metrics.Register(reg, c.lapsed); err != nil {
 		return nil, err
 	}
 	return c, nil

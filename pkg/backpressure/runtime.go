@@ -100,6 +100,26 @@ type Options struct {
 	// permit server's is package reserve's Client.Lender. A nil Lender
 	// returned for a gate leaves that gate without one.
 	Lender func(gate string) gate.Lender
+	// SourceLapseMargin is how much sooner than the operator's
+	// unacknowledged delay (the plan's UnacknowledgedDelaySeconds), less
+	// the plan's deadline, a gate lapses once its source has stopped
+	// confirming its plan; zero means DefaultSourceLapseMargin, negative is
+	// an error. A gate that lapses enforces a share of 0 (it admits
+	// nothing, as for a published 0) until the source confirms a plan
+	// again, because the operator hands the share of a pod that does not
+	// acknowledge to others once that delay has passed since it published
+	// a smaller one, which this pod may not have read. The gauge
+	// backpressure_plan_source_lapsed says so. Only a source that knows
+	// when it is current lapses (FromConfigMap; not FromDir), only for a
+	// plan that carries the delay, and never while the operator waits for
+	// this pod's acknowledgement (see Options.Ack).
+	//
+	// A smaller margin than the default keeps the share longer but risks
+	// enforcing it after the operator has given it away: it must cover
+	// the time a dead connection goes unnoticed (a watch stays open until
+	// the client's HTTP/2 health check ends it, 45s by default) and the
+	// watch's delivery.
+	SourceLapseMargin time.Duration
 }
 
 // Defaults of Options.
@@ -112,7 +132,19 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	// DefaultReleaseTimeout is Options.ReleaseTimeout's default.
 	DefaultReleaseTimeout = 10 * time.Second
+	// DefaultSourceLapseMargin is Options.SourceLapseMargin's default:
+	// the 45s a watch on a dead connection may stay open (client-go's
+	// HTTP/2 health check: a ping after 30s without a frame, answered
+	// within 15s) and 5s for the watch's delivery to the gates and the
+	// lapse's check, which runs every lapseCheckInterval. The operator's
+	// count starts no sooner than the publication the pod may have
+	// missed, and each side measures the delay on its own clock, so their
+	// skew does not enter; only their rates, negligible, do.
+	DefaultSourceLapseMargin = 50 * time.Second
 )
+
+// lapseCheckInterval paces the check of the plan source's confirmations.
+const lapseCheckInterval = 100 * time.Millisecond
 
 // pollInterval paces the watch of a gate's calls in flight while a smaller
 // share waits to be acknowledged, and while a closed gate drains. Reading
@@ -151,6 +183,7 @@ type Runtime struct {
 	namespace      string // this pod's namespace, "" when unknown
 	drainTimeout   time.Duration
 	releaseTimeout time.Duration
+	lapseMargin    time.Duration
 	started        atomic.Bool
 
 	mu    sync.RWMutex
@@ -167,6 +200,9 @@ type enforcer struct {
 	dispatcher *dispatch.Dispatcher // nil unless the gate is in Options.Dispatchers
 	plan       plan.Document        // the plan in force
 	bootstrap  bool                 // plan is Options.Bootstrap's, not a published one
+	// lapsed is set while the source has not confirmed plan for too long:
+	// the gate enforces a share of 0 (see Options.SourceLapseMargin).
+	lapsed bool
 }
 
 // New opens src and puts its plans in force, each as this pod's share of it
@@ -188,6 +224,9 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.SourceLapseMargin < 0 {
+		return nil, fmt.Errorf("backpressure: Options.SourceLapseMargin %v must not be negative", opts.SourceLapseMargin)
+	}
 	if opts.BootstrapWait < 0 {
 		return nil, fmt.Errorf("backpressure: Options.BootstrapWait %v must not be negative", opts.BootstrapWait)
 	}
@@ -208,6 +247,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		gates:          map[string]*enforcer{},
 		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
 		releaseTimeout: cmp.Or(opts.ReleaseTimeout, DefaultReleaseTimeout),
+		lapseMargin:    cmp.Or(opts.SourceLapseMargin, DefaultSourceLapseMargin),
 	}
 	for _, name := range opts.Dispatchers {
 		r.dispatched[name] = true
@@ -336,7 +376,12 @@ func (r *Runtime) Start(ctx context.Context) error {
 		return err
 	}
 	defer r.unclaim()
+	var lapses sync.WaitGroup
+	if live, ok := r.src.(reload.Liveness); ok {
+		lapses.Go(func() { r.followLapses(ctx, live) })
+	}
 	err := r.src.Start(ctx)
+	lapses.Wait()
 	return errors.Join(err, r.handBack())
 }
 
@@ -530,7 +575,7 @@ func (r *Runtime) Share(name string) (Share, error) {
 	if err != nil {
 		return Share{}, err
 	}
-	return shareOf(e.plan), nil
+	return shareOf(e.inForce()), nil
 }
 
 // Shutdown stops every dispatcher once it has run its queued tasks (see
@@ -567,6 +612,7 @@ func (r *Runtime) discard() {
 		r.metrics.gates.Remove(name)
 		r.metrics.budgets.Remove(name)
 		r.metrics.bootstrap.DeleteLabelValues(name)
+		r.metrics.lapsed.DeleteLabelValues(name)
 		if e.dispatcher != nil {
 			r.metrics.dispatchers.Remove(name)
 		}
@@ -617,7 +663,8 @@ func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 	}
 	var err error
 	if ok {
-		err = e.update(d, limits)
+		err = e.enforce(d)
+		limits = gateLimits(e.inForce())
 	} else {
 		err = r.newEnforcerLocked(d, limits)
 	}
@@ -634,9 +681,9 @@ func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 		r.log.Info("Published plan replaced the bootstrap plan", "gate", d.Gate, "epoch", d.Epoch, "revision", d.Revision)
 	}
 
-	if limits.Permits < d.Permits {
+	if full := gateLimits(d); full.Permits < d.Permits {
 		r.log.Info("Plan's permits exceed what a gate can count; the gate enforces fewer",
-			"gate", d.Gate, "planPermits", d.Permits, "permits", limits.Permits)
+			"gate", d.Gate, "planPermits", d.Permits, "permits", full.Permits)
 	}
 	// The example app's e2e harness parses this line: its keys are fixed.
 	r.log.Info("Applied plan", "gate", d.Gate, "hash", d.Hash, "permits", limits.Permits)
@@ -717,6 +764,27 @@ func (e *enforcer) discard() {
 	if e.dispatcher != nil {
 		_ = e.dispatcher.Shutdown(context.Background()) // it has never had a task
 	}
+}
+
+// inForce returns what the gate enforces: its plan, or a share of 0 while
+// it has lapsed.
+func (e *enforcer) inForce() plan.Document {
+	if e.lapsed {
+		return e.plan.WithShare(plan.PodShare{})
+	}
+	return e.plan
+}
+
+// enforce makes d the enforcer's plan and resizes it to what it then
+// enforces (inForce).
+func (e *enforcer) enforce(d plan.Document) error {
+	e.plan = d
+	eff := e.inForce()
+	if err := e.update(eff, gateLimits(eff)); err != nil {
+		return err
+	}
+	e.plan = d
+	return nil
 }
 
 // update resizes the enforcer in place. Its limits were validated by package

@@ -90,6 +90,7 @@ type acker struct {
 	want     map[string]string             // annotation key → acknowledgement to write
 	done     map[string]string             // what the pod is known to carry
 	invalid  map[string]bool               // gates that cannot form an annotation key, logged once
+	silent   bool                          // the pod declares it does not acknowledge, as last patched
 	stopped  bool                          // stop was called: start no more waits
 	released bool                          // Release has begun: write no more revisions
 }
@@ -329,6 +330,23 @@ func (a *acker) markDone(patched map[string]string) {
 	maps.Copy(a.done, patched)
 }
 
+// declaredSilent is the pod annotation by which a pod declares whether it
+// acknowledges (the operator's v1alpha1.AcknowledgesAnnotation); "false"
+// has the operator settle the pod's smaller shares by time, acknowledged
+// or not.
+const declaredSilent = "backpressure.dev/acknowledges"
+
+// acknowledged reports whether the operator counts on this pod's
+// acknowledgement of the gate's smaller shares in epoch: the pod carries an
+// acknowledgement of a revision of epoch that this source wrote, and does
+// not declare that it does not acknowledge.
+func (a *acker) acknowledged(gate, epoch string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ack, err := plan.ParseAck(a.done[plan.AppliedAnnotationPrefix+gate])
+	return err == nil && !a.silent && !ack.Released && ack.Epoch == epoch && ack.Revision > 0
+}
+
 func (a *acker) patch(ctx context.Context, annotations map[string]string) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
 	if err != nil {
@@ -336,10 +354,13 @@ func (a *acker) patch(ctx context.Context, annotations map[string]string) error 
 	}
 	ctx, cancel := context.WithTimeout(ctx, ackTimeout)
 	defer cancel()
-	_, err = a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.pod, types.MergePatchType, body,
+	pod, err := a.client.CoreV1().Pods(a.namespace).Patch(ctx, a.pod, types.MergePatchType, body,
 		metav1.PatchOptions{FieldManager: ackFieldManager})
 	if err != nil {
 		return fmt.Errorf("reload: patch pod %s/%s: %w", a.namespace, a.pod, err)
 	}
+	a.mu.Lock()
+	a.silent = pod.Annotations[declaredSilent] == "false"
+	a.mu.Unlock()
 	return nil
 }

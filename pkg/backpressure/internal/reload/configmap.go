@@ -3,12 +3,14 @@ package reload
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -33,6 +35,7 @@ type ConfigMapSource struct {
 	client    kubernetes.Interface
 	namespace string
 	name      string
+	live      *liveness
 }
 
 // NewConfigMapSource reads the ConfigMap namespace/name with client and
@@ -52,7 +55,7 @@ func NewConfigMapSource(ctx context.Context, client kubernetes.Interface, namesp
 	if err != nil {
 		return nil, err
 	}
-	s := &ConfigMapSource{core: c, client: client, namespace: namespace, name: name}
+	s := &ConfigMapSource{core: c, client: client, namespace: namespace, name: name, live: newLiveness()}
 	s.log = s.log.WithValues("configMap", namespace+"/"+name)
 	s.tracker.log = s.log
 
@@ -62,6 +65,7 @@ func NewConfigMapSource(ctx context.Context, client kubernetes.Interface, namesp
 			if err != nil {
 				return nil, fmt.Errorf("reload: read ConfigMap %s/%s: %w", namespace, name, err)
 			}
+			s.live.confirmed()
 			return snapshotOf(cm), nil
 		})
 	if err != nil {
@@ -69,6 +73,14 @@ func NewConfigMapSource(ctx context.Context, client kubernetes.Interface, namesp
 	}
 	return s, nil
 }
+
+// Confirmed implements Liveness: the source is live while a watch of the
+// ConfigMap, started on a read the gates have been given, is open; a list
+// or get loaded confirms the moment it was made. A failed list or watch,
+// or a watch that ends, leaves the time it was last live. A watch on a
+// connection that died silently stays open until the client's HTTP/2
+// health check ends it (30s without a frame, then a 15s ping, by default).
+func (s *ConfigMapSource) Confirmed() (bool, time.Time) { return s.live.Confirmed() }
 
 // Plans returns the plan in force for every gate, keyed by gate name.
 func (s *ConfigMapSource) Plans() map[string]plan.Document { return s.plans() }
@@ -84,8 +96,57 @@ func (s *ConfigMapSource) Start(ctx context.Context) error {
 
 func (s *ConfigMapSource) watch(ctx context.Context) {
 	selector := fields.OneTermEqualSelector(metav1.ObjectNameField, s.name).String()
-	informer := coreinformers.NewFilteredConfigMapInformer(s.client, s.namespace, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = selector })
+	configMaps := s.client.CoreV1().ConfigMaps(s.namespace)
+	// The list and watch are those of NewFilteredConfigMapInformer, with
+	// the confirmations beside them (see Confirmed). A list is loaded here,
+	// before the informer hands it on, so that it confirms only what the
+	// gates have; a watch that follows a failure reads the ConfigMap first,
+	// as it may resume from a resource version whose changes the informer
+	// has still to deliver.
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			list, err := configMaps.List(ctx, o)
+			if err != nil {
+				s.live.failed()
+				return nil, err
+			}
+			snap := map[string]entry{}
+			for i := range list.Items {
+				if list.Items[i].Name == s.name {
+					snap = snapshotOf(&list.Items[i])
+				}
+			}
+			s.load(snap)
+			s.live.confirmed()
+			return list, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			w, err := configMaps.Watch(ctx, o)
+			if err != nil {
+				s.live.failed()
+				return nil, err
+			}
+			if s.live.needsRead() {
+				cm, err := configMaps.Get(ctx, s.name, metav1.GetOptions{})
+				switch {
+				case apierrors.IsNotFound(err):
+					s.load(map[string]entry{})
+				case err != nil:
+					w.Stop()
+					s.live.failed()
+					return nil, err
+				default:
+					s.load(snapshotOf(cm))
+				}
+				s.live.confirmed()
+			}
+			return s.live.follow(w), nil
+		},
+	}
+	informer := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+	defer s.live.wg.Wait()
 	_ = informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
 			s.log.Error(err, "Cannot watch the ConfigMap; keeping the last good plans and retrying")

@@ -13,6 +13,10 @@ type Source interface {
 	Start(ctx context.Context) error
 	// Plans returns the plan in force for every gate, keyed by gate name.
 	Plans() map[string]plan.Document
+	// Acknowledged reports whether the operator waits for this pod's
+	// acknowledgement of the gate's smaller shares in epoch (see
+	// DirSource.Acknowledged).
+	Acknowledged(gate, epoch string) bool
 }
 
 // Releaser is implemented by a Source that can tell the operator that this

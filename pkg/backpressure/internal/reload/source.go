@@ -196,5 +196,15 @@ func (c *core) Release(ctx context.Context, gates []string) error {
 	return c.acker.release(ctx, c.tracker.plansCopy(), gates)
 }
 
+// Acknowledged reports whether the operator waits for this pod's
+// acknowledgement before it takes the gate's smaller shares of epoch as
+// applied: acknowledgement is on, this source has acknowledged a revision
+// of epoch for the gate, and the pod does not declare
+// backpressure.dev/acknowledges: "false". Until then the operator may
+// settle a smaller share by time, as for a pod that does not acknowledge.
+func (c *core) Acknowledged(gate, epoch string) bool {
+	return c.acker != nil && c.acker.acknowledged(gate, epoch)
+}
+
 // plans returns the plans in force.
 func (c *core) plans() map[string]plan.Document { return c.tracker.plansCopy() }
