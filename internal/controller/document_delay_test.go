@@ -47,7 +47,7 @@ func TestSharedContractsDocumentsCarryItsDelay(t *testing.T) {
 	dc.Spec.Handover.UnacknowledgedDelay = &metav1.Duration{Duration: 75 * time.Second}
 	env := newFakeEnv(guardNamespace("shop", map[string]string{"team": "checkout"}), dc,
 		guardDeployment("shop", "api", 1), guardPod("shop", "api", "api-0"), sharedQuota("shop", "payments", "api", 0))
-	env.reconcileContract(t, "logistics")
+	env.reconcileContract(t)
 	cm := &corev1.ConfigMap{}
 	if err := env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: "api-backpressure"}, cm); err != nil {
 		t.Fatal(err)

@@ -76,12 +76,13 @@ func sharedQuota(namespace, name, workload string, demand int32) *v1alpha1.Downs
 	return q
 }
 
-// reconcileContract runs the contract reconciler once.
-func (e *fakeEnv) reconcileContract(t *testing.T, name string) reconcile.Result {
+// reconcileContract runs the contract reconciler once for the logistics
+// contract, the one every fake-client world here shares.
+func (e *fakeEnv) reconcileContract(t *testing.T) reconcile.Result {
 	t.Helper()
-	res, err := NewDownstreamContractReconciler(e.pub).Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Name: name}})
+	res, err := NewDownstreamContractReconciler(e.pub).Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Name: "logistics"}})
 	if err != nil {
-		t.Fatalf("Reconcile(contract %s): %v", name, err)
+		t.Fatalf("Reconcile(contract logistics): %v", err)
 	}
 	return res
 }
@@ -189,7 +190,7 @@ func newSharedWorld(t *testing.T) *sharedWorld {
 func (s *sharedWorld) rounds(t *testing.T, n int, phase string) {
 	t.Helper()
 	for i := range n {
-		s.env.reconcileContract(t, "logistics")
+		s.env.reconcileContract(t)
 		for _, ns := range []string{"shop", "reports"} {
 			if _, err := s.env.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: sharedGate}}); err != nil {
 				t.Fatalf("%s round %d: Reconcile(%s/%s): %v", phase, i, ns, sharedGate, err)
@@ -269,7 +270,7 @@ func TestTwoQuotasOfOneWorkloadShareAContract(t *testing.T) {
 		}
 	}
 	for i := range 4 {
-		env.reconcileContract(t, "logistics")
+		env.reconcileContract(t)
 		for _, gate := range []string{"ledger-read", "ledger-write"} {
 			w.read("shop", gate)
 		}

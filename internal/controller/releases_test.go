@@ -9,13 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// terminatingPod is a pod being deleted whose annotation for gate says
+// terminatingPod is a pod being deleted whose annotation for the payments gate says
 // ack.
-func terminatingPod(name, gate, ack string) *corev1.Pod {
+func terminatingPod(name, ack string) *corev1.Pod {
 	now := metav1.Now()
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Namespace: "shop", Name: name, DeletionTimestamp: &now,
-		Annotations: map[string]string{appliedAnnotation(gate): ack},
+		Annotations: map[string]string{appliedAnnotation("payments"): ack},
 	}}
 }
 
@@ -26,9 +26,9 @@ func TestReleasesRemembersWhatATerminatingPodSaid(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &releases{now: func() time.Time { return at }}
 
-	r.observe(terminatingPod("a", "payments", "e1/released"))
-	r.observe(terminatingPod("b", "payments", "e1/7"))
-	live := terminatingPod("c", "payments", "e1/released")
+	r.observe(terminatingPod("a", "e1/released"))
+	r.observe(terminatingPod("b", "e1/7"))
+	live := terminatingPod("c", "e1/released")
 	live.DeletionTimestamp = nil
 	r.observe(live)
 
@@ -51,12 +51,12 @@ func TestReleasesRemembersWhatATerminatingPodSaid(t *testing.T) {
 	// Within releaseMemory of a's release nothing is swept; past it plus
 	// one sweep interval, the next observation forgets a.
 	at = at.Add(releaseMemory)
-	r.observe(terminatingPod("d", "payments", "e1/released"))
+	r.observe(terminatingPod("d", "e1/released"))
 	if _, ok := r.released("shop", "a", "payments", "e1"); !ok {
 		t.Error("a is forgotten within releaseMemory")
 	}
 	at = at.Add(pruneEvery + time.Second)
-	r.observe(terminatingPod("e", "payments", "e1/released"))
+	r.observe(terminatingPod("e", "e1/released"))
 	if _, ok := r.released("shop", "a", "payments", "e1"); ok {
 		t.Error("a is still remembered past releaseMemory and a sweep")
 	}
@@ -71,9 +71,9 @@ func TestReleasesRemembersWhatATerminatingPodSaid(t *testing.T) {
 func BenchmarkReleasesObserve(b *testing.B) {
 	r := &releases{}
 	for i := range 20000 {
-		r.observe(terminatingPod("old-"+strconv.Itoa(i), "payments", "e1/released"))
+		r.observe(terminatingPod("old-"+strconv.Itoa(i), "e1/released"))
 	}
-	pod := terminatingPod("new", "payments", "e1/released")
+	pod := terminatingPod("new", "e1/released")
 	b.ResetTimer()
 	for b.Loop() {
 		r.observe(pod)

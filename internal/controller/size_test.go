@@ -109,7 +109,7 @@ func TestContractListsAtMostMaxListedCallers(t *testing.T) {
 	dc.Spec.Contract.Concurrency = 1000
 	objs[1] = dc
 	env := newFakeEnv(objs...)
-	env.reconcileContract(t, "logistics")
+	env.reconcileContract(t)
 	got := &v1alpha1.DownstreamContract{}
 	if err := env.client.Get(context.Background(), client.ObjectKey{Name: "logistics"}, got); err != nil {
 		t.Fatal(err)
