@@ -17,6 +17,31 @@ const ConditionHandedOver = "HandedOver"
 // plans; see ReasonPodsNotAcknowledging.
 const ConditionPlanApplied = "PlanApplied"
 
+// ConditionReserved is the condition type that says whether the reserve
+// spec.reserve asks for is kept out of the pods' division and held by the
+// permit server's Ready replicas.
+const ConditionReserved = "Reserved"
+
+// Reasons of the Reserved condition.
+const (
+	// ReasonReserveHeld: the broker's Ready replicas are given the whole
+	// reserve.
+	ReasonReserveHeld = "ReserveHeld"
+	// ReasonBrokerNotFound: spec.reserve.brokerRef names a Deployment that
+	// does not exist; the reserve is held by nobody.
+	ReasonBrokerNotFound = "BrokerNotFound"
+	// ReasonNoReadyBroker: the broker's Deployment has no Ready pod; the
+	// reserve is held by nobody until one is Ready.
+	ReasonNoReadyBroker = "NoReadyBroker"
+	// ReasonReserveTooLarge: the reserve asked for would leave a Ready pod
+	// of the workload without a permit of its own; it is cut to leave each
+	// one permit.
+	ReasonReserveTooLarge = "ReserveTooLarge"
+	// ReasonNoReserve: the quota asks for no reserve (any longer); its
+	// pods hold every usable permit.
+	ReasonNoReserve = "NoReserve"
+)
+
 // Reasons of the Ready condition and of diagnostics. They are CamelCase, as
 // the Kubernetes API conventions ask, and stable: alerts and scripts match
 // them.

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Durations are metav1.Duration strings of at most one hour (the bound of
@@ -218,10 +219,46 @@ type RetryPolicy struct {
 	BudgetPerSecond int32 `json:"budgetPerSecond"`
 }
 
+// Reserve is a part of the quota's usable permits that is not divided over
+// the workload's pods: the Ready replicas of a permit server
+// (backpressure-broker) hold it, in exact slices, and lend it one call at a
+// time to pods whose own share is full.
+type Reserve struct {
+	// Permits is the size of the reserve: a count of permits, or a
+	// percentage such as "20%" of the quota's usable permits (its part of
+	// a shared contract when it names one), rounded down. It must leave
+	// every Ready pod of the workload at least one permit; a larger
+	// reserve is cut to that, and condition Reserved says so (reason
+	// ReserveTooLarge).
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) != int || self >= 0",message="must be a count of at least 0"
+	// +kubebuilder:validation:XValidation:rule="type(self) != int || self <= 1048575",message="must be a count of at most 1048575"
+	// +kubebuilder:validation:XValidation:rule="type(self) != string || self.matches('^(100|[1-9]?[0-9])%$')",message="must be a count or a percentage between 0% and 100%"
+	// +required
+	Permits intstr.IntOrString `json:"permits"`
+	// BrokerRef names the Deployment, in the quota's namespace, that runs
+	// backpressure-broker. Its Ready pods are members of the division like
+	// the workload's pods: the published plan names each with its slice,
+	// and a replica that is to give permits up acknowledges before they
+	// move.
+	// +required
+	BrokerRef BrokerReference `json:"brokerRef"`
+}
+
+// BrokerReference names the Deployment that runs the permit server.
+type BrokerReference struct {
+	// Name of the Deployment.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+}
+
 // DownstreamQuotaSpec is a downstream's global contract and the workload it
 // is divided over.
 // +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given",fieldPath=".contract"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxQueueWait) || !self.maxQueueWait.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || !self.deadline.matches('^([0-9]+([.][0-9]+)?(ns|us|µs|ms|s|m|h))+$') || duration(self.maxQueueWait) < duration(self.deadline)",message="must be less than deadline",fieldPath=".maxQueueWait"
+// +kubebuilder:validation:XValidation:rule="!has(self.reserve) || self.workloadRef.kind != 'Deployment' || self.reserve.brokerRef.name != self.workloadRef.name",message="must name another Deployment than workloadRef: the permit server's pods are not the workload's",fieldPath=".reserve.brokerRef.name"
 // +kubebuilder:validation:XValidation:rule="!has(self.configMapName) || size(self.configMapName) == 0 || (self.configMapName.startsWith(self.workloadRef.name + '-') && self.configMapName.endsWith('-backpressure'))",message="must be <workload>-backpressure or <workload>-<name>-backpressure, where <workload> is workloadRef.name: the only names the operator may write to",fieldPath=".configMapName"
 type DownstreamQuotaSpec struct {
 	// WorkloadRef is the Deployment or StatefulSet whose pods share the
@@ -320,6 +357,12 @@ type DownstreamQuotaSpec struct {
 	// Ready and leave.
 	// +optional
 	Handover Handover `json:"handover,omitempty"`
+
+	// Reserve keeps a part of the usable permits out of the division over
+	// the pods, for a permit server to lend one call at a time. When
+	// absent, the pods hold all of them.
+	// +optional
+	Reserve *Reserve `json:"reserve,omitempty"`
 
 	// ConfigMapName is the ConfigMap the plan is published to. Every quota of
 	// a workload must name the same one; when empty it is
@@ -454,10 +497,14 @@ type DivisionStatus struct {
 	// Usable is the permits this caller hands out once the handover is
 	// done: floor(concurrency × cluster share × safety), or its part of a
 	// shared contract; under AtLeastOne with fewer permits than Ready pods,
-	// one per Ready pod (the quota then reports Overcommitted).
+	// one per Ready pod (the quota then reports Overcommitted). It
+	// includes the reserve (status.reserve.permits), which the permit
+	// server's replicas hold: they are members of the division, and
+	// handedOut, held and pods count them too.
 	Usable int32 `json:"usable"`
-	// Base is floor(usable / divisor); Extra pods hold one more, so the
-	// Ready pods hold all of Usable once the handover is done.
+	// Base is floor((usable - reserve) / divisor); Extra pods hold one
+	// more, so the Ready pods hold all of Usable but the reserve once the
+	// handover is done.
 	Base int32 `json:"base"`
 	// Extra is usable mod divisor: the number of pods holding Base+1.
 	Extra int32 `json:"extra"`
@@ -564,6 +611,29 @@ type PodShareStatus struct {
 	ShrunkAt *metav1.MicroTime `json:"shrunkAt,omitempty"`
 }
 
+// ReserveStatus is where a quota's reserve went.
+type ReserveStatus struct {
+	// Broker is the Deployment that runs the permit server.
+	Broker string `json:"broker"`
+	// Requested is the reserve spec.reserve.permits asks for, in permits.
+	Requested int32 `json:"requested"`
+	// Permits is the reserve kept out of the division over the workload's
+	// pods: Requested, cut to leave every Ready pod of the workload one
+	// permit. The broker's Ready replicas hold it once the handover is
+	// done; while none is Ready, nobody does.
+	Permits int32 `json:"permits"`
+	// HandedOut is the permits the published plan gives the broker's
+	// replicas.
+	HandedOut int32 `json:"handedOut"`
+	// Replicas are the broker's pods that are told a slice, may still hold
+	// one, or wait for theirs.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Replicas []PodShareStatus `json:"replicas,omitempty"`
+}
+
 // DownstreamQuotaStatus is what the operator computed and published.
 type DownstreamQuotaStatus struct {
 	// ObservedGeneration is the spec generation the status describes.
@@ -591,6 +661,9 @@ type DownstreamQuotaStatus struct {
 	// where the handover stands.
 	// +optional
 	Division *DivisionStatus `json:"division,omitempty"`
+	// Reserve is where the reserve went, when spec.reserve is set.
+	// +optional
+	Reserve *ReserveStatus `json:"reserve,omitempty"`
 	// Conditions hold Ready and the reasons it is not.
 	// +listType=map
 	// +listMapKey=type

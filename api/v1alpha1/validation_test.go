@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
@@ -81,6 +82,21 @@ var _ = Describe("kubectl apply", Ordered, func() {
 		Expect(dq.Spec.BelowOne).To(Equal(v1alpha1.BelowOneStrict))
 		Expect(dq.Spec.WorkloadRef.APIVersion).To(Equal("apps/v1"))
 		Expect(dq.Spec.Retry).To(Equal(v1alpha1.RetryPolicy{MaxRetries: 0, BudgetPerSecond: 0}))
+	})
+
+	It("accepts a reserve given as a percentage, and as a count", func() {
+		_, stderr, err := kubectl.Run("apply", "-n", "validation", "-f", filepath.Join("testdata", "reserve.yaml"))
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		var dq v1alpha1.DownstreamQuota
+		key := types.NamespacedName{Namespace: "validation", Name: "reserve"}
+		Expect(k8s.Get(ctx, key, &dq)).To(Succeed())
+		Expect(dq.Spec.Reserve.Permits.String()).To(Equal("20%"))
+		Expect(dq.Spec.Reserve.BrokerRef.Name).To(Equal("search-gateway-broker"))
+
+		dq.Spec.Reserve.Permits = intstr.FromInt32(8)
+		Expect(k8s.Update(ctx, &dq)).To(Succeed())
+		Expect(k8s.Get(ctx, key, &dq)).To(Succeed())
+		Expect(dq.Spec.Reserve.Permits.IntValue()).To(Equal(8))
 	})
 
 	It("shows the printer columns", func() {

@@ -60,6 +60,11 @@ type readiness struct {
 	// applied is how far the Ready pods are in applying the plan published
 	// by this reconcile; nil when it published none.
 	applied *appliedCount
+	// reserved is the reserve kept out of the pods' division, and
+	// reservedCondition its Reserved condition; nil when there is none to
+	// report (see reserve.go).
+	reserved          int32
+	reservedCondition *metav1.Condition
 }
 
 // conditions returns the conditions a reconcile writes: Ready, PlanApplied,
@@ -69,6 +74,9 @@ func (in readiness) conditions() []metav1.Condition {
 	conds := []metav1.Condition{ready, planAppliedCondition(in.applied, ready)}
 	if in.handover != nil {
 		conds = append(conds, in.handover.condition())
+	}
+	if in.reservedCondition != nil {
+		conds = append(conds, *in.reservedCondition)
 	}
 	return conds
 }
@@ -108,7 +116,7 @@ func readyCondition(in readiness) metav1.Condition {
 		in.permits, replicas.Divisor, replicas.DivisorSource, where)
 	if h := in.handover; h != nil {
 		summary = fmt.Sprintf("%s %d; %s, %s",
-			divisorSourceText(replicas.DivisorSource), replicas.Divisor, sizingDivision(h.status.Usable, replicas.Divisor, h.status.Base, h.status.Extra).Equation(), where)
+			divisorSourceText(replicas.DivisorSource), replicas.Divisor, sizingDivision(h.status.Usable-in.reserved, replicas.Divisor, h.status.Base, h.status.Extra).Equation(), where)
 	}
 	reasons := diagnosticReasons(in.diagnostics)
 	others := func(except string) string {

@@ -56,6 +56,9 @@ type sharer struct {
 	away string
 	// part is its part of the split; nil when it takes none.
 	part *quota.CallerPart
+	// reserve is its spec.reserve, which comes out of its part; nil when
+	// it asks for none.
+	reserve *reserve
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -91,6 +94,9 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		r.fill(s, dc, over)
 		if err := p.prepare(ctx, &s.quotaPart, h.callers[i]); err != nil {
 			return reconcile.Result{}, err
+		}
+		if s.part != nil || s.reserve == nil {
+			s.reportReserve(s.reserve)
 		}
 		behind = behind || s.behind
 		if s.in.tooLarge != "" && tooLarge == "" {
@@ -164,6 +170,9 @@ func split(dc *v1alpha1.DownstreamContract, sharers []*sharer) []*sharer {
 		s.plan = &pl
 		if s.facts.workload != nil {
 			s.caller.total = usableTotal(pl)
+			if s.reserve != nil {
+				s.reserve.size(s.caller, s.caller.total)
+			}
 		}
 	}
 	return active
@@ -239,6 +248,18 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 		for _, m := range s.caller.members {
 			if m.serving {
 				s.serving++
+			}
+		}
+		if f.workload != nil {
+			// The permit server's pods join after the count: they hold
+			// the reserve, not a share of the pods' part.
+			if s.reserve, err = readReserve(ctx, p.client, q, f.pods); errors.As(err, &invalid) {
+				s.in.invalid, s.reserve = invalid, nil
+			} else if err != nil {
+				return nil, err
+			}
+			if s.reserve != nil {
+				s.reserve.join(s.caller, epoch, q.Status.Reserve)
 			}
 		}
 		if err := p.gather(ctx, &s.quotaPart, epoch, q.Status.Division); err != nil {

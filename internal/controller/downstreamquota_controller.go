@@ -167,6 +167,19 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 	epoch := string(q.UID)
 	part.own = quota.ConfigMapName(q)
 	part.caller = &caller{namespace: q.Namespace, gate: q.Name, total: usableTotal(pl), members: membersOf(f.pods, "", q.Name, epoch)}
+	rsv, err := readReserve(ctx, p.client, q, f.pods)
+	if err != nil {
+		var invalid *quota.FieldError
+		if errors.As(err, &invalid) {
+			in.invalid = invalid
+			return 0, nil, nil, nil
+		}
+		return 0, nil, nil, err
+	}
+	if rsv != nil {
+		rsv.size(part.caller, part.caller.total)
+		rsv.join(part.caller, epoch, q.Status.Reserve)
+	}
 	if err := p.gather(ctx, part, epoch, q.Status.Division); err != nil {
 		return 0, nil, nil, err
 	}
@@ -192,6 +205,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 	if part.behind {
 		return 0, nil, nil, errStale
 	}
+	part.reportReserve(rsv)
 	var written *v1alpha1.DownstreamQuotaStatus
 	if h.changed {
 		// Write ahead: what every pod is told and may still hold is on
@@ -213,13 +227,15 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 	if err := p.publishPart(ctx, part); err != nil {
 		return 0, nil, written, err
 	}
-	return h.recheck, &planChange{
-		after: planFigures{
-			permits: int32(pl.Result.Base), extra: int32(pl.Result.Extra), usable: int32(pl.Result.Usable),
-			divisor: replicas.Divisor, source: replicas.DivisorSource,
-		},
-		configMap: part.own,
-	}, written, nil
+	after := planFigures{
+		permits: int32(pl.Result.Base), extra: int32(pl.Result.Extra), usable: int32(pl.Result.Usable),
+		divisor: replicas.Divisor, source: replicas.DivisorSource,
+	}
+	if rsv != nil {
+		// The pods divide what the reserve leaves them.
+		after.permits, after.extra, after.usable = status.Division.Base, status.Division.Extra, int32(pl.Result.Usable)-part.in.reserved
+	}
+	return h.recheck, &planChange{after: after, configMap: part.own}, written, nil
 }
 
 // maxRecordBytes bounds a division's record (status.division's told and

@@ -136,6 +136,11 @@ type caller struct {
 	// reads maps a pod's name to what the document its pods read now
 	// gives it; nil when they read none.
 	reads map[string]int64
+	// reserve is the part of total kept out of the pods' division for the
+	// permit server's replicas, lenders their names among members (see
+	// reserve.join).
+	reserve int64
+	lenders map[string]bool
 }
 
 // readDocument notes the document the caller's pods read now: a pod it
@@ -522,7 +527,7 @@ func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.In
 		for _, m := range c.members {
 			in = append(in, division.Member{Key: m.key, Serving: m.serving && !m.gone, Told: res.Records[m.key].Told})
 		}
-		for i, t := range division.Targets(c.total, in) {
+		for i, t := range c.targets(in) {
 			entries = append(entries, stepEntry{c: ci, m: c.members[i], target: t})
 		}
 	}
@@ -545,16 +550,22 @@ func summarize(d *divisionInput, r handover.Result, entries []stepEntry, views [
 	st := &v1alpha1.DivisionStatus{Epoch: d.epoch, Revision: r.Revision, Usable: int32(part), Clock: d.clock}
 	var serving int64
 	shares := map[int32]int32{}
+	// Base, extra and shares are the workload's pods': the broker's
+	// replicas divide the reserve apart from them.
+	podPart := part - reserveOf(d, entries, idx)
 	own := map[string]handover.Record{}
 	var listed []v1alpha1.PodShareStatus
 	for _, i := range idx {
 		rec, m := r.Records[i], entries[i].m
-		if m.serving && !m.gone {
+		lender := d.callers[entries[i].c].isLender(m)
+		if m.serving && !m.gone && !lender {
 			serving++
 		}
 		if rec.Told > 0 {
 			st.HandedOut += int32(rec.Told)
-			shares[int32(rec.Told)]++
+			if !lender {
+				shares[int32(rec.Told)]++
+			}
 		}
 		st.Held += int32(rec.Bound())
 		if rec.Bound() > 0 {
@@ -567,7 +578,7 @@ func summarize(d *divisionInput, r handover.Result, entries []stepEntry, views [
 		}
 	}
 	if serving > 0 {
-		st.Base, st.Extra = int32(part/serving), int32(part%serving)
+		st.Base, st.Extra = int32(podPart/serving), int32(podPart%serving)
 	}
 	for permits, pods := range shares {
 		st.Shares = append(st.Shares, v1alpha1.ShareCount{Permits: permits, Pods: pods})

@@ -313,6 +313,16 @@ func (m *mapper) quotasSelecting(ctx context.Context, obj client.Object) []recon
 			match = m.workloadSelects(ctx, ns, ref, podLabels)
 			matches[ref] = match
 		}
+		if !match && q.Spec.Reserve != nil {
+			// The permit server's pods are members of the quota's
+			// division too.
+			broker := v1alpha1.WorkloadReference{Kind: kindDeployment, Name: q.Spec.Reserve.BrokerRef.Name}
+			match, seen = matches[broker]
+			if !seen {
+				match = m.workloadSelects(ctx, ns, broker, podLabels)
+				matches[broker] = match
+			}
+		}
 		if match {
 			reqs = append(reqs, request(q.Namespace, q.Name))
 		}

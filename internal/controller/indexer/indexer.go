@@ -22,7 +22,9 @@ import (
 // (or a fake client that registered Indexes).
 const (
 	// QuotaWorkloadKey indexes a DownstreamQuota by quota.WorkloadKey of
-	// its spec.workloadRef.
+	// its spec.workloadRef and of the Deployment its
+	// spec.reserve.brokerRef names: the workloads whose pods are members
+	// of its division.
 	QuotaWorkloadKey = "spec.workloadRef"
 	// QuotaHPAKey indexes a DownstreamQuota by its spec.hpaName, when set.
 	QuotaHPAKey = "spec.hpaName"
@@ -85,7 +87,14 @@ func quotaWorkload(obj client.Object) []string {
 	if !ok || q.Spec.WorkloadRef.Name == "" {
 		return nil
 	}
-	return []string{quota.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)}
+	keys := []string{quota.WorkloadKey(q.Spec.WorkloadRef.Kind, q.Spec.WorkloadRef.Name)}
+	if r := q.Spec.Reserve; r != nil && r.BrokerRef.Name != "" {
+		// The permit server's Deployment and pods are members of the
+		// quota's division too: their events concern it as its own
+		// workload's do.
+		keys = append(keys, quota.WorkloadKey("Deployment", r.BrokerRef.Name))
+	}
+	return keys
 }
 
 func quotaHPA(obj client.Object) []string {

@@ -5,6 +5,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -146,6 +147,13 @@ func (w *QuotaWrapper) DemandInFlight(n int32) *QuotaWrapper {
 // budget.
 func (w *QuotaWrapper) Retry(maxRetries, budgetPerSecond int32) *QuotaWrapper {
 	w.Spec.Retry = v1alpha1.RetryPolicy{MaxRetries: maxRetries, BudgetPerSecond: budgetPerSecond}
+	return w
+}
+
+// Reserve sets spec.reserve: permits (a count, or a percentage such as
+// "20%") lent by the permit server of the Deployment broker.
+func (w *QuotaWrapper) Reserve(permits intstr.IntOrString, broker string) *QuotaWrapper {
+	w.Spec.Reserve = &v1alpha1.Reserve{Permits: permits, BrokerRef: v1alpha1.BrokerReference{Name: broker}}
 	return w
 }
 
