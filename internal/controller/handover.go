@@ -426,8 +426,11 @@ func step(d *divisionInput, res handover.Resumed) handoverStep {
 		if e.m.serving && !e.m.gone {
 			// A serving pod is never told more than its target (a
 			// smaller share is told at once; the rest is what it holds),
-			// so its told share is what its gate enforces.
-			c.countServing(rec.Told)
+			// so its told share is what its gate enforces. The broker's
+			// replicas hold the reserve, not a pod's share.
+			if !d.callers[e.c].isLender(e.m) {
+				c.countServing(rec.Told)
+			}
 			if rec.Told < e.target {
 				out.waiting, c.waiting = append(out.waiting, e.m.key), append(c.waiting, e.m.name)
 			}

@@ -74,6 +74,7 @@ var _ = Describe("A quota's reserve", func() {
 			g.Expect(c.Message).To(Equal("reserve of 8 permits: 8 handed out to 2 Ready replicas of Deployment broker"))
 			g.Expect(ready(g, q).Message).To(Equal("Ready pods 4; 32 usable permits = 8 × 4 + 0, published to ConfigMap gateway-backpressure"))
 			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(8))
+			g.Expect(q.Status.PodPermits).To(Equal("8"), "PERMITS/POD counts the workload's pods, not the broker's 4")
 			div := divisionOf(g, q)
 			g.Expect([]int32{div.Usable, div.HandedOut, div.Held, div.Base, div.Extra}).To(Equal([]int32{40, 40, 40, 8, 0}))
 			g.Expect(div.Shares).To(Equal([]v1alpha1.ShareCount{{Permits: 8, Pods: 4}}))
