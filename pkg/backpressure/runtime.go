@@ -120,6 +120,20 @@ type Options struct {
 	// the client's HTTP/2 health check ends it, 45s by default) and the
 	// watch's delivery.
 	SourceLapseMargin time.Duration
+	// Held, when not nil, counts the permits of a gate this pod holds
+	// outside the gate's own calls in flight: the leases a permit server
+	// (backpressure-broker) has lent of its slice of a reserve, whose
+	// share the plan gives it like a pod's. The Runtime adds the count to
+	// the gate's calls in flight wherever it decides whether the pod is
+	// within a share: a revision is acknowledged only once both together
+	// are within its permits, and Start releases a gate only once both
+	// are 0. A negative count says the pod cannot know what it holds (a
+	// permit server that started less than its longest lease ago may have
+	// lent in an earlier run): nothing is acknowledged or released while
+	// it says so. Held is called every pollInterval while a revision or a
+	// release waits, must be cheap, and must count only permits lent
+	// within the limit the gate enforces at the time of the call.
+	Held func(gate string) int
 }
 
 // Defaults of Options.
@@ -179,6 +193,7 @@ type Runtime struct {
 	onApplied      func(Applied)
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
 	lender         func(string) gate.Lender
+	held           func(string) int // Options.Held; nil: nothing held outside the gates
 	pod            string // this pod's name, "" when unknown
 	namespace      string // this pod's namespace, "" when unknown
 	drainTimeout   time.Duration
@@ -244,6 +259,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		onApplied:      opts.OnApplied,
 		dispatched:     map[string]bool{},
 		lender:         opts.Lender,
+		held:           opts.Held,
 		gates:          map[string]*enforcer{},
 		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
 		releaseTimeout: cmp.Or(opts.ReleaseTimeout, DefaultReleaseTimeout),
@@ -450,7 +466,7 @@ func (r *Runtime) handBack() error {
 	}
 	var drained, stuck []string
 	for _, name := range slices.Sorted(maps.Keys(all)) {
-		if waitInFlight(drainCtx, all[name].gate, 0) == nil {
+		if r.waitHeld(drainCtx, name, all[name].gate, 0) == nil {
 			drained = append(drained, name)
 		} else {
 			stuck = append(stuck, name)
@@ -464,7 +480,7 @@ func (r *Runtime) handBack() error {
 	if len(stuck) > 0 {
 		inFlight := make([]int, len(stuck))
 		for i, name := range stuck {
-			inFlight[i] = all[name].gate.InFlight()
+			inFlight[i], _ = r.holding(name, all[name].gate)
 		}
 		r.log.Info("Gates still had calls in flight when the drain timeout passed; not releasing them",
 			"gates", stuck, "inFlight", inFlight, "drainTimeout", r.drainTimeout)
@@ -496,8 +512,10 @@ func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
 		r.mu.RUnlock()
 		// Checked after the revision: the gate's limit is the revision's
 		// from then on, so calls in flight can only fall to it.
-		if inForce && e.gate.InFlight() <= permits {
-			return nil
+		if inForce {
+			if n, known := r.holding(d.Gate, e.gate); known && n <= permits {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -507,10 +525,26 @@ func (r *Runtime) enforced(ctx context.Context, d plan.Document) error {
 	}
 }
 
-// waitInFlight returns nil once g has at most n calls in flight, polling
-// every pollInterval, or ctx.Err().
-func waitInFlight(ctx context.Context, g *gate.Gate, n int) error {
-	if g.InFlight() <= n {
+// holding returns the permits of gate g, named name, that this pod holds:
+// its calls in flight and what Options.Held counts; false while Held says
+// the count is unknown.
+func (r *Runtime) holding(name string, g *gate.Gate) (int, bool) {
+	n := g.InFlight()
+	if r.held == nil {
+		return n, true
+	}
+	h := r.held(name)
+	return n + max(h, 0), h >= 0
+}
+
+// waitHeld returns nil once this pod holds at most n permits of gate g,
+// named name (see holding), polling every pollInterval, or ctx.Err().
+func (r *Runtime) waitHeld(ctx context.Context, name string, g *gate.Gate, n int) error {
+	within := func() bool {
+		h, known := r.holding(name, g)
+		return known && h <= n
+	}
+	if within() {
 		return nil
 	}
 	t := time.NewTicker(pollInterval)
@@ -520,7 +554,7 @@ func waitInFlight(ctx context.Context, g *gate.Gate, n int) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			if g.InFlight() <= n {
+			if within() {
 				return nil
 			}
 		}

@@ -44,6 +44,13 @@ type ackFixture struct {
 
 func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	t.Helper()
+	return newAckFixtureWith(t, first, nil)
+}
+
+// newAckFixtureWith is newAckFixture with the Runtime's options changed by
+// edit, when not nil.
+func newAckFixtureWith(t *testing.T, first plan.Document, edit func(*backpressure.Options)) *ackFixture {
+	t.Helper()
 	client, ns := controlPlane.Namespace(t, "runtime-ack")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: ackPod},
@@ -54,8 +61,7 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 	}
 	f := &ackFixture{t: t, client: client, ns: ns, dir: t.TempDir(), events: sharetest.NewRecorder(), stopped: make(chan error, 1)}
 	sharetest.WritePlan(t, f.dir, first)
-	var err error
-	f.rt, err = backpressure.New(t.Context(), backpressure.FromDir(f.dir), backpressure.Options{
+	opts := backpressure.Options{
 		Gates:        []string{ackGate},
 		OnApplied:    f.events.Hook,
 		PodName:      ackPod,
@@ -65,8 +71,12 @@ func newAckFixture(t *testing.T, first plan.Document) *ackFixture {
 			Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: 200 * time.Millisecond},
 		},
 		DrainTimeout: 10 * time.Second,
-	})
-	if err != nil {
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	var err error
+	if f.rt, err = backpressure.New(t.Context(), backpressure.FromDir(f.dir), opts); err != nil {
 		t.Fatal(err)
 	}
 	f.events.Next(t)
