@@ -13,20 +13,30 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/broker"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
 // config is the command line.
 type config struct {
-	listen          string
-	metricsListen   string
-	capacity        map[string]int
-	maxLease        time.Duration
-	margin          time.Duration
-	maxWait         time.Duration
-	podRetention    time.Duration
-	expireEvery     time.Duration
-	shutdownTimeout time.Duration
-	version         bool
+	listen        string
+	metricsListen string
+	// capacity is --capacity: fixed slices, for a server run by hand.
+	capacity map[string]int
+	// gates are the quotas whose slices the plan gives this pod (--gate),
+	// read from the source sourceflags names; empty with --capacity.
+	gates             []string
+	sourceflags.Flags // where the plans come from, and acknowledgement
+	// pod and podNamespace are $POD_NAME and $POD_NAMESPACE: the name the
+	// plan gives this pod's slice under, and the pod acknowledged on.
+	pod, podNamespace string
+	maxLease          time.Duration
+	margin            time.Duration
+	maxWait           time.Duration
+	podRetention      time.Duration
+	expireEvery       time.Duration
+	shutdownTimeout   time.Duration
+	version           bool
 }
 
 // capacityFlag collects --capacity GATE=N values.
@@ -54,14 +64,44 @@ func (f capacityFlag) Set(s string) error {
 	return nil
 }
 
-// parseConfig parses the command line; usage and errors go to errOut.
-func parseConfig(args []string, errOut io.Writer) (config, error) {
-	cfg := config{capacity: map[string]int{}}
+// gatesFlag collects --gate values.
+type gatesFlag struct{ gates *[]string }
+
+func (f gatesFlag) String() string {
+	if f.gates == nil {
+		return ""
+	}
+	return strings.Join(*f.gates, ",")
+}
+
+// Set adds one gate.
+func (f gatesFlag) Set(s string) error {
+	switch {
+	case s == "":
+		return errors.New("want the name of a DownstreamQuota, got an empty one")
+	case slices.Contains(*f.gates, s):
+		return fmt.Errorf("gate %q given twice", s)
+	}
+	*f.gates = append(*f.gates, s)
+	return nil
+}
+
+// fromPlan reports whether the slices come from the plan (--gate) rather
+// than from --capacity.
+func (c config) fromPlan() bool { return len(c.gates) > 0 }
+
+// parseConfig parses the command line; getenv supplies the pod's name and
+// namespace (the downward API's POD_NAME and POD_NAMESPACE); usage and
+// errors go to errOut.
+func parseConfig(args []string, getenv func(string) string, errOut io.Writer) (config, error) {
+	cfg := config{capacity: map[string]int{}, pod: getenv(backpressure.EnvPodName), podNamespace: getenv(backpressure.EnvPodNamespace)}
 	fs := flag.NewFlagSet("backpressure-broker", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.StringVar(&cfg.listen, "listen-address", ":9443", "host:port of the gRPC server (the Reserve service and gRPC health)")
 	fs.StringVar(&cfg.metricsListen, "metrics-listen", ":8080", "host:port of /metrics and /healthz; empty for none")
-	fs.Var(capacityFlag(cfg.capacity), "capacity", "GATE=PERMITS: this server's slice of the gate's reserve (repeatable)")
+	fs.Var(capacityFlag(cfg.capacity), "capacity", "GATE=PERMITS: a fixed slice of the gate's reserve, for a server run by hand (repeatable); not with --gate")
+	fs.Var(gatesFlag{&cfg.gates}, "gate", "a DownstreamQuota whose reserve this server lends: its slice is what the quota's plan gives this pod ($"+backpressure.EnvPodName+"), read from --configmap or --plan-dir (repeatable)")
+	cfg.Register(fs, getenv)
 	fs.DurationVar(&cfg.maxLease, "max-lease", broker.DefaultMaxLease, "longest lease (a call's hold plus the margin); a started server lends nothing for this long")
 	fs.DurationVar(&cfg.margin, "lease-margin", broker.DefaultMargin, "added to every call's hold: what outlives a call's deadline on the caller's side")
 	fs.DurationVar(&cfg.maxWait, "max-wait", broker.DefaultMaxWait, "longest a borrow waits for a permit")
@@ -87,8 +127,16 @@ func parseConfig(args []string, errOut io.Writer) (config, error) {
 			errs = append(errs, fmt.Errorf("--metrics-listen: %q is not host:port", cfg.metricsListen))
 		}
 	}
-	if len(cfg.capacity) == 0 {
-		errs = append(errs, errors.New("--capacity: give at least one GATE=PERMITS"))
+	switch {
+	case len(cfg.capacity) > 0 && (cfg.fromPlan() || cfg.ConfigMap != "" || cfg.PlanDir != "" || cfg.Acknowledge):
+		errs = append(errs, errors.New("--capacity and --gate/--configmap/--plan-dir/--acknowledge: give the slices either by hand (--capacity) or from the plan (--gate with --configmap or --plan-dir), not both"))
+	case len(cfg.capacity) == 0 && !cfg.fromPlan():
+		errs = append(errs, errors.New("--gate: name at least one quota whose slice the plan gives this pod (with --configmap or --plan-dir), or give --capacity GATE=PERMITS"))
+	case cfg.fromPlan():
+		errs = append(errs, cfg.Check()...)
+		if cfg.pod == "" {
+			errs = append(errs, errors.New("--gate: the plan names this pod's slice by its name, and $"+backpressure.EnvPodName+" is empty (set it from the downward API, fieldRef metadata.name)"))
+		}
 	}
 	for name, d := range map[string]time.Duration{"max-lease": cfg.maxLease, "max-wait": cfg.maxWait, "pod-retention": cfg.podRetention, "expire-interval": cfg.expireEvery, "shutdown-timeout": cfg.shutdownTimeout} {
 		if d <= 0 {

@@ -3,7 +3,8 @@
 // one call at a time, to pods whose own share is full (internal/broker,
 // over the gRPC protocol api/reserve/v1).
 //
-//	backpressure-broker --capacity logistics-api=8 \
+//	backpressure-broker --gate logistics-api \
+//	    --configmap search-gateway-backpressure --acknowledge \
 //	    --listen-address :9443 --metrics-listen :8080 --max-lease 10s
 //
 // It runs as a Deployment of its own, not in the operator's manager: the
@@ -12,12 +13,22 @@
 // needs no access to the API server beyond what its own share requires.
 // When it is down or slow, pods go on with their own shares.
 //
+// With --gate, its slice of each quota's reserve is what the quota's
+// published plan gives its pod ($POD_NAME), read as the library reads a
+// pod's share (--configmap or --plan-dir, the flags of package
+// sourceflags): a larger slice is lent at once; a smaller one lends
+// nothing above it at once and, with --acknowledge, is acknowledged on the
+// pod only once the leases outstanding fit in it, so that the operator
+// moves the permits to another replica only then. A plan that does not
+// name the pod gives it nothing. --capacity GATE=PERMITS instead fixes the
+// slices, for a server run by hand.
+//
 // A started server lends nothing for --max-lease (it waits out the leases
-// an earlier run may have granted) and says so to borrowers. --capacity
-// puts each gate's slice of the reserve in force; the operator's
-// ConfigMap will give it as a share like any pod's. SIGTERM stops taking
-// borrows, lets the waiting ones end, and exits; its leases end on their
-// own. Logs are JSON lines on stderr.
+// an earlier run may have granted) and says so to borrowers; it
+// acknowledges nothing meanwhile either. SIGTERM stops lending, waits (for
+// at most --max-lease) until the leases have been returned or have
+// expired, annotates the pod "<epoch>/released" with --acknowledge, then
+// lets the waiting borrows end and exits. Logs are JSON lines on stderr.
 package main
 
 import (
@@ -36,7 +47,7 @@ import (
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg, err := parseConfig(os.Args[1:], os.Stderr)
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
@@ -61,7 +72,7 @@ func main() {
 // run serves until ctx ends, then shuts down. ready, when not nil, is
 // called with the server once it listens.
 func run(ctx context.Context, cfg config, log *slog.Logger, ready func(*server)) error {
-	s, err := newServer(cfg, log)
+	s, err := newServer(ctx, cfg, log)
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,11 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
+// noEnv is an environment without POD_NAME or POD_NAMESPACE.
+func noEnv(string) string { return "" }
+
 func TestConfig(t *testing.T) {
-	cfg, err := parseConfig([]string{"--capacity", "a=3", "--capacity", "b=0", "--max-lease", "2s"}, io.Discard)
+	cfg, err := parseConfig([]string{"--capacity", "a=3", "--capacity", "b=0", "--max-lease", "2s"}, noEnv, io.Discard)
 	if err != nil || cfg.capacity["a"] != 3 || cfg.capacity["b"] != 0 || cfg.maxLease != 2*time.Second {
 		t.Errorf("parsed %+v, %v", cfg, err)
 	}
@@ -33,7 +36,12 @@ func TestConfig(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "--capacity: give at least one GATE=PERMITS"},
+		{nil, "--gate: name at least one quota whose slice the plan gives this pod (with --configmap or --plan-dir), or give --capacity GATE=PERMITS"},
+		{[]string{"--capacity", "a=1", "--gate", "a", "--plan-dir", "/plans"}, "--capacity and --gate/--configmap/--plan-dir/--acknowledge: give the slices either by hand"},
+		{[]string{"--capacity", "a=1", "--configmap", "c", "--namespace", "shop"}, "--capacity and --gate/--configmap/--plan-dir/--acknowledge"},
+		{[]string{"--gate", "a"}, "exactly one of --configmap and --plan-dir is required"},
+		{[]string{"--gate", "a", "--gate", "a"}, `gate "a" given twice`},
+		{[]string{"--gate", "a", "--plan-dir", "/plans"}, "--gate: the plan names this pod's slice by its name, and $POD_NAME is empty"},
 		{[]string{"--capacity", "a"}, `invalid value "a" for flag -capacity: want GATE=PERMITS with PERMITS at least 0, such as logistics-api=8, got "a"`},
 		{[]string{"--capacity", "a=-1"}, `got "a=-1"`},
 		{[]string{"--capacity", "a=1", "--capacity", "a=2"}, `gate "a" given twice`},
@@ -41,7 +49,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"--capacity", "a=1", "--max-lease", "1s", "--lease-margin", "1s"}, "--lease-margin: must be at least 0 and below --max-lease 1s, got 1s"},
 		{[]string{"--capacity", "a=1", "--max-wait", "0s"}, "--max-wait: must be positive, got 0s"},
 	} {
-		if _, err := parseConfig(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := parseConfig(c.args, noEnv, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
 		}
 	}
@@ -80,7 +88,7 @@ func borrowAfterLearning(ctx context.Context, t testing.TB, c reservev1.ReserveC
 // receives run's result.
 func serveInProcess(ctx context.Context, t testing.TB, args ...string) (s *server, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
-	cfg, err := parseConfig(args, io.Discard)
+	cfg, err := parseConfig(args, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,6 +23,8 @@ import (
 	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
 	"github.com/backpressure-dev/backpressure-operator/internal/broker"
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 )
 
 // server is the broker with its gRPC and metrics servers.
@@ -35,9 +38,13 @@ type server struct {
 	// metrics is nil without --metrics-listen.
 	metrics    *http.Server
 	metricsLis net.Listener
+	// rt and slices hold the slices the plan gives this pod (--gate); nil
+	// with --capacity.
+	rt     *backpressure.Runtime
+	slices *slicer
 }
 
-func newServer(cfg config, log *slog.Logger) (*server, error) {
+func newServer(ctx context.Context, cfg config, log *slog.Logger) (*server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := broker.New(broker.Options{
@@ -53,6 +60,11 @@ func newServer(cfg config, log *slog.Logger) (*server, error) {
 		}
 	}
 	s := &server{cfg: cfg, log: log, broker: b, health: health.NewServer()}
+	if cfg.fromPlan() {
+		if err := s.followPlan(ctx, reg); err != nil {
+			return nil, err
+		}
+	}
 	s.grpc = grpc.NewServer(
 		// Borrowers keep their connections open between calls and ping
 		// them so that a dead server is noticed before a borrow waits on
@@ -62,11 +74,13 @@ func newServer(cfg config, log *slog.Logger) (*server, error) {
 	reservev1.RegisterReserveServer(s.grpc, broker.NewService(b))
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	if s.lis, err = net.Listen("tcp", cfg.listen); err != nil {
+		s.discardRuntime()
 		return nil, fmt.Errorf("--listen-address: %w", err)
 	}
 	if cfg.metricsListen != "" {
 		if s.metricsLis, err = net.Listen("tcp", cfg.metricsListen); err != nil {
 			_ = s.lis.Close()
+			s.discardRuntime()
 			return nil, fmt.Errorf("--metrics-listen: %w", err)
 		}
 		mux := http.NewServeMux()
@@ -76,6 +90,57 @@ func newServer(cfg config, log *slog.Logger) (*server, error) {
 		httpshutdown.CloseUnused(s.metrics)
 	}
 	return s, nil
+}
+
+// drainTimeout bounds how long a leaving server waits for its leases to
+// end before it releases its slices: the longest lease, and a second for
+// the expiry's sweep and a started server's learning (which ends within
+// the longest lease of its start).
+func (c config) drainTimeout() time.Duration { return c.maxLease + time.Second }
+
+// followPlan opens the plan source the flags name and a Runtime whose
+// gates hold this pod's slices, with acknowledgement when asked: the
+// library's source, handover and release, with the leases counted as
+// what the pod holds (see slicer.held).
+func (s *server) followPlan(ctx context.Context, reg prometheus.Registerer) error {
+	src, ack, err := s.cfg.Open("backpressure-broker")
+	if err != nil {
+		return err
+	}
+	if s.slices, err = newSlicer(s.broker, s.cfg.gates, s.log); err != nil {
+		return err
+	}
+	// A quota that does not name this pod yet (it is not Ready, or the
+	// operator has not published) gives it nothing: the server starts on
+	// a slice of 0 rather than waiting for the plan.
+	boot := make([]backpressure.Share, len(s.cfg.gates))
+	for i, g := range s.cfg.gates {
+		boot[i] = backpressure.Share{Gate: g, Limits: gate.Limits{Permits: 0}}
+	}
+	s.rt, err = backpressure.New(ctx, src, backpressure.Options{
+		Registerer:     reg,
+		Logger:         logr.FromSlogHandler(s.log.Handler()),
+		PodName:        s.cfg.pod,
+		PodNamespace:   s.cfg.podNamespace,
+		Ack:            ack,
+		Bootstrap:      boot,
+		OnApplied:      s.slices.onApplied,
+		Held:           s.slices.held,
+		DrainTimeout:   s.cfg.drainTimeout(),
+		ReleaseTimeout: s.cfg.shutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	s.slices.setRuntime(s.rt)
+	return nil
+}
+
+// discardRuntime gives up a Runtime that will not be started.
+func (s *server) discardRuntime() {
+	if s.rt != nil {
+		_ = s.rt.Shutdown(context.Background())
+	}
 }
 
 // addr is the gRPC listener's address.
@@ -105,8 +170,15 @@ func (s *server) serve(ctx context.Context) error {
 	expiry, stopExpiry := context.WithCancel(context.Background())
 	defer stopExpiry()
 	go func() { _ = s.broker.Run(expiry, s.cfg.expireEvery) }()
+	sourceCtx, stopSource := context.WithCancel(context.Background())
+	defer stopSource()
+	followed := make(chan error, 1)
+	if s.rt != nil {
+		go s.slices.run(sourceCtx, s.cfg.expireEvery)
+		go func() { followed <- s.rt.Start(sourceCtx) }()
+	}
 	s.log.Info("Serving", "address", s.addr(), "metrics", s.metricsAddr(), "capacity", capacityFlag(s.cfg.capacity).String(),
-		"learningUntil", s.broker.LearningUntil(), "incarnation", s.broker.Incarnation())
+		"gates", s.cfg.gates, "learningUntil", s.broker.LearningUntil(), "incarnation", s.broker.Incarnation())
 
 	var err error
 	select {
@@ -115,6 +187,9 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.log.Info("Shutting down")
 	s.health.Shutdown()
+	if s.rt != nil {
+		err = errors.Join(err, s.handBack(stopSource, followed))
+	}
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(s.cfg.shutdownTimeout)
@@ -130,4 +205,22 @@ func (s *server) serve(ctx context.Context) error {
 		_ = s.metrics.Shutdown(shutdownCtx)
 	}
 	return err
+}
+
+// handBack stops lending, then ends the Runtime, which waits (for at most
+// the longest lease) until the leases have ended, returned or expired,
+// and, with --acknowledge, annotates the pod "<epoch>/released" so that
+// the operator gives the slices to the other replicas before the pod is
+// gone. The gRPC server keeps serving meanwhile so that returns arrive.
+func (s *server) handBack(stopSource context.CancelFunc, followed <-chan error) error {
+	s.slices.stop()
+	stopSource()
+	timer := time.NewTimer(s.cfg.drainTimeout() + s.cfg.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-followed:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("the slices were not drained and released within %v", s.cfg.drainTimeout()+s.cfg.shutdownTimeout)
+	}
 }

@@ -394,3 +394,18 @@ func (b *Broker) eachPool(f func(*pool)) {
 		p.mu.Unlock()
 	}
 }
+
+// Leases returns the leases of gate outstanding now (those whose time is up
+// have ended), 0 for a gate it does not hold.
+func (b *Broker) Leases(gate string) int {
+	p := b.pool(gate)
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := b.clock.Now()
+	p.expireLocked(now)
+	p.dispatchLocked(now)
+	return len(p.leases)
+}

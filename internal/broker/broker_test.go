@@ -322,3 +322,27 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// Leases counts what is lent now: a returned lease and one whose time is up
+// are not; a gate not held has none.
+func TestLeasesCountsWhatIsOutstanding(t *testing.T) {
+	b, clock := newBroker(t, 3)
+	first := mustBorrow(t, b, "a")
+	mustBorrow(t, b, "b")
+	clock.SetTime(clock.Now().Add(500 * time.Millisecond))
+	mustBorrow(t, b, "c")
+	if n := b.Leases("g"); n != 3 {
+		t.Fatalf("Leases = %d after 3 borrows, want 3", n)
+	}
+	b.Return("g", first.Incarnation, first.ID)
+	if n := b.Leases("g"); n != 2 {
+		t.Fatalf("Leases = %d after a return, want 2", n)
+	}
+	clock.SetTime(clock.Now().Add(time.Second + margin - 500*time.Millisecond)) // b's lease ends; c's has 500ms left
+	if n := b.Leases("g"); n != 1 {
+		t.Fatalf("Leases = %d once one lease's time was up, want 1", n)
+	}
+	if n := b.Leases("other"); n != 0 {
+		t.Errorf("Leases of a gate not held = %d, want 0", n)
+	}
+}
