@@ -106,7 +106,10 @@ func newPlanFixture(t *testing.T, first plan.Document) *planFixture {
 	t.Cleanup(func() {
 		stop()
 		select {
-		case <-result:
+		case err := <-result:
+			if err != nil {
+				t.Errorf("the broker: %v", err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("the broker did not stop")
 		}

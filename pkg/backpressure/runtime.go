@@ -194,8 +194,8 @@ type Runtime struct {
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
 	lender         func(string) gate.Lender
 	held           func(string) int // Options.Held; nil: nothing held outside the gates
-	pod            string // this pod's name, "" when unknown
-	namespace      string // this pod's namespace, "" when unknown
+	pod            string           // this pod's name, "" when unknown
+	namespace      string           // this pod's namespace, "" when unknown
 	drainTimeout   time.Duration
 	releaseTimeout time.Duration
 	lapseMargin    time.Duration
