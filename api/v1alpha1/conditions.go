@@ -22,6 +22,24 @@ const ConditionPlanApplied = "PlanApplied"
 // permit server's Ready replicas.
 const ConditionReserved = "Reserved"
 
+// ConditionDemandFollowing is the condition type that says whether the
+// pods' shares follow their measured demand, as spec.shares.policy Demand
+// asks.
+const ConditionDemandFollowing = "DemandFollowing"
+
+// Reasons of the DemandFollowing condition.
+const (
+	// ReasonDemandFollowed: the demand of the workload's pods was read and
+	// the pods' part is divided by it.
+	ReasonDemandFollowed = "DemandFollowed"
+	// ReasonDemandUnavailable: no demand could be read (the custom metrics
+	// API is not registered, or does not serve the metric for these pods);
+	// the pods' part is divided equally until it can.
+	ReasonDemandUnavailable = "DemandUnavailable"
+	// ReasonEqualShares: the quota asks for equal shares (any longer).
+	ReasonEqualShares = "EqualShares"
+)
+
 // Reasons of the Reserved condition.
 const (
 	// ReasonReserveHeld: the broker's Ready replicas are given the whole

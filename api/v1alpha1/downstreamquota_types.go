@@ -254,6 +254,51 @@ type BrokerReference struct {
 	Name string `json:"name"`
 }
 
+// SharesPolicy is how a caller's permits are divided over its Ready pods.
+// +kubebuilder:validation:Enum=Equal;Demand
+type SharesPolicy string
+
+const (
+	// SharesEqual divides the pods' part equally (one pod more when it
+	// does not divide evenly).
+	SharesEqual SharesPolicy = "Equal"
+	// SharesDemand divides the pods' part by each pod's measured demand.
+	SharesDemand SharesPolicy = "Demand"
+)
+
+// Shares is how the pods' part of the usable permits (what the reserve
+// leaves) is divided over the workload's Ready pods.
+//
+// Demand-following is off by default: it needs a custom metrics API
+// (custom.metrics.k8s.io, such as prometheus-adapter) serving the metric
+// for the workload's pods, and equal shares need nothing. Behind an even
+// balancer it buys little; behind pinned connections (gRPC, HTTP/2) or an
+// uneven balancer a pod's share then follows where its calls go.
+// +kubebuilder:validation:XValidation:rule="!has(self.metric) || self.policy == 'Demand'",message="is read only with policy Demand",fieldPath=".metric"
+type Shares struct {
+	// Policy is Equal (the default) or Demand. With Demand the operator
+	// reads the metric for the workload's pods every 15 seconds (one
+	// request per quota) and divides the pods' part by water-filling:
+	// every Ready pod at least one permit, the rest by max-min fairness
+	// capped at each pod's demand, what is left once every pod has its
+	// demand split evenly; a pod the metric has no value for (a new one)
+	// claims without a cap. The division moves only when a pod's share
+	// is more than one permit or a quarter of it away from its demand's,
+	// and through the same handover as under Equal. When no demand can be
+	// read the pods' part is divided equally and condition
+	// DemandFollowing says why.
+	// +kubebuilder:default=Equal
+	// +optional
+	Policy SharesPolicy `json:"policy,omitempty"`
+	// Metric is the custom metrics API's Pods metric read with policy
+	// Demand: each pod's calls in flight, waiting and shed, in permits.
+	// When empty it is backpressure_gate_demand_in_flight.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-zA-Z_:][a-zA-Z0-9_:]*$')",message="must be a metric name such as backpressure_gate_demand_in_flight"
+	// +optional
+	Metric string `json:"metric,omitempty"`
+}
+
 // DownstreamQuotaSpec is a downstream's global contract and the workload it
 // is divided over.
 // +kubebuilder:validation:XValidation:rule="has(self.contract) != has(self.contractRef)",message="exactly one of contract and contractRef must be given",fieldPath=".contract"
@@ -364,6 +409,11 @@ type DownstreamQuotaSpec struct {
 	// +optional
 	Reserve *Reserve `json:"reserve,omitempty"`
 
+	// Shares is how the pods' part is divided over the Ready pods:
+	// equally (the default), or by each pod's measured demand.
+	// +optional
+	Shares *Shares `json:"shares,omitempty"`
+
 	// ConfigMapName is the ConfigMap the plan is published to. Every quota of
 	// a workload must name the same one; when empty it is
 	// <workload>-backpressure. It is <workload>-backpressure or
@@ -411,7 +461,10 @@ type ReplicaStatus struct {
 
 // PerPodPlan is one pod's share of the contract.
 type PerPodPlan struct {
-	// Permits is the pod's in-flight limit.
+	// Permits is the pod's in-flight limit. With spec.shares.policy
+	// Demand no pod need hold it: it is then the pods' part divided by the
+	// Ready pods, rounded down (the mean share), and status.podPermits and
+	// status.division.shares show what they hold.
 	Permits int32 `json:"permits"`
 	// RatePerSecond is the pod's token-bucket rate; zero means unlimited.
 	RatePerSecond resource.Quantity `json:"ratePerSecond"`
@@ -682,7 +735,9 @@ type DownstreamQuotaStatus struct {
 	// handover, or "5-6" when the usable permits do not divide evenly
 	// (status.division.extra pods hold one more); "0" with no Ready pod.
 	// Unlike perPod.permits, the base share the division gives a pod once
-	// the handover is done, it is what the pods' gates enforce now.
+	// the handover is done, it is what the pods' gates enforce now. With
+	// spec.shares.policy Demand the shares follow each pod's demand, so a
+	// range such as "1-22" is the normal state, not a handover.
 	// +optional
 	PodPermits string `json:"podPermits,omitempty"`
 }

@@ -99,6 +99,21 @@ var _ = Describe("kubectl apply", Ordered, func() {
 		Expect(dq.Spec.Reserve.Permits.IntValue()).To(Equal(8))
 	})
 
+	It("accepts shares that follow demand, and defaults the policy to Equal", func() {
+		_, stderr, err := kubectl.Run("apply", "-n", "validation", "-f", filepath.Join("testdata", "shares.yaml"))
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		var dq v1alpha1.DownstreamQuota
+		key := types.NamespacedName{Namespace: "validation", Name: "shares"}
+		Expect(k8s.Get(ctx, key, &dq)).To(Succeed())
+		Expect(dq.Spec.Shares.Policy).To(Equal(v1alpha1.SharesDemand))
+		Expect(dq.Spec.Shares.Metric).To(BeEmpty())
+
+		dq.Spec.Shares = &v1alpha1.Shares{}
+		Expect(k8s.Update(ctx, &dq)).To(Succeed())
+		Expect(k8s.Get(ctx, key, &dq)).To(Succeed())
+		Expect(dq.Spec.Shares.Policy).To(Equal(v1alpha1.SharesEqual))
+	})
+
 	It("shows the printer columns", func() {
 		out, stderr, err := kubectl.Run("get", "dq", "-n", "shop")
 		Expect(err).NotTo(HaveOccurred(), stderr)

@@ -49,6 +49,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller"
+	"github.com/backpressure-dev/backpressure-operator/internal/demand"
 	quotametrics "github.com/backpressure-dev/backpressure-operator/internal/metrics"
 	"github.com/backpressure-dev/backpressure-operator/internal/policycheck"
 	"github.com/backpressure-dev/backpressure-operator/internal/version"
@@ -226,8 +227,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("manager: create: %w", err)
 	}
 
+	// Quotas whose shares follow demand read it from the custom metrics
+	// API, as the HPA does; the reader finds the API when first asked, so
+	// a cluster without one starts as well.
+	demandReader, err := demand.NewReader(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("manager: custom metrics reader: %w", err)
+	}
 	pub := controller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder(eventSource),
-		controller.WithConflictRecheck(o.conflictRecheck))
+		controller.WithConflictRecheck(o.conflictRecheck), controller.WithDemandSource(demandReader))
 	if _, _, err := controller.Setup(ctx, mgr, pub, ctrlcontroller.Options{MaxConcurrentReconciles: o.workers}); err != nil {
 		return err
 	}

@@ -65,6 +65,9 @@ type readiness struct {
 	// report (see reserve.go).
 	reserved          int32
 	reservedCondition *metav1.Condition
+	// demandCondition is the DemandFollowing condition; nil when there is
+	// none to report (see demand.go).
+	demandCondition *metav1.Condition
 }
 
 // conditions returns the conditions a reconcile writes: Ready, PlanApplied,
@@ -77,6 +80,9 @@ func (in readiness) conditions() []metav1.Condition {
 	}
 	if in.reservedCondition != nil {
 		conds = append(conds, *in.reservedCondition)
+	}
+	if in.demandCondition != nil {
+		conds = append(conds, *in.demandCondition)
 	}
 	return conds
 }

@@ -59,6 +59,8 @@ type sharer struct {
 	// reserve is its spec.reserve, which comes out of its part; nil when
 	// it asks for none.
 	reserve *reserve
+	// follows is set when its pods' shares follow their demand.
+	follows bool
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -127,6 +129,10 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		}
 		if s.in.conflict != "" {
 			result.RequeueAfter = handover.Sooner(result.RequeueAfter, p.conflictRecheck)
+		}
+		if s.follows {
+			// No watch says that demand moved.
+			result.RequeueAfter = handover.Sooner(result.RequeueAfter, p.demand.interval)
 		}
 		err := r.writeCaller(ctx, s)
 		if errors.Is(err, errStale) {
@@ -261,6 +267,7 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 			if s.reserve != nil {
 				s.reserve.join(s.caller, epoch, q.Status.Reserve)
 			}
+			s.follows = p.shareDemand(ctx, &s.quotaPart)
 		}
 		if err := p.gather(ctx, &s.quotaPart, epoch, q.Status.Division); err != nil {
 			return nil, err

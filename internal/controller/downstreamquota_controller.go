@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
@@ -69,6 +70,7 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 			return ctrl.Result{}, fmt.Errorf("controller: get quota %s: %w", req.NamespacedName, err)
 		}
 		p.applied.forget(req.NamespacedName)
+		p.demand.forget(req.NamespacedName)
 		return ctrl.Result{}, p.withdraw(ctx, req.Namespace, req.Name, "")
 	}
 	if !q.DeletionTimestamp.IsZero() {
@@ -180,6 +182,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		rsv.size(part.caller, part.caller.total)
 		rsv.join(part.caller, epoch, q.Status.Reserve)
 	}
+	follows := p.shareDemand(ctx, part)
 	if err := p.gather(ctx, part, epoch, q.Status.Division); err != nil {
 		return 0, nil, nil, err
 	}
@@ -235,7 +238,12 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		// The pods divide what the reserve leaves them.
 		after.permits, after.extra, after.usable = status.Division.Base, status.Division.Extra, int32(pl.Result.Usable)-part.in.reserved
 	}
-	return h.recheck, &planChange{after: after, configMap: part.own}, written, nil
+	recheck := h.recheck
+	if follows {
+		// No watch says that demand moved.
+		recheck = handover.Sooner(recheck, p.demand.interval)
+	}
+	return recheck, &planChange{after: after, configMap: part.own}, written, nil
 }
 
 // maxRecordBytes bounds a division's record (status.division's told and

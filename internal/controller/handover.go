@@ -141,6 +141,10 @@ type caller struct {
 	// reserve.join).
 	reserve int64
 	lenders map[string]bool
+	// demand maps a pod's name to its measured demand in permits when the
+	// pods' part follows demand (a pod not in it is not measured); nil
+	// when it is divided equally.
+	demand map[string]int64
 }
 
 // readDocument notes the document the caller's pods read now: a pod it
@@ -517,20 +521,21 @@ type stepEntry struct {
 }
 
 // stepInput returns the pods of every caller of d with their targets (an
-// exact division of each caller's part), and the handover's input for them.
+// exact division of each caller's part, equal or by demand), and the handover's input for them.
 func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.Input) {
 	unacknowledged, _ := handoverSettings(d.handover)
 	var (
 		entries []stepEntry
 		total   int64
 	)
+	previous := previousTargets(d)
 	for ci, c := range d.callers {
 		total += c.total
 		in := make([]division.Member, 0, len(c.members))
 		for _, m := range c.members {
 			in = append(in, division.Member{Key: m.key, Serving: m.serving && !m.gone, Told: res.Records[m.key].Told})
 		}
-		for i, t := range c.targets(in) {
+		for i, t := range c.targets(in, previous) {
 			entries = append(entries, stepEntry{c: ci, m: c.members[i], target: t})
 		}
 	}

@@ -39,6 +39,8 @@ type Publisher struct {
 	// releases are the releases seen on pods being deleted, for the steps
 	// that find them gone.
 	releases releases
+	// demand is where quotas whose shares follow demand read it.
+	demand demandReads
 }
 
 // Option configures a Publisher.
@@ -76,6 +78,7 @@ func NewPublisher(c client.Client, apiReader client.Reader, recorder events.Even
 		clock:           clock.RealClock{},
 		clockID:         processClockID(),
 		conflictRecheck: DefaultConflictRecheck,
+		demand:          demandReads{interval: DefaultDemandInterval},
 	}
 	for _, opt := range opts {
 		opt(p)

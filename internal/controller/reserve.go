@@ -131,9 +131,13 @@ func (r *reserve) join(c *caller, epoch string, before *v1alpha1.ReserveStatus) 
 
 // targets returns the target of each of c's members, aligned with in (its
 // members as the division sees them): the reserve divided exactly over the
-// serving broker replicas, the rest over the serving pods.
-func (c *caller) targets(in []division.Member) []int64 {
+// serving broker replicas, the rest over the serving pods, equally or, when
+// c has demand, by it (previous maps a pod's key to its previous target).
+func (c *caller) targets(in []division.Member, previous map[string]int64) []int64 {
 	if len(c.lenders) == 0 && c.reserve == 0 {
+		if c.demand != nil {
+			return c.followTargets(c.total, in, previous)
+		}
 		return division.Targets(c.total, in)
 	}
 	var (
@@ -149,7 +153,11 @@ func (c *caller) targets(in []division.Member) []int64 {
 	}
 	held := c.held()
 	out := make([]int64, len(in))
-	for j, t := range division.Targets(c.total-held, pods) {
+	podTargets := division.Targets(c.total-held, pods)
+	if c.demand != nil {
+		podTargets = c.followTargets(c.total-held, pods, previous)
+	}
+	for j, t := range podTargets {
 		out[pi[j]] = t
 	}
 	for j, t := range division.Targets(held, lenders) {

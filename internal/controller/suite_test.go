@@ -95,7 +95,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	operatorCache = mgr.GetCache()
 	publisher = NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator"),
-		WithClock(fakeClock), WithConflictRecheck(conflictRecheck), WithClockID("envtest"))
+		WithClock(fakeClock), WithConflictRecheck(conflictRecheck), WithClockID("envtest"), WithDemandSource(testDemand))
 	reconciler, _, err = Setup(ctx, mgr, publisher, controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)})
 	Expect(err).NotTo(HaveOccurred())
 

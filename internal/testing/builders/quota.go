@@ -157,6 +157,13 @@ func (w *QuotaWrapper) Reserve(permits intstr.IntOrString, broker string) *Quota
 	return w
 }
 
+// Shares sets spec.shares: policy, and the metric read with policy Demand
+// ("" for the default).
+func (w *QuotaWrapper) Shares(policy v1alpha1.SharesPolicy, metric string) *QuotaWrapper {
+	w.Spec.Shares = &v1alpha1.Shares{Policy: policy, Metric: metric}
+	return w
+}
+
 // Obj returns the quota.
 func (w *QuotaWrapper) Obj() *v1alpha1.DownstreamQuota { return w.DeepCopy() }
 

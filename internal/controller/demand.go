@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
+	"github.com/backpressure-dev/backpressure-operator/internal/demand"
+	"github.com/backpressure-dev/backpressure-operator/internal/division"
+)
+
+// DefaultDemandInterval is how often a quota whose shares follow demand
+// reads it, and so how often its division is stepped although no watch
+// fires. It is the HPA controller's default sync period, the pace at which
+// Kubernetes already reads the same metrics, and a common scrape interval
+// of the Prometheus behind an adapter: reading faster sees the same
+// sample again. Demand-following is for an imbalance that lasts minutes
+// (pinned connections); the jitter of seconds is the reserve's.
+const DefaultDemandInterval = 15 * time.Second
+
+// The operator reads the custom metrics API's Pods metrics, as the HPA
+// controller does.
+// +kubebuilder:rbac:groups=custom.metrics.k8s.io,resources=pods,verbs=get;list
+
+// WithDemandSource sets where quotas with spec.shares.policy Demand read
+// their pods' demand; without one they divide equally and say so.
+func WithDemandSource(s demand.Source) Option {
+	return func(p *Publisher) { p.demand.source = s }
+}
+
+// WithDemandInterval sets how often a quota reads its pods' demand; the
+// default is DefaultDemandInterval.
+func WithDemandInterval(d time.Duration) Option {
+	return func(p *Publisher) { p.demand.interval = d }
+}
+
+// demandReads is the demand source and the last reading of every quota:
+// a quota reconciled many times within an interval (its pods change, its
+// ConfigMap comes back through the watch) reads once.
+type demandReads struct {
+	source   demand.Source
+	interval time.Duration
+
+	mu   sync.Mutex
+	last map[types.NamespacedName]demandReading
+}
+
+// demandReading is one read of a quota's demand.
+type demandReading struct {
+	at time.Time
+	// of is what was read: the metric and the selector.
+	of     string
+	values map[string]int64
+	err    error
+}
+
+// read returns the demand of the pods of q that sel matches, from metric:
+// the last reading when it is of the same and younger than the interval.
+func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel labels.Selector, metric string, now time.Time) (map[string]int64, error) {
+	key := types.NamespacedName{Namespace: q.Namespace, Name: q.Name}
+	of := metric + " " + sel.String()
+	r.mu.Lock()
+	last, ok := r.last[key]
+	r.mu.Unlock()
+	if ok && last.of == of && now.Sub(last.at) < r.interval && !now.Before(last.at) {
+		return last.values, last.err
+	}
+	reading := demandReading{at: now, of: of}
+	if r.source == nil {
+		reading.err = fmt.Errorf("%w: the operator was started without a custom metrics reader", demand.ErrUnavailable)
+	} else {
+		reading.values, reading.err = r.source.Read(ctx, q.Namespace, sel, metric)
+	}
+	r.mu.Lock()
+	if r.last == nil {
+		r.last = map[types.NamespacedName]demandReading{}
+	}
+	r.last[key] = reading
+	r.mu.Unlock()
+	return reading.values, reading.err
+}
+
+// forget drops the reading of a quota that is gone.
+func (r *demandReads) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	delete(r.last, key)
+	r.mu.Unlock()
+}
+
+// followsDemand reports whether q asks for shares that follow demand, and
+// the metric it reads.
+func followsDemand(q *v1alpha1.DownstreamQuota) (string, bool) {
+	s := q.Spec.Shares
+	if s == nil || s.Policy != v1alpha1.SharesDemand {
+		return "", false
+	}
+	if s.Metric == "" {
+		return demand.DefaultMetric, true
+	}
+	return s.Metric, true
+}
+
+// shareDemand reads the demand of the pods of part's workload when its
+// quota asks for shares that follow it, gives it to part's caller, and
+// sets the DemandFollowing condition. It reports whether the quota
+// follows demand, so its division is stepped again at the interval.
+func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
+	q := part.quota
+	metric, ok := followsDemand(q)
+	if !ok {
+		part.caller.demand = nil
+		if meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionDemandFollowing) != nil {
+			part.in.demandCondition = &metav1.Condition{Type: v1alpha1.ConditionDemandFollowing, Status: metav1.ConditionFalse,
+				Reason: v1alpha1.ReasonEqualShares, Message: "spec.shares.policy is Equal; the pods' part is divided equally"}
+		}
+		return false
+	}
+	if part.facts.workload == nil {
+		return true
+	}
+	values, err := p.demand.read(ctx, q, part.facts.workload.selector, metric, p.clock.Now())
+	c := &metav1.Condition{Type: v1alpha1.ConditionDemandFollowing}
+	part.in.demandCondition = c
+	if err != nil {
+		part.caller.demand = nil
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonDemandUnavailable
+		c.Message = fmt.Sprintf("cannot read Pods metric %s: %v; the pods' part is divided equally until it can be", metric, err)
+		return true
+	}
+	part.caller.demand = values
+	var ready, measured int
+	for _, m := range part.caller.members {
+		if m.serving && !part.caller.isLender(m) {
+			ready++
+			if _, ok := values[m.name]; ok {
+				measured++
+			}
+		}
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonDemandFollowed
+	c.Message = fmt.Sprintf("the pods' shares follow Pods metric %s, read every %s; %d of %d Ready pods measured", metric, p.demand.interval, measured, ready)
+	if measured < ready {
+		c.Message += " (the others claim without a cap, as under equal shares)"
+	}
+	return true
+}
+
+// followTargets divides part over c's pods by their demand (division's
+// DefaultFollow), aligned with pods; previous maps a pod's key to its
+// target in the previous step, for the band.
+func (c *caller) followTargets(part int64, pods []division.Member, previous map[string]int64) []int64 {
+	in := make([]division.Claimant, len(pods))
+	for i, m := range pods {
+		cl := division.Claimant{Key: m.Key, Serving: m.Serving, Demand: -1}
+		if d, ok := c.demand[c.nameOf(m.Key)]; ok {
+			cl.Demand = d
+		}
+		if m.Serving {
+			// A pod that serves no longer has target 0, whatever it may
+			// still hold; the band compares the targets of serving pods.
+			cl.Previous = m.Told
+			if t, ok := previous[m.Key]; ok {
+				cl.Previous = t
+			}
+		}
+		in[i] = cl
+	}
+	return division.DefaultFollow.Targets(part, in)
+}
+
+// nameOf returns the pod name of one of c's keys.
+func (c *caller) nameOf(key string) string { return strings.TrimPrefix(key, c.prefix) }
+
+// previousTargets returns, by key, the targets a division's record lists
+// for the pods that had not reached them (status.division.pods' target):
+// with what the others are told, the previous step's targets. A pod it
+// does not list was told its target.
+func previousTargets(d *divisionInput) map[string]int64 {
+	out := map[string]int64{}
+	if d.record == nil || d.record.Epoch != d.epoch {
+		return out
+	}
+	for _, p := range d.record.Pods {
+		if p.Target != nil {
+			out[p.Name] = int64(*p.Target)
+		}
+	}
+	return out
+}
