@@ -36,6 +36,11 @@ const (
 	// API is not registered, or does not serve the metric for these pods);
 	// the pods' part is divided equally until it can.
 	ReasonDemandUnavailable = "DemandUnavailable"
+	// ReasonDemandStale: the last reads of the demand failed, and the
+	// shares follow the last reading that succeeded until it is
+	// DemandKeep old, so that a short outage of the metrics pipeline does
+	// not move every pod's share twice.
+	ReasonDemandStale = "DemandStale"
 	// ReasonEqualShares: the quota asks for equal shares (any longer).
 	ReasonEqualShares = "EqualShares"
 )

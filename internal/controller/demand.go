@@ -26,6 +26,14 @@ import (
 // (pinned connections); the jitter of seconds is the reserve's.
 const DefaultDemandInterval = 15 * time.Second
 
+// demandKeep is how many intervals the last reading that succeeded is
+// followed while later reads fail: a minute at the default interval, long
+// enough for an adapter's restart or a Prometheus scrape or two lost,
+// short enough that shares do not follow a picture of the load that is
+// long gone. Without it an outage of seconds would move every pod's share
+// to equal and back, each through a handover.
+const demandKeep = 4
+
 // The operator reads the custom metrics API's Pods metrics, as the HPA
 // controller does.
 // +kubebuilder:rbac:groups=custom.metrics.k8s.io,resources=pods,verbs=get;list
@@ -51,6 +59,8 @@ type demandReads struct {
 
 	mu   sync.Mutex
 	last map[types.NamespacedName]demandReading
+	// good is every quota's last reading that succeeded.
+	good map[types.NamespacedName]demandReading
 }
 
 // demandReading is one read of a quota's demand.
@@ -64,34 +74,44 @@ type demandReading struct {
 
 // read returns the demand of the pods of q that sel matches, from metric:
 // the last reading when it is of the same and younger than the interval.
-func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel labels.Selector, metric string, now time.Time) (map[string]int64, error) {
+// When the read fails but a reading of the same that succeeded is younger
+// than demandKeep intervals, read returns that one's values and when it
+// was read together with the error: the shares follow it meanwhile.
+func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel labels.Selector, metric string, now time.Time) (map[string]int64, time.Time, error) {
 	key := types.NamespacedName{Namespace: q.Namespace, Name: q.Name}
 	of := metric + " " + sel.String()
 	r.mu.Lock()
 	last, ok := r.last[key]
 	r.mu.Unlock()
-	if ok && last.of == of && now.Sub(last.at) < r.interval && !now.Before(last.at) {
-		return last.values, last.err
-	}
-	reading := demandReading{at: now, of: of}
-	if r.source == nil {
-		reading.err = fmt.Errorf("%w: the operator was started without a custom metrics reader", demand.ErrUnavailable)
-	} else {
-		reading.values, reading.err = r.source.Read(ctx, q.Namespace, sel, metric)
+	if !ok || last.of != of || now.Sub(last.at) >= r.interval || now.Before(last.at) {
+		last = demandReading{at: now, of: of}
+		if r.source == nil {
+			last.err = fmt.Errorf("%w: the operator was started without a custom metrics reader", demand.ErrUnavailable)
+		} else {
+			last.values, last.err = r.source.Read(ctx, q.Namespace, sel, metric)
+		}
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.last == nil {
-		r.last = map[types.NamespacedName]demandReading{}
+		r.last, r.good = map[types.NamespacedName]demandReading{}, map[types.NamespacedName]demandReading{}
 	}
-	r.last[key] = reading
-	r.mu.Unlock()
-	return reading.values, reading.err
+	r.last[key] = last
+	if last.err == nil {
+		r.good[key] = last
+		return last.values, last.at, nil
+	}
+	if good, ok := r.good[key]; ok && good.of == of && now.Sub(good.at) < demandKeep*r.interval && !now.Before(good.at) {
+		return good.values, good.at, last.err
+	}
+	return nil, time.Time{}, last.err
 }
 
 // forget drops the reading of a quota that is gone.
 func (r *demandReads) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.last, key)
+	delete(r.good, key)
 	r.mu.Unlock()
 }
 
@@ -126,10 +146,10 @@ func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
 	if part.facts.workload == nil {
 		return true
 	}
-	values, err := p.demand.read(ctx, q, part.facts.workload.selector, metric, p.clock.Now())
+	values, at, err := p.demand.read(ctx, q, part.facts.workload.selector, metric, p.clock.Now())
 	c := &metav1.Condition{Type: v1alpha1.ConditionDemandFollowing}
 	part.in.demandCondition = c
-	if err != nil {
+	if err != nil && values == nil {
 		part.caller.demand = nil
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonDemandUnavailable
 		c.Message = fmt.Sprintf("cannot read Pods metric %s: %v; the pods' part is divided equally until it can be", metric, err)
@@ -149,6 +169,14 @@ func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
 	c.Message = fmt.Sprintf("the pods' shares follow Pods metric %s, read every %s; %d of %d Ready pods measured", metric, p.demand.interval, measured, ready)
 	if measured < ready {
 		c.Message += " (the others claim without a cap, as under equal shares)"
+	}
+	if err != nil {
+		// The condition's message changes only with what it says, not
+		// with every failed read: the time of the reading followed and
+		// when it stops being followed.
+		c.Reason = v1alpha1.ReasonDemandStale
+		c.Message = fmt.Sprintf("cannot read Pods metric %s: %v; the pods' shares follow the reading of %s until %s, then are divided equally",
+			metric, err, at.UTC().Format(time.RFC3339), at.Add(demandKeep*p.demand.interval).UTC().Format(time.RFC3339))
 	}
 	return true
 }

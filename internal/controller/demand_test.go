@@ -200,4 +200,52 @@ var _ = Describe("Shares that follow demand", func() {
 		}).Should(Succeed())
 		Expect(model.verify()).To(BeNumerically("<=", 40))
 	})
+
+	It("follow the last reading for a minute while reads fail, then divide equally", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 4))).To(Succeed())
+		pods := createReadyPods(ctx, ns, "gateway", 4)
+		waitCached(ctx, ns, "gateway", 4, 4)
+		testDemand.set(ns, map[string]int64{"gateway-00": 20, "gateway-01": 10, "gateway-02": 2, "gateway-03": 0}, nil)
+		model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
+		Expect(k8s.Create(ctx, builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
+			Shares(v1alpha1.SharesDemand, "").Obj())).To(Succeed())
+		followed := map[string]int{"gateway-00": 22, "gateway-01": 12, "gateway-02": 4, "gateway-03": 2}
+		Eventually(func(g Gomega) {
+			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(followed))
+		}).Should(Succeed())
+		model.acknowledge(ctx, pods...)
+		revision := divisionOf(Default, getQuota(ctx, Default, ns, "logistics")).Revision
+
+		// The adapter goes away: three intervals later the shares still
+		// follow the last reading, and nothing is published.
+		testDemand.set(ns, nil, fmt.Errorf("%w: the server is currently unable to handle the request", demand.ErrUnavailable))
+		for range demandKeep - 1 {
+			nextInterval(ctx, ns)
+			Eventually(func(g Gomega) {
+				c := demandFollowing(g, getQuota(ctx, g, ns, "logistics"))
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(c.Reason).To(Equal(v1alpha1.ReasonDemandStale))
+				g.Expect(c.Message).To(HavePrefix("cannot read Pods metric backpressure_gate_demand_in_flight: demand unavailable: " +
+					"the server is currently unable to handle the request; the pods' shares follow the reading of "))
+			}).Should(Succeed())
+			Expect(divisionOf(Default, getQuota(ctx, Default, ns, "logistics")).Revision).To(Equal(revision))
+			Expect(shares(ctx, Default, ns, gateways...)).To(Equal(followed))
+		}
+
+		// A minute after the last reading: equal shares, moved through the
+		// handover (the shrinking pods are told at once).
+		nextInterval(ctx, ns)
+		Eventually(func(g Gomega) {
+			c := demandFollowing(g, getQuota(ctx, g, ns, "logistics"))
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonDemandUnavailable))
+			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(map[string]int{"gateway-00": 10, "gateway-01": 10, "gateway-02": 4, "gateway-03": 2}))
+		}).Should(Succeed())
+		model.acknowledge(ctx, pods...)
+		Eventually(func(g Gomega) {
+			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(map[string]int{"gateway-00": 10, "gateway-01": 10, "gateway-02": 10, "gateway-03": 10}))
+		}).Should(Succeed())
+		Expect(model.verify()).To(BeNumerically("<=", 40))
+	})
 })
