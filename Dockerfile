@@ -3,9 +3,11 @@
 #
 #   docker build -t <image> .                       the manager (the last stage)
 #   docker build --target proxy -t <image> .        backpressure-proxy, the sidecar
+#   docker build --target broker -t <image> .       backpressure-broker, the permit server
 #
-# `make docker-build IMG=<image>` and `make docker-build-proxy
-# PROXY_IMG=<image>` run them.
+# `make docker-build IMG=<image>`, `make docker-build-proxy
+# PROXY_IMG=<image>` and `make docker-build-broker BROKER_IMG=<image>` run
+# them.
 #
 # Both base images are pinned by digest, the multi-platform index of the tag
 # beside it, so that a build takes the very images that were reviewed;
@@ -76,6 +78,35 @@ USER 65532:65532
 # the routes on loopback unless flags say otherwise.
 EXPOSE 9091
 ENTRYPOINT ["/backpressure-proxy"]
+
+# The permit server needs what the proxy needs, less the proxy, and the
+# lending itself (internal/broker).
+FROM modules AS broker-builder
+ARG TARGETOS
+ARG TARGETARCH
+COPY cmd/backpressure-broker/ cmd/backpressure-broker/
+COPY internal/version/ internal/version/
+COPY internal/httpshutdown/ internal/httpshutdown/
+COPY internal/broker/ internal/broker/
+COPY api/plan/ api/plan/
+COPY api/reserve/ api/reserve/
+COPY pkg/backpressure/ pkg/backpressure/
+ARG VERSION
+ARG COMMIT
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Version=${VERSION} \
+      -X github.com/backpressure-dev/backpressure-operator/internal/version.Commit=${COMMIT}" \
+    -o backpressure-broker ./cmd/backpressure-broker
+
+FROM gcr.io/distroless/static:nonroot@sha256:e2e927ec666bae08560abb3c55d0659eceabb657f56b6782ab500a9fc7f555e3 AS broker
+WORKDIR /
+COPY --from=broker-builder /workspace/backpressure-broker .
+USER 65532:65532
+# The gRPC port (the Reserve service and gRPC health) and the /metrics and
+# /healthz port.
+EXPOSE 9443 8080
+ENTRYPOINT ["/backpressure-broker"]
 
 # The manager stays the last stage: `docker build .` without --target
 # builds it.

@@ -293,19 +293,36 @@ docker-build-proxy: ## Build the sidecar image PROXY_IMG, backpressure-proxy (th
 docker-push-proxy: ## Push the sidecar image PROXY_IMG.
 	$(CONTAINER_TOOL) push $(PROXY_IMG)
 
+# The permit server's image, the Dockerfile's broker target.
+BROKER_IMG ?= backpressure-broker:latest
+
+.PHONY: docker-build-broker
+docker-build-broker: ## Build the permit server's image BROKER_IMG, backpressure-broker (the Dockerfile's broker target).
+	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) --target broker -t $(BROKER_IMG) .
+
+.PHONY: docker-push-broker
+docker-push-broker: ## Push the permit server's image BROKER_IMG.
+	$(CONTAINER_TOOL) push $(BROKER_IMG)
+
 # overlay writes _output/$(1)/kustomization.yaml: the kustomization
 # config/$(2) with the image named $(3) replaced by $(4) (name:tag or
 # name@digest).
 define overlay
 	@mkdir -p _output/$(1)
-	@img='$(4)'; \
+	@printf '# Written by make $(1).\nresources:\n- ../../config/$(2)\nimages:\n' > _output/$(1)/kustomization.yaml
+	$(call overlay_image,$(1),$(3),$(4))
+endef
+
+# overlay_image adds to the images of _output/$(1)/kustomization.yaml the
+# image named $(2), replaced by $(3) (name:tag or name@digest).
+define overlay_image
+	@img='$(3)'; \
 	case "$${img##*/}" in \
 	  *@*) name="$${img%@*}"; ref="digest: $${img##*@}" ;; \
 	  *:*) name="$${img%:*}"; ref="newTag: $${img##*:}" ;; \
 	  *)   name="$$img"; ref="newTag: latest" ;; \
 	esac; \
-	printf '# Written by make $(1).\nresources:\n- ../../config/$(2)\nimages:\n- name: $(3)\n  newName: %s\n  %s\n' \
-		"$$name" "$$ref" > _output/$(1)/kustomization.yaml
+	printf -- '- name: $(2)\n  newName: %s\n  %s\n' "$$name" "$$ref" >> _output/$(1)/kustomization.yaml
 endef
 
 .PHONY: deploy
@@ -317,6 +334,13 @@ deploy: ## Install the operator (config/default) into the current kubeconfig's c
 deploy-sample: ## Apply the sample (config/samples: the search gateway and its quota) with PROXY_IMG as its sidecar's image.
 	$(call overlay,deploy-sample,samples,backpressure-proxy,$(PROXY_IMG))
 	$(KUBECTL) apply -k _output/deploy-sample
+
+.PHONY: deploy-sample-reserve
+deploy-sample-reserve: ## Apply the sample with a pooled reserve (config/samples and its component config/samples/reserve: the permit server and its Service), with PROXY_IMG and BROKER_IMG as the images.
+	$(call overlay,deploy-sample-reserve,samples,backpressure-proxy,$(PROXY_IMG))
+	$(call overlay_image,deploy-sample-reserve,backpressure-broker,$(BROKER_IMG))
+	@printf 'components:\n- ../../config/samples/reserve\n' >> _output/deploy-sample-reserve/kustomization.yaml
+	$(KUBECTL) apply -k _output/deploy-sample-reserve
 
 .PHONY: undeploy
 undeploy: ## Remove the operator from the cluster, with its CRD and so every DownstreamQuota.

@@ -215,6 +215,10 @@ func (c *cluster) hpaOf(ctx context.Context, q *v1alpha1.DownstreamQuota) (*auto
 // exist.
 var errWorkloadNotFound = errors.New("workload not found")
 
+// errBrokerNotFound is returned by brokerPodsOf when the permit server's
+// Deployment does not exist.
+var errBrokerNotFound = errors.New("broker not found")
+
 // podsOf lists the pods of q's workload, through its selector, by name.
 func (c *cluster) podsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]corev1.Pod, error) {
 	ref := q.Spec.WorkloadRef
@@ -222,9 +226,37 @@ func (c *cluster) podsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]co
 	if err != nil {
 		return nil, err
 	}
+	return c.podsSelected(ctx, q.Namespace, selector, ref.Kind+"/"+ref.Name)
+}
+
+// brokerPodsOf returns the pods of the Deployment that runs q's permit
+// server (spec.reserve.brokerRef), sorted by name; errBrokerNotFound when
+// the Deployment does not exist.
+func (c *cluster) brokerPodsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]corev1.Pod, error) {
+	name := q.Spec.Reserve.BrokerRef.Name
+	var d *appsv1.Deployment
+	if objs := c.listed[q.Namespace]; objs != nil {
+		d = objs.deployments[name]
+	} else {
+		d = &appsv1.Deployment{}
+		if err := c.client.Get(ctx, client.ObjectKey{Namespace: q.Namespace, Name: name}, d); apierrors.IsNotFound(err) {
+			d = nil
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if d == nil {
+		return nil, errBrokerNotFound
+	}
+	return c.podsSelected(ctx, q.Namespace, d.Spec.Selector, "Deployment/"+name)
+}
+
+// podsSelected returns the pods of namespace that selector (of the
+// workload what) matches, sorted by name.
+func (c *cluster) podsSelected(ctx context.Context, namespace string, selector *metav1.LabelSelector, what string) ([]corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
-		return nil, fmt.Errorf("%s/%s: spec.selector: %w", ref.Kind, ref.Name, err)
+		return nil, fmt.Errorf("%s: spec.selector: %w", what, err)
 	}
 	if sel.Empty() {
 		// The API server rejects an empty selector on apps/v1; an empty
@@ -232,7 +264,7 @@ func (c *cluster) podsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]co
 		sel = labels.Nothing()
 	}
 	var pods []corev1.Pod
-	if objs := c.listed[q.Namespace]; objs != nil {
+	if objs := c.listed[namespace]; objs != nil {
 		for _, p := range objs.pods {
 			if sel.Matches(labels.Set(p.Labels)) {
 				pods = append(pods, p)
@@ -240,7 +272,7 @@ func (c *cluster) podsOf(ctx context.Context, q *v1alpha1.DownstreamQuota) ([]co
 		}
 	} else {
 		var list corev1.PodList
-		if err := c.client.List(ctx, &list, client.InNamespace(q.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		if err := c.client.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			return nil, err
 		}
 		pods = list.Items

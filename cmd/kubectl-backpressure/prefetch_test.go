@@ -124,3 +124,52 @@ func names(pods []podView) []string {
 	}
 	return out
 }
+
+// The view of a quota with a reserve lists the pods of its broker's
+// Deployment as its replicas, listed once or read quota by quota, and says
+// when that Deployment is missing.
+func TestStatusOfReadsTheBrokersPods(t *testing.T) {
+	scheme, err := newLiveScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := func(app string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
+	}
+	pod := func(name, app string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, Labels: map[string]string{"app": app}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "gateway"}, Spec: appsv1.DeploymentSpec{Selector: selector("gateway")}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "broker"}, Spec: appsv1.DeploymentSpec{Selector: selector("broker")}},
+		pod("gateway-a", "gateway"), pod("broker-b", "broker"), pod("broker-a", "broker"),
+	).Build()
+	q := &v1alpha1.DownstreamQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "q"}}
+	q.Spec.WorkloadRef = v1alpha1.WorkloadReference{Kind: "Deployment", Name: "gateway"}
+	q.Spec.Reserve = &v1alpha1.Reserve{BrokerRef: v1alpha1.BrokerReference{Name: "broker"}}
+	q.Status.Reserve = &v1alpha1.ReserveStatus{Broker: "broker", Permits: 8, HandedOut: 8, Replicas: []v1alpha1.PodShareStatus{
+		{Name: "broker-a", Permits: 4}, {Name: "broker-b", Permits: 4},
+	}}
+	for _, prefetch := range []bool{false, true} {
+		cl := &cluster{client: c}
+		if prefetch {
+			cl.prefetch(t.Context(), []string{"shop"})
+		}
+		v, err := cl.statusOf(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Reserve == nil || !cmp.Equal(names(v.Reserve.Replicas), []string{"broker-a", "broker-b"}) || !v.Reserve.Replicas[0].Exists ||
+			!cmp.Equal(names(v.Pods), []string{"gateway-a"}) {
+			t.Errorf("prefetch %v: the reserve %+v and pods %v, want replicas broker-a and broker-b and pod gateway-a", prefetch, v.Reserve, names(v.Pods))
+		}
+	}
+	q.Spec.Reserve.BrokerRef.Name = "absent"
+	v, err := (&cluster{client: c}).statusOf(t.Context(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"spec.reserve.brokerRef: Deployment/absent: not found in namespace shop"}; !cmp.Equal(v.Problems, want) {
+		t.Errorf("problems %q, want %q", v.Problems, want)
+	}
+}

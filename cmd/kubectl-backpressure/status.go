@@ -164,6 +164,18 @@ func (c *cluster) statusOf(ctx context.Context, q *v1alpha1.DownstreamQuota) (*q
 		return nil, fmt.Errorf("%s/%s: %w", q.Namespace, q.Name, err)
 	}
 	f.pods = pods
+	if q.Spec.Reserve != nil {
+		brokers, err := c.brokerPodsOf(ctx, q)
+		switch {
+		case errors.Is(err, errBrokerNotFound):
+			f.problems = append(f.problems, fmt.Sprintf("spec.reserve.brokerRef: Deployment/%s: not found in namespace %s", q.Spec.Reserve.BrokerRef.Name, q.Namespace))
+		case apierrors.IsForbidden(err):
+			f.problems = append(f.problems, "broker pods: "+err.Error())
+		case err != nil:
+			return nil, fmt.Errorf("%s/%s: spec.reserve.brokerRef: %w", q.Namespace, q.Name, err)
+		}
+		f.brokerPods = brokers
+	}
 	if ref := q.Spec.ContractRef; ref != nil {
 		dc, err := c.contract(ctx, ref.Name)
 		switch {
@@ -191,6 +203,9 @@ func writeStatus(out io.Writer, v *quotaStatus) error {
 		fact("handover", fmt.Sprintf("%s %s: %s", c.Status, c.Reason, c.Message))
 	}
 	fact("applied", appliedLine(v))
+	if r := v.Reserve; r != nil {
+		fact("reserve", reserveLine(r))
+	}
 	if c := v.Ready; c != nil && c.Status == metav1.ConditionTrue {
 		// A Ready quota's message restates the lines above and the
 		// diagnostics below.
@@ -210,24 +225,60 @@ func writeStatus(out io.Writer, v *quotaStatus) error {
 		return err
 	}
 
-	if len(v.Pods) > 0 {
-		fmt.Fprintln(out)
-		t := newTable(out, "POD", "READY", "PERMITS", "TARGET", "HOLDS", "APPLIED")
-		for _, p := range v.Pods {
-			ready := yesNo(p.Ready)
-			if p.Terminating {
-				ready = "terminating"
-			} else if !p.Exists {
-				ready = "-"
-			}
-			t.row(p.Name, ready, fmt.Sprint(p.Permits), optional(p.Target), optional(p.Holds), appliedText(p, v.Division))
-		}
-		if err := t.flush(); err != nil {
+	if err := writePods(out, "POD", v.Pods, v.Division); err != nil {
+		return err
+	}
+	if r := v.Reserve; r != nil {
+		if err := writePods(out, "REPLICA", r.Replicas, v.Division); err != nil {
 			return err
 		}
 	}
 
 	return writeDiagnostics(out, v.Diagnostics, func(d v1alpha1.Diagnostic) (string, string) { return d.Reason, d.Message })
+}
+
+// writePods prints a table of pods, headed first, after a blank line;
+// nothing when there are none.
+func writePods(out io.Writer, first string, pods []podView, div *divisionView) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	t := newTable(out, first, "READY", "PERMITS", "TARGET", "HOLDS", "APPLIED")
+	for _, p := range pods {
+		ready := yesNo(p.Ready)
+		if p.Terminating {
+			ready = "terminating"
+		} else if !p.Exists {
+			ready = "-"
+		}
+		t.row(p.Name, ready, fmt.Sprint(p.Permits), optional(p.Target), optional(p.Holds), appliedText(p, div))
+	}
+	return t.flush()
+}
+
+// reserveLine states where the reserve went: "8 of 8 permits handed out to
+// 2 replicas of Deployment broker", what was asked for when it was cut,
+// and the Reserved condition when it is not True.
+func reserveLine(r *reserveView) string {
+	replicas := 0
+	for _, p := range r.Replicas {
+		if p.Permits > 0 {
+			replicas++
+		}
+	}
+	word := "replicas"
+	if replicas == 1 {
+		word = "replica"
+	}
+	text := fmt.Sprintf("%d of %d permits handed out to %d %s of Deployment %s", r.HandedOut, r.Permits, replicas, word, r.Broker)
+	if r.Requested != r.Permits {
+		text += fmt.Sprintf(" (%d asked for)", r.Requested)
+	}
+	if c := r.Reserved; c != nil && c.Status != metav1.ConditionTrue {
+		text += fmt.Sprintf("; Reserved %s %s: %s", c.Status, c.Reason, c.Message)
+	}
+	return text
 }
 
 func optional(n *int32) string {

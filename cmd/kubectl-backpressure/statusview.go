@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,8 @@ type quotaStatus struct {
 	// AllApplied is set when every existing pod applied the current
 	// revision: the answer to "has every pod applied its share?".
 	AllApplied bool `json:"allApplied"`
+	// Reserve is where the quota's reserve went, when it asks for one.
+	Reserve *reserveView `json:"reserve,omitempty"`
 	// Ready and HandedOver are the quota's conditions of those types.
 	Ready      *conditionView `json:"ready"`
 	HandedOver *conditionView `json:"handedOver"`
@@ -119,6 +122,24 @@ type podView struct {
 	Applied bool `json:"applied"`
 }
 
+// reserveView is status.reserve with the broker's replicas as pods are
+// shown, and the Reserved condition.
+type reserveView struct {
+	// Broker is the Deployment that runs the permit server.
+	Broker string `json:"broker"`
+	// Requested, Permits and HandedOut are status.reserve's: the reserve
+	// asked for, kept out of the pods' division, and given to replicas.
+	Requested int32 `json:"requested"`
+	Permits   int32 `json:"permits"`
+	HandedOut int32 `json:"handedOut"`
+	// Replicas are the broker's pods that have not finished and the
+	// replicas the division still counts, by name; Applied is of the
+	// quota's revision, as for its pods.
+	Replicas []podView `json:"replicas"`
+	// Reserved is the quota's condition of that type.
+	Reserved *conditionView `json:"reserved"`
+}
+
 type conditionView struct {
 	Status  metav1.ConditionStatus `json:"status"`
 	Reason  string                 `json:"reason"`
@@ -173,8 +194,11 @@ type quotaFacts struct {
 	// and it could be read.
 	contract *v1alpha1.DownstreamContract
 	// pods are the workload's pods; nil when the workload is not found.
-	pods     []corev1.Pod
-	problems []string
+	pods []corev1.Pod
+	// brokerPods are the pods of the permit server's Deployment, when the
+	// quota has a reserve.
+	brokerPods []corev1.Pod
+	problems   []string
 }
 
 // buildStatus joins a quota's status with its pods' acknowledgements.
@@ -209,35 +233,70 @@ func buildStatus(f quotaFacts) *quotaStatus {
 		}
 	}
 	key := v1alpha1.AppliedAnnotationPrefix + q.Name
-	for i := range f.pods {
-		pod := &f.pods[i]
-		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-			continue
+	// views are the pods that have not finished, with their shares.
+	views := func(pods []corev1.Pod, shares map[string]v1alpha1.PodShareStatus) []podView {
+		out := []podView{}
+		for i := range pods {
+			pod := &pods[i]
+			if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			pv := podView{Name: pod.Name, Exists: true, Ready: podIsReady(pod), Terminating: pod.DeletionTimestamp != nil}
+			if s, ok := shares[pod.Name]; ok {
+				pv.Permits, pv.Target, pv.Holds = s.Permits, s.Target, s.Holds
+				delete(shares, pod.Name)
+			}
+			pv.Acknowledged = pod.Annotations[key]
+			if a, err := plan.ParseAck(pv.Acknowledged); err == nil && v.Division != nil && a == current {
+				pv.Applied = true
+			}
+			out = append(out, pv)
 		}
-		pv := podView{Name: pod.Name, Exists: true, Ready: podIsReady(pod), Terminating: pod.DeletionTimestamp != nil}
-		if s, ok := shares[pod.Name]; ok {
-			pv.Permits, pv.Target, pv.Holds = s.Permits, s.Target, s.Holds
-			delete(shares, pod.Name)
+		return out
+	}
+	// The broker's replicas are members of the division too, shown apart.
+	if r := st.Reserve; r != nil && q.Spec.Reserve != nil {
+		replicas := map[string]v1alpha1.PodShareStatus{}
+		for _, p := range r.Replicas {
+			replicas[p.Name] = p
+			delete(shares, p.Name)
 		}
-		pv.Acknowledged = pod.Annotations[key]
-		if a, err := plan.ParseAck(pv.Acknowledged); err == nil && v.Division != nil && a == current {
-			pv.Applied = true
+		v.Reserve = &reserveView{Broker: r.Broker, Requested: r.Requested, Permits: r.Permits, HandedOut: r.HandedOut,
+			Reserved: conditionOf(st.Conditions, v1alpha1.ConditionReserved)}
+		own := map[string]bool{}
+		for _, p := range f.pods {
+			own[p.Name] = true
+		}
+		brokers := slices.DeleteFunc(slices.Clone(f.brokerPods), func(p corev1.Pod) bool { return own[p.Name] })
+		v.Reserve.Replicas = views(brokers, replicas)
+		v.Reserve.Replicas = append(v.Reserve.Replicas, gone(r.Replicas, replicas)...)
+	}
+	v.Pods = views(f.pods, shares)
+	for _, p := range v.Pods {
+		v.Total++
+		if p.Applied {
 			v.Applied++
 		}
-		v.Total++
-		v.Pods = append(v.Pods, pv)
 	}
 	// Pods the division counts that no longer exist (or were not listed,
 	// as when the workload is gone) still hold what they were told.
 	if st.Division != nil {
-		for _, s := range st.Division.Pods {
-			if _, left := shares[s.Name]; left {
-				v.Pods = append(v.Pods, podView{Name: s.Name, Permits: s.Permits, Target: s.Target, Holds: s.Holds})
-			}
-		}
+		v.Pods = append(v.Pods, gone(st.Division.Pods, shares)...)
 	}
 	v.AllApplied = v.Division != nil && v.Total > 0 && v.Applied == v.Total
 	return v
+}
+
+// gone returns the views of the members of all that are still in left:
+// those no listed pod took.
+func gone(all []v1alpha1.PodShareStatus, left map[string]v1alpha1.PodShareStatus) []podView {
+	var out []podView
+	for _, s := range all {
+		if _, ok := left[s.Name]; ok {
+			out = append(out, podView{Name: s.Name, Permits: s.Permits, Target: s.Target, Holds: s.Holds})
+		}
+	}
+	return out
 }
 
 func podIsReady(pod *corev1.Pod) bool {

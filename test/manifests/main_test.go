@@ -169,23 +169,39 @@ func kustomize(t *testing.T, dir string) []byte {
 // config/.
 func kustomizeWithMonitoring(t *testing.T) []byte {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(repoRoot, "config"))); err != nil {
+	return kustomizeUncommented(t, "default", "#components:\n#- ../certmanager\n#- ../prometheus\n")
+}
+
+// kustomizeWithReserve renders config/samples with its reserve component
+// (config/samples/reserve) enabled the way its kustomization.yaml tells
+// users to: by uncommenting the component lines.
+func kustomizeWithReserve(t *testing.T) []byte {
+	t.Helper()
+	return kustomizeUncommented(t, "samples", "#components:\n#- reserve\n")
+}
+
+// kustomizeUncommented renders config/<dir> with the lines commented,
+// which its kustomization.yaml holds commented out, uncommented, in a copy
+// of config/.
+func kustomizeUncommented(t *testing.T, dir, commented string) []byte {
+	t.Helper()
+	tmp := t.TempDir()
+	if err := os.CopyFS(filepath.Join(tmp, "config"), os.DirFS(filepath.Join(repoRoot, "config"))); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	path := filepath.Join(tmp, "config", dir, "kustomization.yaml")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const commented, enabled = "#components:\n#- ../certmanager\n#- ../prometheus\n", "components:\n- ../certmanager\n- ../prometheus\n"
 	if !bytes.Contains(data, []byte(commented)) {
-		t.Fatalf("config/default/kustomization.yaml no longer holds the lines its comment tells users to uncomment:\n%s", commented)
+		t.Fatalf("config/%s/kustomization.yaml no longer holds the lines its comment tells users to uncomment:\n%s", dir, commented)
 	}
+	enabled := strings.ReplaceAll(commented, "#", "")
 	if err := os.WriteFile(path, bytes.Replace(data, []byte(commented), []byte(enabled), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return kustomize(t, filepath.Join(dir, "config", "default"))
+	return kustomize(t, filepath.Join(tmp, "config", dir))
 }
 
 // helmTemplate renders the chart as release releaseName in

@@ -334,7 +334,8 @@ func writeTemp(t *testing.T, data []byte) string {
 }
 
 // inNamespace returns the rendered objects moved into namespace, without
-// the Namespace objects among them.
+// the Namespace objects among them, with the RoleBindings binding the
+// ServiceAccounts that moved.
 func inNamespace(t *testing.T, data []byte, namespace string) []byte {
 	t.Helper()
 	var out bytes.Buffer
@@ -342,7 +343,20 @@ func inNamespace(t *testing.T, data []byte, namespace string) []byte {
 		if o.GetKind() == "Namespace" {
 			continue
 		}
+		from := o.GetNamespace()
 		o.SetNamespace(namespace)
+		// A RoleBinding binds the ServiceAccounts that moved with it.
+		if o.GetKind() == "RoleBinding" {
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				if s, ok := s.(map[string]any); ok && s["kind"] == "ServiceAccount" && s["namespace"] == from {
+					s["namespace"] = namespace
+				}
+			}
+			if err := unstructured.SetNestedSlice(o.Object, subjects, "subjects"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		y, err := yaml.Marshal(o.Object)
 		if err != nil {
 			t.Fatal(err)

@@ -79,7 +79,7 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 	}
 
 	// The manager runs for the whole test: the last step reconciles again.
-	reconcile, quotaMetrics := startOperator(ctx, t, impersonate(admin, operatorUser), k8s)
+	reconcile, quotaMetrics := startOperator(ctx, t, impersonate(admin, operatorUser), k8s, "shop")
 	if !t.Run("manager reconciles the sample quota as its ServiceAccount", func(t *testing.T) {
 		q := reconcile(t)
 		if q.Status.PerPod == nil || q.Status.PerPod.Permits != 40 {
@@ -236,10 +236,10 @@ func TestRBACIsSufficientAndLeast(t *testing.T) {
 
 // startOperator starts a manager as the operator's identity cfg, with the
 // leader election and cache the manager uses, and returns a function that
-// reconciles the sample quota with the controller's reconciler and returns
+// reconciles the sample quota in namespace with the controller's reconciler and returns
 // the quota as the admin client k8s reads it, and a registry holding the
 // quota metrics collector, reading the manager's cache.
-func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s client.Client) (func(*testing.T) *v1alpha1.DownstreamQuota, prometheus.Gatherer) {
+func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s client.Client, namespace string) (func(*testing.T) *v1alpha1.DownstreamQuota, prometheus.Gatherer) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme(t),
@@ -279,7 +279,7 @@ func startOperator(ctx context.Context, t *testing.T, cfg *rest.Config, k8s clie
 	}
 
 	r := controller.NewDownstreamQuotaReconciler(controller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("backpressure-operator")))
-	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "shop", Name: sampleQuota}}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: sampleQuota}}
 	reconcile := func(t *testing.T) *v1alpha1.DownstreamQuota {
 		t.Helper()
 		if _, err := r.Reconcile(ctx, req); err != nil {

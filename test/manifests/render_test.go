@@ -146,10 +146,11 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true"),
 		"helm template, metrics off": helmTemplateIn(t, helmNamespace, "metrics.enabled=false", "replicas=1",
 			"leaderElection.enabled=false"),
-		"kustomize config/samples":         kustomize(t, "config/samples"),
-		"kustomize config/samples/app":     kustomize(t, "config/samples/app"),
-		"kustomize config/samples/app/ack": kustomize(t, "config/samples/app/ack"),
-		"kustomize config/samples/shared":  kustomize(t, "config/samples/shared"),
+		"kustomize config/samples":                            kustomize(t, "config/samples"),
+		"kustomize config/samples/app":                        kustomize(t, "config/samples/app"),
+		"kustomize config/samples/app/ack":                    kustomize(t, "config/samples/app/ack"),
+		"kustomize config/samples/shared":                     kustomize(t, "config/samples/shared"),
+		"kustomize config/samples with its component reserve": kustomizeWithReserve(t),
 	}
 	for name, data := range renders {
 		t.Run(name, func(t *testing.T) {

@@ -85,6 +85,7 @@ func TestDockerfileStagesBuild(t *testing.T) {
 	for _, c := range []struct{ builder, final, bin string }{
 		{"builder", "manager", manager},
 		{"proxy-builder", "proxy", proxy},
+		{"broker-builder", "broker", broker},
 	} {
 		t.Run(c.final, func(t *testing.T) {
 			if stages[c.builder] == nil || stages[c.final] == nil {

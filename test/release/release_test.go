@@ -45,6 +45,7 @@ const (
 	plugin       = "kubectl-backpressure"
 	manager      = "manager"
 	proxy        = "backpressure-proxy"
+	broker       = "backpressure-broker"
 	// kubeVersion is the Kubernetes version Helm renders for: the control
 	// plane's (hack/setup-envtest.sh).
 	kubeVersion = "1.37.2"
@@ -299,6 +300,7 @@ func checkVersionFlag(t *testing.T, bin string, exe []byte) {
 		manager: "manager " + version + " (commit " + commit + ")\n",
 		plugin:  "kubectl backpressure version " + version + " (commit " + commit + ")\n",
 		proxy:   "backpressure-proxy " + version + " (commit " + commit + ")\n",
+		broker:  "backpressure-broker " + version + " (commit " + commit + ")\n",
 	}[bin]
 	if string(out) != want {
 		t.Errorf("%s --version printed %q, want %q", bin, out, want)
