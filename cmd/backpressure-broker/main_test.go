@@ -92,6 +92,14 @@ func serveInProcess(ctx context.Context, t testing.TB, args ...string) (s *serve
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startInProcess(ctx, t, cfg)
+}
+
+// startInProcess runs the broker with cfg until stop is called; done
+// receives run's result (a test that takes it may put it back for a
+// cleanup that waits for it).
+func startInProcess(ctx context.Context, t testing.TB, cfg config) (s *server, stop context.CancelFunc, done chan error) {
+	t.Helper()
 	serving, stop := context.WithCancel(ctx)
 	started := make(chan *server, 1)
 	result := make(chan error, 1)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -91,17 +90,8 @@ func newPlanFixture(t *testing.T, first plan.Document) *planFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving, stop := context.WithCancel(ctx)
-	started := make(chan *server, 1)
-	result := make(chan error, 1)
-	go func() {
-		result <- run(serving, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *server) { started <- s })
-	}()
-	select {
-	case f.s = <-started:
-	case err := <-result:
-		t.Fatalf("the broker did not start: %v", err)
-	}
+	s, stop, result := startInProcess(ctx, t, cfg)
+	f.s = s
 	f.stop, f.done = stop, result
 	t.Cleanup(func() {
 		stop()

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -74,18 +75,27 @@ func nextInterval(ctx SpecContext, ns string) {
 	}).Should(Succeed())
 }
 
+// demandWorld makes a namespace with a Deployment gateway of 4 Ready pods
+// whose demand source answers values or err, and a quota logistics of 50
+// (40 usable) whose shares follow metric ("" for the default); it returns
+// the namespace, the pods and the model of what they may enforce.
+func demandWorld(ctx SpecContext, metric string, values map[string]int64, err error) (string, []*corev1.Pod, *inFlightModel) {
+	ns := newNamespace(ctx)
+	Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 4))).To(Succeed())
+	pods := createReadyPods(ctx, ns, "gateway", 4)
+	waitCached(ctx, ns, "gateway", 4, 4)
+	testDemand.set(ns, values, err)
+	model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
+	Expect(k8s.Create(ctx, builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
+		Shares(v1alpha1.SharesDemand, metric).Obj())).To(Succeed())
+	return ns, pods, model
+}
+
 var _ = Describe("Shares that follow demand", func() {
 	gateways := []string{"gateway-00", "gateway-01", "gateway-02", "gateway-03"}
 
 	It("divide the pods' part by water-filling over their demand, keep it within the band, and move it through the handover", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
-		Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 4))).To(Succeed())
-		pods := createReadyPods(ctx, ns, "gateway", 4)
-		waitCached(ctx, ns, "gateway", 4, 4)
-		testDemand.set(ns, map[string]int64{"gateway-00": 20, "gateway-01": 10, "gateway-02": 2, "gateway-03": 0}, nil)
-		model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
-		Expect(k8s.Create(ctx, builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
-			Shares(v1alpha1.SharesDemand, "").Obj())).To(Succeed())
+		ns, pods, model := demandWorld(ctx, "", map[string]int64{"gateway-00": 20, "gateway-01": 10, "gateway-02": 2, "gateway-03": 0}, nil)
 
 		// 40 usable: 1 each (the floor), then 36 over the demands above
 		// it, 19 + 9 + 1 + 0 = 29, each met; the surplus 7 evenly, 1 each
@@ -147,14 +157,7 @@ var _ = Describe("Shares that follow demand", func() {
 	})
 
 	It("divide equally and say why while no demand can be read, and follow it once it can", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
-		Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 4))).To(Succeed())
-		pods := createReadyPods(ctx, ns, "gateway", 4)
-		waitCached(ctx, ns, "gateway", 4, 4)
-		testDemand.set(ns, nil, fmt.Errorf("%w: no custom metrics API (custom.metrics.k8s.io) registered", demand.ErrUnavailable))
-		model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
-		Expect(k8s.Create(ctx, builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
-			Shares(v1alpha1.SharesDemand, "requests_in_flight").Obj())).To(Succeed())
+		ns, pods, model := demandWorld(ctx, "requests_in_flight", nil, fmt.Errorf("%w: no custom metrics API (custom.metrics.k8s.io) registered", demand.ErrUnavailable))
 
 		Eventually(func(g Gomega) {
 			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(map[string]int{"gateway-00": 10, "gateway-01": 10, "gateway-02": 10, "gateway-03": 10}))
@@ -202,14 +205,7 @@ var _ = Describe("Shares that follow demand", func() {
 	})
 
 	It("follow the last reading for a minute while reads fail, then divide equally", func(ctx SpecContext) {
-		ns := newNamespace(ctx)
-		Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 4))).To(Succeed())
-		pods := createReadyPods(ctx, ns, "gateway", 4)
-		waitCached(ctx, ns, "gateway", 4, 4)
-		testDemand.set(ns, map[string]int64{"gateway-00": 20, "gateway-01": 10, "gateway-02": 2, "gateway-03": 0}, nil)
-		model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
-		Expect(k8s.Create(ctx, builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
-			Shares(v1alpha1.SharesDemand, "").Obj())).To(Succeed())
+		ns, pods, model := demandWorld(ctx, "", map[string]int64{"gateway-00": 20, "gateway-01": 10, "gateway-02": 2, "gateway-03": 0}, nil)
 		followed := map[string]int{"gateway-00": 22, "gateway-01": 12, "gateway-02": 4, "gateway-03": 2}
 		Eventually(func(g Gomega) {
 			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(followed))
