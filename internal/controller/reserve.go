@@ -135,10 +135,7 @@ func (r *reserve) join(c *caller, epoch string, before *v1alpha1.ReserveStatus) 
 // c has demand, by it (previous maps a pod's key to its previous target).
 func (c *caller) targets(in []division.Member, previous map[string]int64) []int64 {
 	if len(c.lenders) == 0 && c.reserve == 0 {
-		if c.demand != nil {
-			return c.followTargets(c.total, in, previous)
-		}
-		return division.Targets(c.total, in)
+		return c.podTargets(c.total, in, previous)
 	}
 	var (
 		pods, lenders []division.Member
@@ -153,17 +150,22 @@ func (c *caller) targets(in []division.Member, previous map[string]int64) []int6
 	}
 	held := c.held()
 	out := make([]int64, len(in))
-	podTargets := division.Targets(c.total-held, pods)
-	if c.demand != nil {
-		podTargets = c.followTargets(c.total-held, pods, previous)
-	}
-	for j, t := range podTargets {
+	for j, t := range c.podTargets(c.total-held, pods, previous) {
 		out[pi[j]] = t
 	}
 	for j, t := range division.Targets(held, lenders) {
 		out[li[j]] = t
 	}
 	return out
+}
+
+// podTargets divides part over the workload's pods in: by their demand
+// when c follows it, equally otherwise.
+func (c *caller) podTargets(part int64, in []division.Member, previous map[string]int64) []int64 {
+	if c.demand != nil {
+		return c.followTargets(part, in, previous)
+	}
+	return division.Targets(part, in)
 }
 
 // held is the part of c's usable permits kept out of its pods' division.
