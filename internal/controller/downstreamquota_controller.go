@@ -119,14 +119,16 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 
 	prev := written
-	if prev == nil {
-		var ok bool
-		prev, ok, err = p.writeStatus(ctx, q, part.status, part.in.conditions()...)
+	if prev == nil || part.statusPending {
+		was, ok, err := p.writeStatus(ctx, q, part.status, part.in.conditions()...)
 		if errors.Is(err, errStale) {
 			return ctrl.Result{RequeueAfter: staleRecheck}, nil
 		}
-		if err != nil || !ok {
+		if err != nil || (!ok && prev == nil) {
 			return result, err
+		}
+		if prev == nil {
+			prev = was
 		}
 	}
 	// Events follow a status write, judged against the status the API
@@ -218,11 +220,29 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		// is published, rather than in a second write after it: one write
 		// fewer on every change of the division. Should the publication
 		// then fail, the reconcile fails and its retry publishes.
+		//
+		// Except where the gate's ConfigMap holds no document of it yet:
+		// a status that said the plan was published (Ready, configMap)
+		// before it is would send a user who waited for Ready to a
+		// ConfigMap without the key. The record goes ahead alone then,
+		// and the rest follows the publication in a second write.
 		before := q.Status.DeepCopy()
-		if err := p.recordStatus(ctx, q, status, in.conditions()...); err != nil {
+		ahead, conds := status, in.conditions()
+		if part.firstPublication() {
+			ahead = q.Status.DeepCopy()
+			ahead.Division = status.Division
+			conds = nil
+		}
+		if err := p.recordStatus(ctx, q, ahead, conds...); err != nil {
 			return 0, nil, nil, err
 		}
 		written = before
+		if conds == nil {
+			// As the API server stored it, so that the second write
+			// finds the record unchanged.
+			status.Division = ahead.Division
+			part.statusPending = true
+		}
 	}
 	if in.conflict != "" {
 		return p.conflictRecheck, nil, written, nil

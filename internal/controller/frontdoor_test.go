@@ -122,6 +122,7 @@ var _ = Describe("ContractOversubscribed", func() {
 		Expect(k8s.Create(ctx, ghost)).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(ready(g, getQuota(ctx, g, ns, "ghost")).Reason).To(Equal(v1alpha1.ReasonWorkloadNotFound))
+			g.Expect(ready(g, getQuota(ctx, g, ns, "one")).Reason).To(Equal(v1alpha1.ReasonPlanPublished))
 		}).Should(Succeed())
 		Consistently(func(g Gomega) {
 			c := ready(g, getQuota(ctx, g, ns, "one"))

@@ -46,6 +46,9 @@ type quotaPart struct {
 	// behind is set when a ConfigMap holds a newer revision of the
 	// division's epoch than the step's: the step came from a stale record.
 	behind bool
+	// statusPending is set when the status was written ahead with the
+	// division's record only, to be written whole after the publication.
+	statusPending bool
 }
 
 // publishTarget is a ConfigMap a quota's document goes to, with the
@@ -198,6 +201,18 @@ func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep)
 	part.in.applied = countApplied(part.facts.pods, q.Name, plan.AckFor(*part.doc))
 	part.status.PodsApplied = part.in.applied.text()
 	return nil
+}
+
+// firstPublication reports whether the quota's own ConfigMap is to be
+// published to and holds no document of its gate yet.
+func (part *quotaPart) firstPublication() bool {
+	for _, t := range part.targets {
+		if t.cm.Name == part.own {
+			_, ok := documentIn(t.cm, part.quota.Name)
+			return !ok
+		}
+	}
+	return false
 }
 
 // zeroDocument returns the document that tells the pods of a quota without

@@ -226,6 +226,11 @@ var _ = Describe("A quota's reserve", func() {
 		a := sharingQuota(nsA, "payments", dc, 0)
 		a.Spec.Reserve = &v1alpha1.Reserve{Permits: intstr.FromString("20%"), BrokerRef: v1alpha1.BrokerReference{Name: "broker"}}
 		Expect(k8s.Create(ctx, a)).To(Succeed())
+		// floor(48 × 20 %) = 9: 5 + 4 to the brokers, 39 over the pods.
+		Eventually(func(g Gomega) {
+			doc, _ := publishedDocument(ctx, g, nsA, "api-backpressure", "payments")
+			g.Expect([]int{doc.For("broker-00").Permits, doc.For("broker-01").Permits, doc.For("api-00").Permits, doc.For("api-01").Permits}).To(Equal([]int{5, 4, 20, 19}))
+		}).Should(Succeed())
 		Expect(k8s.Create(ctx, sharingQuota(nsB, "payments", dc, 0))).To(Succeed())
 
 		// floor(24 × 20 %) = 4 of A's part: 2 + 2 to its brokers, 20 over

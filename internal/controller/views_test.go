@@ -444,6 +444,46 @@ var _ = Describe("kubectl views", func() {
 			g.Expect(warnings(ctx, g, ns, "ledger-copy", v1alpha1.ReasonContractOversubscribed)).To(HaveLen(1))
 		}).Should(Succeed())
 	})
+
+	It("says Ready only once the plan is in its ConfigMap, for a user who waits for Ready and then reads it", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		// One etcd orders the resourceVersions of every kind: the
+		// ConfigMap's first version with the gate must come before the
+		// quota's first Ready status.
+		first := func(list client.ObjectList, name string, seen func(client.Object) bool) func() int64 {
+			w, err := k8s.Watch(ctx, list, client.InNamespace(ns))
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(w.Stop)
+			found := make(chan int64, 1)
+			go func() {
+				defer GinkgoRecover()
+				for ev := range w.ResultChan() {
+					if obj, ok := ev.Object.(client.Object); ok && obj.GetName() == name && seen(obj) {
+						found <- resourceVersion(obj)
+						return
+					}
+				}
+			}()
+			return func() int64 {
+				var rv int64
+				Eventually(found).Should(Receive(&rv))
+				return rv
+			}
+		}
+		readyAt := first(&v1alpha1.DownstreamQuotaList{}, "payments", func(o client.Object) bool {
+			q := o.(*v1alpha1.DownstreamQuota)
+			return meta.IsStatusConditionTrue(q.Status.Conditions, v1alpha1.ConditionReady) || q.Status.ConfigMap != nil
+		})
+		publishedAt := first(&corev1.ConfigMapList{}, "api-backpressure", func(o client.Object) bool {
+			_, ok := o.(*corev1.ConfigMap).Data[plan.KeyFor("payments")]
+			return ok
+		})
+		createReadyPods(ctx, ns, "api", 2)
+		Expect(k8s.Create(ctx, newDeployment(ns, "api", 2))).To(Succeed())
+		waitCached(ctx, ns, "api", 2, 2)
+		Expect(k8s.Create(ctx, newQuota(ns, "payments", "api", 30))).To(Succeed())
+		Expect(publishedAt()).To(BeNumerically("<", readyAt()))
+	})
 })
 
 // planApplied returns q's PlanApplied condition, failing when there is
