@@ -244,4 +244,42 @@ var _ = Describe("Shares that follow demand", func() {
 		}).Should(Succeed())
 		Expect(model.verify()).To(BeNumerically("<=", 40))
 	})
+
+	It("divide a sharing caller's part of a contract by its pods' demand, the other caller's part staying equal", func(ctx SpecContext) {
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		dc := sharedContract(ctx, nsA, 60) // 48 usable: 24 for each caller
+		var podsA []*corev1.Pod
+		for _, ns := range []string{nsA, nsB} {
+			Expect(k8s.Create(ctx, newDeployment(ns, "api", 4))).To(Succeed())
+			n := map[string]int{nsA: 4, nsB: 2}[ns]
+			pods := createReadyPods(ctx, ns, "api", n)
+			if ns == nsA {
+				podsA = pods
+			}
+			waitCached(ctx, ns, "api", n, n)
+		}
+		testDemand.set(nsA, map[string]int64{"api-00": 20, "api-01": 4, "api-02": 0, "api-03": 0}, nil)
+		model := watchInFlight(ctx, nsA, "api-backpressure", "payments", 48)
+		a := sharingQuota(nsA, "payments", dc, 0)
+		a.Spec.Shares = &v1alpha1.Shares{Policy: v1alpha1.SharesDemand}
+		Expect(k8s.Create(ctx, a)).To(Succeed())
+		Expect(k8s.Create(ctx, sharingQuota(nsB, "payments", dc, 0))).To(Succeed())
+
+		// A's 24: 1 each (the floor), then 20 over the demands above it,
+		// 19 and 3: max-min gives 17 and 3. B's 24 over its 2 pods: 12
+		// each. A's pods let go of what they held before B came first.
+		Eventually(func(g Gomega) { publishedDocument(ctx, g, nsA, "api-backpressure", "payments") }).Should(Succeed())
+		Eventually(func(g Gomega) {
+			model.acknowledge(ctx, podsA...)
+			doc, _ := publishedDocument(ctx, g, nsA, "api-backpressure", "payments")
+			g.Expect([]int{doc.For("api-00").Permits, doc.For("api-01").Permits, doc.For("api-02").Permits, doc.For("api-03").Permits}).To(Equal([]int{18, 4, 1, 1}))
+			docB, _ := publishedDocument(ctx, g, nsB, "api-backpressure", "payments")
+			g.Expect([]int{docB.For("api-00").Permits, docB.For("api-01").Permits}).To(Equal([]int{12, 12}))
+			c := demandFollowing(g, getQuota(ctx, g, nsA, "payments"))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonDemandFollowed))
+			g.Expect(meta.FindStatusCondition(getQuota(ctx, g, nsB, "payments").Status.Conditions, v1alpha1.ConditionDemandFollowing)).To(BeNil())
+		}).Should(Succeed())
+		Expect(testDemand.readsOf(nsB)).To(BeEmpty(), "B's shares are equal: its demand is never read")
+		Expect(model.verify()).To(BeNumerically("<=", 48))
+	})
 })
