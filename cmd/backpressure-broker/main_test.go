@@ -124,14 +124,27 @@ func TestServe(t *testing.T) {
 	s, stop, done := serveInProcess(ctx, t, "--capacity", "g=1", "--max-lease", "300ms", "--lease-margin", "10ms",
 		"--listen-address", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	conn := dial(t, s.addr())
-	health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health: %v, %v", health, err)
+	// Not Ready while it learns, Ready once it may lend.
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		health, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("health: %v", err)
+		}
+		return health.GetStatus()
+	}
+	if got := check(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health while learning: %s, want NOT_SERVING", got)
 	}
 	c := reservev1.NewReserveClient(conn)
 	borrowAfterLearning(ctx, t, c)
 	if waited := time.Since(launched); waited < 300*time.Millisecond {
 		t.Errorf("lent %s after it was launched, before the longest lease of 300ms had passed", waited)
+	}
+	for check() != healthpb.HealthCheckResponse_SERVING {
+		if time.Since(launched) > 10*time.Second {
+			t.Fatal("health: not SERVING 10s after it was launched, with a longest lease of 300ms")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	resp, err := http.Get("http://" + s.metricsAddr() + "/metrics")
 	if err != nil {

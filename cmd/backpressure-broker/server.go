@@ -60,6 +60,11 @@ func newServer(ctx context.Context, cfg config, log *slog.Logger) (*server, erro
 		}
 	}
 	s := &server{cfg: cfg, log: log, broker: b, health: health.NewServer()}
+	// Not Ready while learning: a Ready replica is given a slice of the
+	// reserve and is sent borrows, and a learning one lends nothing, so
+	// its slice would sit idle for --max-lease after every rollout. Not
+	// Ready, it is left out of the division until it can lend.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	if cfg.fromPlan() {
 		if err := s.followPlan(ctx, reg); err != nil {
 			return nil, err
@@ -169,6 +174,7 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	expiry, stopExpiry := context.WithCancel(context.Background())
 	defer stopExpiry()
+	go s.serveOnceLearned(expiry)
 	go func() { _ = s.broker.Run(expiry, s.cfg.expireEvery) }()
 	sourceCtx, stopSource := context.WithCancel(context.Background())
 	defer stopSource()
@@ -222,5 +228,18 @@ func (s *server) handBack(stopSource context.CancelFunc, followed <-chan error) 
 		return err
 	case <-timer.C:
 		return fmt.Errorf("the slices were not drained and released within %v", s.cfg.drainTimeout()+s.cfg.shutdownTimeout)
+	}
+}
+
+// serveOnceLearned reports the server healthy (Ready) once its learning
+// ends, unless ctx ends first. After the health server's Shutdown the
+// report is ignored.
+func (s *server) serveOnceLearned(ctx context.Context) {
+	t := time.NewTimer(time.Until(s.broker.LearningUntil()))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+		s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	}
 }

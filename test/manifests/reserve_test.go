@@ -287,10 +287,17 @@ func TestReserveSampleBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	t.Run("ready on its gRPC health", func(t *testing.T) {
-		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			t.Errorf("gRPC health: %v, %v; want SERVING", resp, err)
+	t.Run("ready on its gRPC health once it has learned", func(t *testing.T) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("gRPC health: %v, %v; want SERVING within 10s, learning for --max-lease=1s", resp, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 	t.Run("lends its slice, 8 permits, and no more", func(t *testing.T) {
