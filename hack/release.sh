@@ -5,6 +5,7 @@
 #   backpressure-operator-manager_<version>_<os>_<arch>.tar.gz   the manager
 #   kubectl-backpressure_<version>_<os>_<arch>.tar.gz            the kubectl plugin
 #   backpressure-proxy_<version>_<os>_<arch>.tar.gz              the sidecar for any language
+#   backpressure-broker_<version>_<os>_<arch>.tar.gz             the permit server of a quota's reserve
 #   install.yaml            CRDs, RBAC and the manager (config/default), image tagged <version>
 #   backpressure-operator-<version without v>.tgz                the Helm chart
 #   backpressure.yaml       the krew manifest of the plugin, from its archives
@@ -99,6 +100,7 @@ done
 CHART_DIR=charts/backpressure-operator
 PLUGIN=kubectl-backpressure
 PROXY=backpressure-proxy
+BROKER=backpressure-broker
 
 log() { echo "release: [${SECONDS}s] $*" >&2; }
 
@@ -135,11 +137,11 @@ CYCLONEDX=(go tool -modfile=hack/tools/cyclonedx-gomod/go.mod cyclonedx-gomod)
 LDFLAGS="-s -w -X ${MODULE}/internal/version.Version=${VERSION} -X ${MODULE}/internal/version.Commit=${RELEASE_COMMIT}"
 for platform in ${PLATFORMS}; do
   os="${platform%/*}" arch="${platform#*/}"
-  log "building manager, ${PLUGIN} and ${PROXY} for ${os}/${arch}"
+  log "building manager, ${PLUGIN}, ${PROXY} and ${BROKER} for ${os}/${arch}"
   # One go build for all: they share its up-to-date check and link at once.
   CGO_ENABLED=0 GOOS="${os}" GOARCH="${arch}" go build -trimpath -ldflags "${LDFLAGS}" \
-    -o "${WORK}/bin_${os}_${arch}/" ./cmd/manager "./cmd/${PLUGIN}" "./cmd/${PROXY}"
-  for bin in manager "${PLUGIN}" "${PROXY}"; do
+    -o "${WORK}/bin_${os}_${arch}/" ./cmd/manager "./cmd/${PLUGIN}" "./cmd/${PROXY}" "./cmd/${BROKER}"
+  for bin in manager "${PLUGIN}" "${PROXY}" "${BROKER}"; do
     dir="${WORK}/${bin}_${os}_${arch}"
     mkdir -p "${dir}"
     mv "${WORK}/bin_${os}_${arch}/${bin}" "${dir}/"

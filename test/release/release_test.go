@@ -86,7 +86,7 @@ func TestRelease(t *testing.T) {
 	t.Run("files", func(t *testing.T) {
 		want := []string{"backpressure-operator-" + chartVersion + ".tgz", "backpressure.yaml", "checksums.txt", "install.yaml", "provenance.intoto.json"}
 		for _, p := range platforms {
-			for _, bin := range []string{manager, plugin, proxy} {
+			for _, bin := range []string{manager, plugin, proxy, broker} {
 				want = append(want, p.archiveName(bin), p.sbomName(bin))
 			}
 		}
@@ -223,7 +223,7 @@ func checkArchives(t *testing.T, root, dist string, platforms []platform) {
 	license := readFile(t, filepath.Join(root, "LICENSE"))
 	readme := readFile(t, filepath.Join(root, "README.md"))
 	for _, p := range platforms {
-		for _, bin := range []string{manager, plugin, proxy} {
+		for _, bin := range []string{manager, plugin, proxy, broker} {
 			name := p.archiveName(bin)
 			files := readArchive(t, filepath.Join(dist, name))
 			got := make([]string, 0, len(files))
