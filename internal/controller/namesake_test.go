@@ -6,12 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // laggingCache is a client whose ConfigMaps are read as a cache that has
@@ -137,16 +133,9 @@ func (s *namesakeWorld) rounds(t *testing.T, n int, phase string) {
 // api-0's 40.
 func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	s := newNamesakeWorld(t)
-	epoch := quotaStatus(t, s.env, inlineGate).Division.Epoch
-
 	// api-1 releases its share while being deleted; its process ends and
 	// its object goes.
-	leaving := guardPod("shop", "api", "api-1")
-	leaving.DeletionTimestamp = ptr.To(metav1.Now())
-	leaving.Annotations = map[string]string{appliedAnnotation(inlineGate): plan.Ack{Epoch: epoch, Released: true}.String()}
-	s.env.mapper().quotasForPod(context.Background(), leaving)
-	s.w.end("shop", inlineGate, "api-1")
-	deleteObject(t, s.env, guardPod("shop", "api", "api-1"))
+	releaseAndGo(t, s.env, s.w, "api", "api-1")
 
 	// The step that gives api-1's share to api-0 records and publishes it;
 	// the cache does not see the publication yet.
