@@ -269,7 +269,7 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 			}
 			s.follows = p.shareDemand(ctx, &s.quotaPart)
 		}
-		if err := p.gather(ctx, &s.quotaPart, epoch, q.Status.Division); err != nil {
+		if err := p.gather(ctx, &s.quotaPart, epoch, recordedRevision(dc.Status.Division, epoch), q.Status.Division); err != nil {
 			return nil, err
 		}
 		out = append(out, s)

@@ -185,7 +185,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		rsv.join(part.caller, epoch, q.Status.Reserve)
 	}
 	follows := p.shareDemand(ctx, part)
-	if err := p.gather(ctx, part, epoch, q.Status.Division); err != nil {
+	if err := p.gather(ctx, part, epoch, recordedRevision(q.Status.Division, epoch), q.Status.Division); err != nil {
 		return 0, nil, nil, err
 	}
 	d := &divisionInput{epoch: epoch, handover: q.Spec.Handover, record: q.Status.Division, callers: []*caller{part.caller}}

@@ -664,17 +664,24 @@ func TestPlanTooLargeForAConfigMap(t *testing.T) {
 // gone without a word waits out.
 func TestReleasedThenGonePodIsReleased(t *testing.T) {
 	s := newInlineWorld(t, true)
-	epoch := quotaStatus(t, s.env, inlineGate).Division.Epoch
-	pod := guardPod("shop", "api", "api-a")
-	pod.DeletionTimestamp = ptr.To(metav1.Now())
-	pod.Annotations = map[string]string{appliedAnnotation(inlineGate): plan.Ack{Epoch: epoch, Released: true}.String()}
-	// The watch's last event of the pod, then its process ends and its
-	// object goes.
-	s.env.mapper().quotasForPod(context.Background(), pod)
-	s.w.end("shop", inlineGate, "api-a")
-	deleteObject(t, s.env, guardPod("shop", "api", "api-a"))
+	releaseAndGo(t, s.env, s.w, "api", "api-a")
 	s.rounds(t, 2, "released, then gone")
 	if b := s.w.permits("shop", "api-b", inlineGate); b != 40 {
 		t.Errorf("after api-a released its share and went: api-b enforces %d, want 40", b)
 	}
+}
+
+// releaseAndGo deletes the pod name of workload in shop as a kubelet does
+// once its process has handed its share of the inline gate back: the
+// watch's last event of the pod says "<epoch>/released", then its process
+// ends and its object goes.
+func releaseAndGo(t *testing.T, env *fakeEnv, w *podWorld, workload, name string) {
+	t.Helper()
+	epoch := quotaStatus(t, env, inlineGate).Division.Epoch
+	pod := guardPod("shop", workload, name)
+	pod.DeletionTimestamp = ptr.To(metav1.Now())
+	pod.Annotations = map[string]string{appliedAnnotation(inlineGate): plan.Ack{Epoch: epoch, Released: true}.String()}
+	env.mapper().quotasForPod(context.Background(), pod)
+	w.end("shop", inlineGate, name)
+	deleteObject(t, env, guardPod("shop", workload, name))
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -61,10 +63,15 @@ type publishTarget struct {
 // gather reads the ConfigMaps the quota's pods may read its gate from, and
 // what they say: the revisions of epoch they hold, and what their documents
 // (and record, a quota's status.division of another epoch) give each pod.
-func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, other *v1alpha1.DivisionStatus) error {
+// recorded is the revision of the division's record of epoch; 0 when there
+// is none.
+func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, recorded int64, other *v1alpha1.DivisionStatus) error {
 	q := part.quota
 	var err error
 	if part.holding, err = p.holding(ctx, q.Namespace, q.Name); err != nil {
+		return err
+	}
+	if part.holding, err = p.catchUp(ctx, part.holding, q.Name, epoch, recorded); err != nil {
 		return err
 	}
 	if part.own != "" {
@@ -111,6 +118,53 @@ func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, o
 		}
 	}
 	return nil
+}
+
+// recordedRevision returns the revision of the record d when it is of
+// epoch, else 0.
+func recordedRevision(d *v1alpha1.DivisionStatus, epoch string) int64 {
+	if d == nil || d.Epoch != epoch {
+		return 0
+	}
+	return d.Revision
+}
+
+// catchUp returns holding with every ConfigMap whose cached document of
+// gate is behind the division's record, revision recorded of epoch, read
+// again from the API server; one that no longer holds the gate there is
+// left out. The record is written before the document it records is
+// published, so the cache may not have this process's last publication yet
+// when the next reconcile reads it (the status write's event came first).
+// The pods read the API server's copy: taking the cached one for what they
+// read would credit a pod the record does not know with what a replaced
+// document gave its name — a StatefulSet's pod created again under its
+// name would be counted at the share its namesake released, which the
+// record gave to others already. A copy the API server still has (the
+// publication failed, or an older document was written back) is what the
+// pods read, and is counted.
+func (p *Publisher) catchUp(ctx context.Context, holding []*corev1.ConfigMap, gate, epoch string, recorded int64) ([]*corev1.ConfigMap, error) {
+	if recorded <= 0 {
+		return holding, nil
+	}
+	out := holding[:0]
+	for _, cm := range holding {
+		if d, ok := documentIn(cm, gate); !ok || (d.Epoch == epoch && d.Revision >= recorded) {
+			out = append(out, cm)
+			continue
+		}
+		live := &corev1.ConfigMap{}
+		err := p.apiReader.Get(ctx, client.ObjectKeyFromObject(cm), live)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("controller: get configmap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+		if _, ok := live.Data[plan.KeyFor(gate)]; ok {
+			out = append(out, live)
+		}
+	}
+	return out, nil
 }
 
 // ownHolds reports whether the quota's own ConfigMap holds its gate.

@@ -1,0 +1,173 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// laggingCache is a client whose ConfigMaps are read as a cache that has
+// not yet seen the writes made since freeze: each one as it was then, none
+// created since. Everything else, and every write, goes to the API server.
+type laggingCache struct {
+	client.WithWatch
+	frozen map[client.ObjectKey]*corev1.ConfigMap
+}
+
+// freeze makes the ConfigMaps read as they are now, until thaw.
+func (l *laggingCache) freeze(t *testing.T) {
+	t.Helper()
+	var list corev1.ConfigMapList
+	if err := l.WithWatch.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	l.frozen = map[client.ObjectKey]*corev1.ConfigMap{}
+	for i := range list.Items {
+		l.frozen[client.ObjectKeyFromObject(&list.Items[i])] = list.Items[i].DeepCopy()
+	}
+}
+
+// thaw lets the cache catch up with the API server.
+func (l *laggingCache) thaw() { l.frozen = nil }
+
+func (l *laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || l.frozen == nil {
+		return l.WithWatch.Get(ctx, key, obj, opts...)
+	}
+	old, seen := l.frozen[key]
+	if !seen {
+		return l.WithWatch.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-not-in-the-cache-yet"}, obj, opts...)
+	}
+	old.DeepCopyInto(cm)
+	return nil
+}
+
+func (l *laggingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	cms, ok := list.(*corev1.ConfigMapList)
+	if !ok || l.frozen == nil {
+		return l.WithWatch.List(ctx, list, opts...)
+	}
+	if err := l.WithWatch.List(ctx, cms, opts...); err != nil {
+		return err
+	}
+	items := cms.Items[:0]
+	for _, cm := range cms.Items {
+		// As the cache has it (the index matched the API server's copy:
+		// close enough for ConfigMaps that hold the gate at both times).
+		if old, seen := l.frozen[client.ObjectKeyFromObject(&cm)]; seen {
+			items = append(items, *old.DeepCopy())
+		}
+	}
+	cms.Items = items
+	return nil
+}
+
+// namesakeWorld is the quota shop/payments (40 usable) over the
+// StatefulSet api, pods api-0 and api-1 enforcing 20 each, with a reconciler
+// whose cache of ConfigMaps can lag behind its own publications while the
+// pods read the API server's.
+type namesakeWorld struct {
+	env   *fakeEnv
+	cache *laggingCache
+	w     *podWorld
+}
+
+func newNamesakeWorld(t *testing.T) *namesakeWorld {
+	t.Helper()
+	q := fakeQuota(inlineGate, "StatefulSet", "api")
+	q.Spec.Demand = nil
+	env := newFakeEnv(fakeStatefulSet("api", 2), guardPod("shop", "api", "api-0"), guardPod("shop", "api", "api-1"), q)
+	cache := &laggingCache{WithWatch: env.client}
+	env.pub = NewPublisher(cache, env.client, env.recorder, WithClock(env.clock), WithClockID("test"))
+	env.r = NewDownstreamQuotaReconciler(env.pub)
+	s := &namesakeWorld{env: env, cache: cache, w: newPodWorld(t, env.client)}
+	s.w.start("shop", "api-0", inlineGate, inlineCM, true)
+	s.w.start("shop", "api-1", inlineGate, inlineCM, true)
+	s.rounds(t, 2, "setup")
+	if a, b := s.w.permits("shop", "api-0", inlineGate), s.w.permits("shop", "api-1", inlineGate); a != 20 || b != 20 {
+		t.Fatalf("setup: api-0 and api-1 enforce %d and %d, want 20 each", a, b)
+	}
+	return s
+}
+
+// step reconciles the quota once and checks the record it wrote: the pods
+// it counts hold no more than the usable permits together.
+func (s *namesakeWorld) step(t *testing.T, when string) {
+	t.Helper()
+	s.env.reconcileInline(t)
+	d := quotaStatus(t, s.env, inlineGate).Division
+	if d == nil {
+		t.Fatalf("%s: no status.division", when)
+	}
+	if d.Held > d.Usable {
+		t.Fatalf("%s: status.division.held = %d > %d usable (handed out %d); holding %+v", when, d.Held, d.Usable, d.HandedOut, d.Holding)
+	}
+}
+
+// rounds runs n rounds: a reconcile, every pod reading and settling.
+func (s *namesakeWorld) rounds(t *testing.T, n int, phase string) {
+	t.Helper()
+	for i := range n {
+		when := fmt.Sprintf("%s round %d", phase, i)
+		s.step(t, when)
+		s.w.read("shop", inlineGate)
+		s.w.check(inlineUsable, when+", pods read")
+		s.w.settle("shop", inlineGate)
+		s.w.check(inlineUsable, when+", pods settled")
+	}
+}
+
+// TestRecreatedPodIsNotCreditedWithItsNamesakesShare deletes api-1 of a
+// StatefulSet as `kubectl delete pod` does: it releases its share and goes,
+// its share goes to api-0, and the StatefulSet controller creates api-1
+// again under its name with a new UID. The reconcile that finds the new
+// api-1 runs before the reconciler's cache of ConfigMaps has its own last
+// publication: the cache still shows the document that gave the old api-1
+// its 20. The new api-1 reads the API server's document, which gives it
+// nothing; the record must not count the old api-1's 20 for it on top of
+// api-0's 40.
+func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
+	s := newNamesakeWorld(t)
+	// api-1 releases its share while being deleted; its process ends and
+	// its object goes.
+	releaseAndGo(t, s.env, s.w, "api", "api-1")
+
+	// The step that gives api-1's share to api-0 records and publishes it;
+	// the cache does not see the publication yet.
+	s.cache.freeze(t)
+	s.step(t, "api-1 released and gone")
+	s.w.read("shop", inlineGate)
+	s.w.settle("shop", inlineGate)
+	s.w.check(inlineUsable, "api-1 released and gone, pods read")
+	if a := s.w.permits("shop", "api-0", inlineGate); a != 40 {
+		t.Fatalf("api-0 enforces %d once api-1 released its share, want 40", a)
+	}
+
+	// The StatefulSet controller creates api-1 again: a new pod, not Ready
+	// yet, whose process reads the API server's document.
+	again := guardPod("shop", "api", "api-1")
+	again.UID = types.UID("uid-shop-api-1-again")
+	again.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	if err := s.env.client.Create(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	s.w.procs[procKey{"shop", "api-1", inlineGate}] = &process{configMap: inlineCM, acks: true}
+	s.step(t, "api-1 created again, the cache behind")
+	s.w.read("shop", inlineGate)
+	s.w.check(inlineUsable, "api-1 created again, pods read")
+
+	// The cache catches up; the new api-1 becomes Ready and gets its share
+	// as api-0 lets go of it.
+	s.cache.thaw()
+	s.rounds(t, 2, "api-1 created again, the cache caught up")
+	setPodReady(t, s.env, "shop", "api-1", true)
+	s.rounds(t, 4, "api-1 Ready")
+	if a, b := s.w.permits("shop", "api-0", inlineGate), s.w.permits("shop", "api-1", inlineGate); a != 20 || b != 20 {
+		t.Errorf("api-0 and api-1 enforce %d and %d once the new api-1 is Ready, want 20 each", a, b)
+	}
+}
