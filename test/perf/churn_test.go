@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
 )
 
@@ -75,9 +76,25 @@ func TestChurn(t *testing.T) {
 		return fmt.Sprintf("churn-%d", w%namespaces), fmt.Sprintf("app-%04d", w)
 	}
 	perWorkload := int32(max(1, pods/workloads))
+	policy := sharesPolicy(t)
 	for w := range workloads {
 		ns, name := workloadOf(w)
-		objects = append(objects, deployment(ns, name, perWorkload), quota(ns, name+"-api", name, 4*perWorkload))
+		q := quota(ns, name+"-api", name, 4*perWorkload)
+		q.Spec.Shares = &v1alpha1.Shares{Policy: policy}
+		objects = append(objects, deployment(ns, name, perWorkload), q)
+	}
+	// With demand-following, every pod's demand is 80 % of its equal
+	// share (4 × 80 % usable), read with noise: steady load.
+	var opts []bpcontroller.Option
+	var demand *noisyDemand
+	if policy == v1alpha1.SharesDemand {
+		names := map[string][]string{}
+		for i := range pods {
+			_, name := workloadOf(i)
+			names[name] = append(names[name], podName(name, i))
+		}
+		demand = newNoisyDemand(names, 0.8*4*0.8)
+		opts = append(opts, bpcontroller.WithDemandSource(demand))
 	}
 	createAll(ctx, t, k8s, objects)
 	// Pod i belongs to workload i mod workloads, so that successive events
@@ -114,7 +131,7 @@ func TestChurn(t *testing.T) {
 		sent, baselineTook.Round(time.Millisecond), float64(sent)/baselineTook.Seconds(), senderPerEvent.Round(time.Microsecond),
 		(alone.controlPlane / time.Duration(max(sent, 1))).Round(time.Microsecond), alone.controlPlane.Seconds()/baselineTook.Seconds())
 
-	mgr := startManager(ctx, t, cfg)
+	mgr := startManager(ctx, t, cfg, opts...)
 	probe := newReadyProbe(ctx, t, cfg, k8s, "churn-probe")
 	total := workloads + 1
 	start := time.Now()
@@ -154,7 +171,8 @@ func TestChurn(t *testing.T) {
 		}
 	}()
 	planEventsBefore := planChangedEvents(ctx, t, k8s)
-	t.Logf("churn: sending %d pod events a second for %s", rate, duration)
+	revisionsBefore := divisionRevisions(ctx, t, k8s)
+	t.Logf("churn: %s shares; sending %d pod events a second for %s", policy, rate, duration)
 	churnStart := time.Now()
 	events := gen.run(ctx, t, rate, duration)
 	churnTook := time.Since(churnStart)
@@ -182,6 +200,11 @@ func TestChurn(t *testing.T) {
 	t.Logf("churn: the probe's own pod status patches, part of those figures, took %s", summary(patches))
 	// Recorded asynchronously: a few may still be on their way.
 	planEvents := planChangedEvents(ctx, t, k8s) - planEventsBefore
+	t.Logf("churn: %d new revisions of the quotas' divisions, %.2f per quota per minute", divisionRevisions(ctx, t, k8s)-revisionsBefore,
+		float64(divisionRevisions(ctx, t, k8s)-revisionsBefore)/float64(total)/churnTook.Minutes())
+	if demand != nil {
+		t.Logf("churn: demand read %d times", demand.count())
+	}
 
 	// The queue drains; then the handovers of the pods that stopped being
 	// Ready finish, as nobody acknowledges here, once their unacknowledged
@@ -203,12 +226,20 @@ func TestChurn(t *testing.T) {
 
 	idle := time.Duration(envInt(t, "BACKPRESSURE_PERF_CHURN_IDLE_SECONDS", 60)) * time.Second
 	reconciledBefore, writesBefore, kindsBefore = controllerMetric(t, "controller_runtime_reconcile_total", "controller"), mgr.writes.Total(), mgr.writes.Counts()
+	readsBefore := 0
+	if demand != nil {
+		readsBefore = demand.count()
+	}
 	time.Sleep(idle)
 	idleReconciles := controllerMetric(t, "controller_runtime_reconcile_total", "controller") - reconciledBefore
 	t.Logf("quiet, no events for %s: %.0f reconciles (%.2f per quota per minute), writes %s",
 		idle, idleReconciles, idleReconciles/float64(total)/idle.Minutes(), countsSince(kindsBefore, mgr.writes.Counts()))
+	// Steady demand read with noise moves no share: the band absorbs it.
 	if n := mgr.writes.Total() - writesBefore; n > 0 {
 		t.Errorf("the operator wrote %d times with nothing changing: %s", n, countsSince(kindsBefore, mgr.writes.Counts()))
+	}
+	if demand != nil {
+		t.Logf("quiet: demand read %d times", demand.count()-readsBefore)
 	}
 	t.Logf("events recorded: %s", countEvents(ctx, t, k8s))
 	if perEvent, n := eventCost(ctx, t, k8s, min(max(planEvents, 100), 1000), rate); n > 0 {
@@ -415,4 +446,21 @@ func eventCost(ctx context.Context, t *testing.T, k8s client.Client, n, rate int
 		}
 	}
 	return readCPU().sub(before).controlPlane / time.Duration(n), n
+}
+
+// divisionRevisions sums the revisions of every quota's division: how many
+// times the operator divided anew.
+func divisionRevisions(ctx context.Context, t *testing.T, k8s client.Client) int64 {
+	t.Helper()
+	var list v1alpha1.DownstreamQuotaList
+	if err := k8s.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, q := range list.Items {
+		if d := q.Status.Division; d != nil {
+			n += d.Revision
+		}
+	}
+	return n
 }

@@ -113,7 +113,7 @@ type runningManager struct {
 }
 
 // startManager starts the controller's manager and waits for its caches.
-func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningManager {
+func startManager(ctx context.Context, t *testing.T, cfg *rest.Config, opts ...bpcontroller.Option) *runningManager {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "manager.log")
 	logFile, err := os.Create(logPath)
@@ -142,7 +142,7 @@ func startManager(ctx context.Context, t *testing.T, cfg *rest.Config) *runningM
 	default:
 		t.Fatalf("BACKPRESSURE_PERF_EVENTS=%q: want on or off", v)
 	}
-	pub := bpcontroller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), recorder)
+	pub := bpcontroller.NewPublisher(mgr.GetClient(), mgr.GetAPIReader(), recorder, opts...)
 	// The workers cmd/manager starts by default, unless the measurement
 	// asks for another number.
 	workers := envInt(t, "BACKPRESSURE_PERF_WORKERS", bpcontroller.DefaultMaxConcurrentReconciles)
