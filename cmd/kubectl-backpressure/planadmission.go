@@ -185,13 +185,13 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		return admissionJSON{}, err
 	}
 	s := lossmodel.Scenario{
-		Permits:       int(res.Usable),
-		Pods:          in.Divisor,
-		Floor:         1,
-		Load:          load,
-		Latency:       lossmodel.Latency{Mean: in.Latency, CV: a.latencyCV},
-		Balancer:      lossmodel.Balancer(a.balancer),
-		MaxQueueWait:  res.PerPod.MaxQueueWait,
+		Permits:      int(res.Usable),
+		Pods:         in.Divisor,
+		Floor:        1,
+		Load:         load,
+		Latency:      lossmodel.Latency{Mean: in.Latency, CV: a.latencyCV},
+		Balancer:     lossmodel.Balancer(a.balancer),
+		MaxQueueWait: res.PerPod.MaxQueueWait,
 		// The operator's waiting room for n permits, floor(n × Qw / W):
 		// the model gives it a pod's own permits and the reserve's, as
 		// the operator does (sizing.Result.ShareWithReserve).

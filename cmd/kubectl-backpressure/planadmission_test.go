@@ -63,21 +63,13 @@ func TestPlanAdmissionJSON(t *testing.T) {
 // internal/lossmodel's TestWaitingRoomCountsTheReserve), and 23 reach
 // 99 % (none up to 32 would with rooms of own permits).
 func TestPlanAdmissionSample(t *testing.T) {
-	out, stderr, code := runCLI(t, "plan", "-f", "testdata/sample-quota.yaml", "--replicas", "8", "--offered-load", "80%", "--reserve", "8")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	for _, want := range []string{
+	wantLines(t, []string{"plan", "-f", "testdata/sample-quota.yaml", "--replicas", "8", "--offered-load", "80%", "--reserve", "8"},
 		"one gate of 40 - 99.5% 100% - 40",
 		"equal 0 80.1% 80.5% - 5",
 		"equal 8 93.5% 93.9% 23.3% 4",
 		"demand-following 8 93.5% 93.9% 23.3% 4",
 		"Smallest reserve for 99.0% of one gate with demand-following shares: 23 permits of 40 (99.1% of one gate, 58.3% of the admitted calls borrowed).",
-	} {
-		if !containsSpaced(out, want) {
-			t.Errorf("plan's table lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestPlanAdmissionPinned(t *testing.T) {
@@ -93,23 +85,30 @@ func TestPlanAdmissionPinned(t *testing.T) {
 	}
 }
 
-func TestPlanAdmissionTable(t *testing.T) {
-	out, stderr, code := runCLI(t, append(noRoom, "--offered-load", "80%", "--reserve", "4")...)
+// wantLines runs the plugin with args and checks that its output has every
+// line of want, up to spacing.
+func wantLines(t *testing.T, args []string, want ...string) {
+	t.Helper()
+	out, stderr, code := runCLI(t, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{
+	for _, w := range want {
+		if !containsSpaced(out, w) {
+			t.Errorf("plan's table lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestPlanAdmissionTable(t *testing.T) {
+	wantLines(t, append(noRoom, "--offered-load", "80%", "--reserve", "4"),
 		"Admission at 80.0% of usable / latency (128/s), random balancer, lognormal latency cv 0.5; a simulation of 200000 calls, seed 1:",
 		"SHARES RESERVE ADMITTED OF ONE GATE BORROWED PERMITS PER POD",
 		"one gate of 16 - 92.0% 100% - 16",
 		"equal 0 77.2% 83.9% - 4",
 		"demand-following 4 ",
 		"No reserve reaches 99.0% of one gate with demand-following shares: the largest, 12 permits of 16 (every pod keeps a permit of its own), reaches 98.6%.",
-	} {
-		if !containsSpaced(out, want) {
-			t.Errorf("plan's table lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 func TestPlanAdmissionBadInput(t *testing.T) {

@@ -320,6 +320,15 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// goalScenario is the sample as the partial-load goals run it: behind
+// balancer (pinned with σ 0.8 from seed), with shares that follow demand
+// and a floor of 1.
+func goalScenario(balancer lossmodel.Balancer, seed uint64) lossmodel.Scenario {
+	s := sample()
+	s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = balancer, 0.8, seed, lossmodel.DemandShares, 1, 100_000
+	return s
+}
+
 // TestReserveForTheIssueGoals sizes the reserve for the partial-load goals
 // (the sample at 80 %, shares that follow demand): 99 % of the global gate
 // with a random balancer, 98 % with pinned connections. It takes about 23
@@ -339,8 +348,7 @@ func TestReserveForTheIssueGoals(t *testing.T) {
 		{lossmodel.Random, 0, 0.99, 21, 26},
 		{lossmodel.Pinned, 2, 0.98, 18, 24},
 	} {
-		s := sample()
-		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = c.balancer, 0.8, c.seed, lossmodel.DemandShares, 1, 100_000
+		s := goalScenario(c.balancer, c.seed)
 		z, err := lossmodel.SmallestReserve(s, c.target)
 		if err != nil {
 			t.Fatal(err)
@@ -448,8 +456,8 @@ func TestReserveForTheIssueGoalsWithSizedRooms(t *testing.T) {
 		{lossmodel.Random, 1, 0.99, 22, 26, 0.970},
 		{lossmodel.Pinned, 1, 0.98, 18, 23, 0.967},
 	} {
-		s := sample()
-		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls, s.QueueCapacity = c.balancer, 0.8, c.seed, lossmodel.DemandShares, 1, 100_000, sizedRoom
+		s := goalScenario(c.balancer, c.seed)
+		s.QueueCapacity = sizedRoom
 		z, err := lossmodel.SmallestReserve(s, c.target)
 		if err != nil {
 			t.Fatal(err)
