@@ -11,6 +11,7 @@ import (
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
@@ -28,6 +29,8 @@ type config struct {
 	// reserveAddress is the permit server (backpressure-broker) the gate
 	// borrows from when the pod's own share is full; "" for none.
 	reserveAddress string
+	// reserveBudget bounds a borrow that must answer at once.
+	reserveBudget time.Duration
 	// pod is $POD_NAME: the name the permit server counts borrows by.
 	pod string
 }
@@ -49,6 +52,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
 	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the quota's reserve from when the pod's own share is full, host:port (empty: no borrowing)")
+	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow that must answer at once may take before the call goes on without it")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -79,6 +83,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if c.inboundPermits < 1 || c.inboundPermits > gate.MaxPermits {
 		errs = append(errs, fmt.Errorf("--inbound-permits %d must be in [1, %d]", c.inboundPermits, gate.MaxPermits))
+	}
+	if c.reserveBudget <= 0 {
+		errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
 	}
 	if c.reserveAddress != "" {
 		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {

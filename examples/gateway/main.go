@@ -162,7 +162,7 @@ func reserveLender(cfg config) (func(string) gate.Lender, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
 	}
-	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod})
+	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod, Budget: cfg.reserveBudget})
 	if err != nil {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
