@@ -80,7 +80,7 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 			})
 
 			It("admits more than equal shares without a reserve, by the model's margin", func() {
-				Expect(r.AdmittedRatioToGlobalGate - r.EqualSharesRatioToGlobalGate).To(BeNumerically(">=", c.margin),
+				Expect(r.AdmittedRatioToGlobalGate-r.EqualSharesRatioToGlobalGate).To(BeNumerically(">=", c.margin),
 					"operator %.3f, equal shares %.3f", r.AdmittedRatioToGlobalGate, r.EqualSharesRatioToGlobalGate)
 			})
 
