@@ -55,11 +55,12 @@ const (
 	// model's prediction.
 	PartialSeed = 1
 	// PartialWarmup is the start of the load left out of every figure: the
-	// permit server waits out its leases (PartialMaxLease) and the pods'
-	// gates fill.
-	PartialWarmup = 15 * time.Second
+	// permit server waits out its leases (PartialMaxLease), the pods'
+	// gates fill, and the division follows the demand the load brings,
+	// which the operator reads every 15 seconds.
+	PartialWarmup = 30 * time.Second
 	// PartialDuration is the whole load, the warm-up included.
-	PartialDuration = 105 * time.Second
+	PartialDuration = 120 * time.Second
 	// PartialMaxLease is the permit server's --max-lease: above the quota's
 	// deadline (PartialDeadline) and the lease margin. A started server
 	// lends nothing for this long.
@@ -86,7 +87,8 @@ const (
 
 // PartialQuotaSpec is the partial-load scenario's quota: the sample's
 // contract, latency and waiting room, a deadline no call reaches, no rate
-// limit, and a reserve of PartialReserve lent by BrokerName.
+// limit, a reserve of PartialReserve lent by BrokerName, and the rest
+// divided by the pods' demand (read from the storm's custom metrics API).
 func PartialQuotaSpec() v1alpha1.DownstreamQuotaSpec {
 	return v1alpha1.DownstreamQuotaSpec{
 		WorkloadRef: v1alpha1.WorkloadReference{APIVersion: "apps/v1", Kind: "Deployment", Name: WorkloadName},
@@ -104,6 +106,7 @@ func PartialQuotaSpec() v1alpha1.DownstreamQuotaSpec {
 			Permits:   intstr.FromInt32(PartialReserve),
 			BrokerRef: v1alpha1.BrokerReference{Name: BrokerName},
 		},
+		Shares: &v1alpha1.Shares{Policy: v1alpha1.SharesDemand},
 	}
 }
 
@@ -270,6 +273,10 @@ func (st *partialStage) startPods(ctx context.Context, teardown *[]func() error)
 	if st.broker, err = start(BrokerName, st.brokerRunner(), noEndpoints{}, 1); err != nil {
 		return err
 	}
+	// The custom metrics API serves the pods' demand, which the operator
+	// divides by.
+	stopMeasuring := h.Metrics.MeasurePods(st.namespace, QuotaName, st.obs.MetricsAddrs)
+	*teardown = append(*teardown, func() error { stopMeasuring(); return nil })
 	st.gateways, err = start(WorkloadName, st.gatewayRunner(), st.endpoints, PartialPods)
 	return err
 }
@@ -313,34 +320,11 @@ func (st *partialStage) brokerRunner() cluster.PodRunner {
 // its share of the plan and borrowing from the permit server.
 func (st *partialStage) gatewayRunner() cluster.PodRunner {
 	return func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
-		obs := st.obs
-		proc, err := st.h.StartProcess(cluster.ProcessSpec{
-			Name: st.namespace + "/" + pod.Name,
-			Path: st.h.gateway,
-			Args: []string{"--listen", "127.0.0.1:0", "--downstream", st.downstream.URL(), "--gate", QuotaName,
-				"--metrics-listen", "127.0.0.1:0", "--configmap", ConfigMapName, "--namespace", st.namespace,
-				"--kubeconfig", st.h.Kubeconfig, "--acknowledge", "--reserve-address", st.brokerAddr,
-				"--reserve-budget", PartialReserveBudget.String()},
-			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-			LogPath: podLogPath(st.logDir, pod),
-			OnLog: func(l cluster.LogLine) {
-				switch l.Msg {
-				case cluster.MsgAppliedPlan:
-					obs.Applied(pod.Name, l)
-				case cluster.MsgServingMetrics:
-					obs.ServingMetrics(pod.Name, l.Address)
-				}
-				onLog(l)
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			<-proc.Done()
-			obs.Exited(pod.Name)
-		}()
-		return proc, nil
+		args := []string{"--listen", "127.0.0.1:0", "--downstream", st.downstream.URL(), "--gate", QuotaName,
+			"--metrics-listen", "127.0.0.1:0", "--configmap", ConfigMapName, "--namespace", st.namespace,
+			"--kubeconfig", st.h.Kubeconfig, "--acknowledge", "--reserve-address", st.brokerAddr,
+			"--reserve-budget", PartialReserveBudget.String()}
+		return st.h.startObservedPod(st.obs, pod, st.h.gateway, args, st.logDir, onLog)
 	}
 }
 

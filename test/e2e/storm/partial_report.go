@@ -76,7 +76,7 @@ type PartialLoadRun struct {
 	BorrowFailed int64 `json:"borrowFailed"`
 	// PredictedRatio, PredictedEqualSharesRatio and
 	// PredictedBorrowedFraction are internal/lossmodel's for the same
-	// parameters.
+	// parameters (the operator's with shares that follow demand).
 	PredictedRatio            float64 `json:"predictedRatio"`
 	PredictedEqualSharesRatio float64 `json:"predictedEqualSharesRatio"`
 	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
@@ -89,8 +89,8 @@ type PartialLoadRun struct {
 // PartialPrediction is the model's prediction for the partial-load
 // scenario with one balancer.
 type PartialPrediction struct {
-	// Ratio is the operator's pods (equal shares of what the reserve
-	// leaves, the reserve lent per call) against the global gate;
+	// Ratio is the operator's pods (what the reserve leaves divided by
+	// demand, the reserve lent per call) against the global gate;
 	// EqualSharesRatio equal shares without a reserve against it.
 	Ratio, EqualSharesRatio float64
 	// BorrowedFraction is the operator's calls admitted on a borrowed
@@ -121,7 +121,7 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	if err != nil {
 		return PartialPrediction{}, err
 	}
-	s.Reserve = PartialReserve
+	s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
 	reserve, err := lossmodel.Compare(s)
 	if err != nil {
 		return PartialPrediction{}, err
