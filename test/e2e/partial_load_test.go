@@ -94,4 +94,40 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 			})
 		})
 	}
+
+	Context("the permit server killed (SIGKILL) mid-run and started again by its Deployment", Ordered, func() {
+		var k *storm.BrokerKillRun
+		BeforeAll(func(ctx SpecContext) {
+			var err error
+			k, err = harness.RunPartialLoadBrokerKilled(ctx)
+			Expect(err).NotTo(HaveOccurred(), "the harness could not run the permit server's kill")
+			partialReport.BrokerKilled = k
+			AddReportEntry("partial load, permit server killed", fmt.Sprintf(
+				"killed at %.1fs, new replica at %.1fs, first lent at %.1fs; %d readings before the leases' end, %d saw a loan; the pods admitted %d of %d calls meanwhile; peak %d, 429s %d",
+				k.KilledAtSeconds, k.RestartedAtSeconds, k.FirstGrantSeconds, k.SamplesBeforeExpiry, k.GrantsBeforeExpiry,
+				k.OutageAdmitted, k.OutageCalls, k.Run.PeakInFlight, k.Run.Downstream429))
+		}, NodeTimeout(5*time.Minute))
+
+		It("keeps the downstream's peak in flight within the usable permits, and no 429", func() {
+			Expect(k.Run.PeakInFlight).To(BeNumerically("<=", storm.Usable()))
+			Expect(k.Run.Downstream429).To(BeZero())
+		})
+
+		It("has the pods go on with their own shares while the permit server is away", func() {
+			Expect(k.OutageCalls).To(BeNumerically(">", 100))
+			// The model (internal/lossmodel) says 24 permits over 8 pods admit
+			// 0.55 of the same calls; a few hundred calls leave room for
+			// noise. Pods that waited on the dead server would admit none.
+			Expect(float64(k.OutageAdmitted)/float64(k.OutageCalls)).To(BeNumerically(">=", 0.45))
+			Expect(k.Run.Failed).To(BeZero())
+		})
+
+		It("has the restarted permit server lend nothing before every lease of the killed one has ended, and lend again after", func() {
+			Expect(k.RestartedAtSeconds).To(BeNumerically(">", k.KilledAtSeconds))
+			Expect(k.SamplesBeforeExpiry).To(BeNumerically(">=", 10), "readings of the pods' borrows between the kill and the leases' end")
+			Expect(k.LastSampleBeforeExpirySeconds).To(BeNumerically(">=", k.KilledAtSeconds+k.MaxLeaseSeconds-0.5))
+			Expect(k.GrantsBeforeExpiry).To(BeZero())
+			Expect(k.FirstGrantSeconds).To(BeNumerically(">=", k.KilledAtSeconds+k.MaxLeaseSeconds))
+		})
+	})
 })

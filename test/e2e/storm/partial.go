@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -110,13 +111,13 @@ func PartialQuotaSpec() v1alpha1.DownstreamQuotaSpec {
 	}
 }
 
-// partialObjects are the scenario's objects in namespace: the quota and the
+// partialObjects are the scenario's objects in namespace: the quota of spec and the
 // permit server's Deployment (one replica).
-func partialObjects(namespace string) (*v1alpha1.DownstreamQuota, *appsv1.Deployment) {
+func partialObjects(namespace string, spec v1alpha1.DownstreamQuotaSpec) (*v1alpha1.DownstreamQuota, *appsv1.Deployment) {
 	q := &v1alpha1.DownstreamQuota{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "DownstreamQuota"},
 		ObjectMeta: metav1.ObjectMeta{Name: QuotaName, Namespace: namespace},
-		Spec:       PartialQuotaSpec(),
+		Spec:       spec,
 	}
 	labels := map[string]string{"app.kubernetes.io/name": BrokerName}
 	d := &appsv1.Deployment{
@@ -151,6 +152,21 @@ type partialStage struct {
 	brokerAddr string
 	endpoints  *podEndpoints
 	logDir     string
+	// spec is the quota's; duration and warmup the load's.
+	spec             v1alpha1.DownstreamQuotaSpec
+	duration, warmup time.Duration
+	// killAt, when positive, is when the permit server's replica gets
+	// SIGKILL (the Deployment then starts another).
+	killAt time.Duration
+	// brokers are the permit server's processes, in the order they
+	// started.
+	brokersMu    sync.Mutex
+	brokers      []*cluster.Process
+	brokerStarts []time.Time
+	// loadStart is when the load started; kill watches the permit server
+	// killed, when killAt is set.
+	loadStart time.Time
+	kill      *brokerKill
 }
 
 // RunPartialLoad runs the partial-load scenario with the balancer
@@ -162,7 +178,15 @@ func (h *Harness) RunPartialLoad(ctx context.Context, balancer string) (rep *Par
 		return nil, fmt.Errorf("storm: partial load: balancer %q: must be %s or %s", balancer, PartialRandom, PartialPinned)
 	}
 	st := &partialStage{h: h, name: "partial-" + balancer, namespace: "storm-partial-" + balancer, balancer: balancer,
-		obs: &observe.Observations{}, endpoints: newPodEndpoints()}
+		obs: &observe.Observations{}, endpoints: newPodEndpoints(),
+		spec: PartialQuotaSpec(), duration: PartialDuration, warmup: PartialWarmup}
+	return h.runPartial(ctx, st)
+}
+
+// runPartial plays a partial-load stage: set up, the first plan, the
+// permit server and the pods, the settled division, the load; and tears
+// everything down, also on error.
+func (h *Harness) runPartial(ctx context.Context, st *partialStage) (rep *PartialLoadRun, err error) {
 	var teardown []func() error
 	defer func() {
 		for i := len(teardown) - 1; i >= 0; i-- {
@@ -188,7 +212,7 @@ func (h *Harness) RunPartialLoad(ctx context.Context, balancer string) (rep *Par
 	if err := st.settle(ctx); err != nil {
 		return nil, err
 	}
-	h.logf("[%s] Running the load: %v, the first %v a warm-up", st.name, PartialDuration, PartialWarmup)
+	h.logf("[%s] Running the load: %v, the first %v a warm-up", st.name, st.duration, st.warmup)
 	return st.run(ctx)
 }
 
@@ -207,7 +231,7 @@ func (st *partialStage) setUp(teardown *[]func() error) error {
 	if err := WriteManifests(dir); err != nil {
 		return err
 	}
-	q, broker := partialObjects(st.namespace)
+	q, broker := partialObjects(st.namespace, st.spec)
 	files := []string{filepath.Join(dir, WorkloadManifests[0])}
 	for name, obj := range map[string]any{"quota-reserve.yaml": q, "broker.yaml": broker} {
 		b, err := yaml.Marshal(obj)
@@ -303,7 +327,7 @@ func (st *partialStage) settle(ctx context.Context) error {
 // acknowledging it, at brokerAddr.
 func (st *partialStage) brokerRunner() cluster.PodRunner {
 	return func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
-		return st.h.StartProcess(cluster.ProcessSpec{
+		proc, err := st.h.StartProcess(cluster.ProcessSpec{
 			Name: st.namespace + "/" + pod.Name,
 			Path: st.h.broker,
 			Args: []string{"--gate", QuotaName, "--configmap", ConfigMapName, "--namespace", st.namespace,
@@ -313,7 +337,24 @@ func (st *partialStage) brokerRunner() cluster.PodRunner {
 			LogPath: podLogPath(st.logDir, pod),
 			OnLog:   onLog,
 		})
+		if err == nil {
+			st.brokersMu.Lock()
+			st.brokers = append(st.brokers, proc)
+			st.brokerStarts = append(st.brokerStarts, time.Now())
+			st.brokersMu.Unlock()
+		}
+		return proc, err
 	}
+}
+
+// lastBroker returns the permit server's process started last.
+func (st *partialStage) lastBroker() *cluster.Process {
+	st.brokersMu.Lock()
+	defer st.brokersMu.Unlock()
+	if len(st.brokers) == 0 {
+		return nil
+	}
+	return st.brokers[len(st.brokers)-1]
 }
 
 // gatewayRunner runs a pod of the workload: examples/gateway enforcing

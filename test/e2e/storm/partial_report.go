@@ -16,10 +16,14 @@ import (
 type PartialLoadReport struct {
 	Random *PartialLoadRun `json:"random,omitempty"`
 	Pinned *PartialLoadRun `json:"pinned,omitempty"`
+	// BrokerKilled is the run with the permit server killed mid-run.
+	BrokerKilled *BrokerKillRun `json:"brokerKilled,omitempty"`
 }
 
 // Empty says whether no run has been recorded.
-func (r *PartialLoadReport) Empty() bool { return r.Random == nil && r.Pinned == nil }
+func (r *PartialLoadReport) Empty() bool {
+	return r.Random == nil && r.Pinned == nil && r.BrokerKilled == nil
+}
 
 // WriteJSON writes the report to path, creating its directory.
 func (r *PartialLoadReport) WriteJSON(path string) error { return report.WriteJSON(path, r) }
@@ -129,6 +133,36 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction()}, nil
 }
 
+// BrokerKillRun is the run with the permit server killed. Offsets are
+// seconds from the start of the load.
+type BrokerKillRun struct {
+	// Run is the whole run's figures (peak in flight, 429s, counts after
+	// the warm-up).
+	Run *PartialLoadRun `json:"run"`
+	// KilledAtSeconds is the SIGKILL; RestartedAtSeconds the start of the
+	// new replica's process; MaxLeaseSeconds the servers' --max-lease.
+	KilledAtSeconds    float64 `json:"killedAtSeconds"`
+	RestartedAtSeconds float64 `json:"restartedAtSeconds"`
+	MaxLeaseSeconds    float64 `json:"maxLeaseSeconds"`
+	// SamplesBeforeExpiry are the readings of the pods' borrow counters
+	// between the kill and the kill plus the longest lease (every lease
+	// the killed replica gave has ended by then); GrantsBeforeExpiry of
+	// them saw a permit lent since the kill. LastSampleBeforeExpirySeconds
+	// is the last such reading.
+	SamplesBeforeExpiry           int     `json:"samplesBeforeExpiry"`
+	GrantsBeforeExpiry            int     `json:"grantsBeforeExpiry"`
+	LastSampleBeforeExpirySeconds float64 `json:"lastSampleBeforeExpirySeconds"`
+	// FirstGrantSeconds is the first reading that saw a permit lent since
+	// the kill (0 if none did).
+	FirstGrantSeconds float64 `json:"firstGrantSeconds"`
+	// OutageCalls arrived between the kill and FirstGrantSeconds (or the
+	// end); OutageAdmitted of them the pods admitted, on their own shares.
+	OutageCalls    int64 `json:"outageCalls"`
+	OutageAdmitted int64 `json:"outageAdmitted"`
+	// SampleErrors counts readings that failed.
+	SampleErrors int `json:"sampleErrors"`
+}
+
 // WritePartialLoadTable writes the partial-load figures for a terminal.
 func WritePartialLoadTable(w io.Writer, r *PartialLoadReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -141,6 +175,12 @@ func WritePartialLoadTable(w io.Writer, r *PartialLoadReport) error {
 			run.Balancer, run.AdmittedRatioToGlobalGate, run.PredictedRatio, run.EqualSharesRatioToGlobalGate, run.PredictedEqualSharesRatio,
 			run.BorrowedFraction, run.PredictedBorrowedFraction, run.PeakInFlight, run.Usable, run.Contract, run.Downstream429,
 			run.DivisionChangesPerMinute, run.Calls)
+	}
+	if k := r.BrokerKilled; k != nil && k.Run != nil {
+		fmt.Fprintf(tw, "\npermit server killed at %.1fs (random)\tnew replica started at %.1fs; readings before kill + longest lease (%.0fs): %d, of which lent: %d; first lent at %.1fs\n",
+			k.KilledAtSeconds, k.RestartedAtSeconds, k.MaxLeaseSeconds, k.SamplesBeforeExpiry, k.GrantsBeforeExpiry, k.FirstGrantSeconds)
+		fmt.Fprintf(tw, "\toutage: the pods admitted %d of %d calls on their own shares; peak in flight %d, 429s %d\n",
+			k.OutageAdmitted, k.OutageCalls, k.Run.PeakInFlight, k.Run.Downstream429)
 	}
 	return tw.Flush()
 }

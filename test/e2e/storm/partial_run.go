@@ -119,22 +119,28 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		return nil, err
 	}
 	calls := partialCalls(PartialSeed, lossmodel.Balancer(st.balancer), PartialPods, PartialSkew, partialPerSecond(),
-		PartialLatency, PartialLatencyCV, PartialDuration)
+		PartialLatency, PartialLatencyCV, st.duration)
 	client := traffic.NewLoadClient(RequestTimeout)
 	var n partialCounts
 	var wg sync.WaitGroup
 	var atWarmup, atEnd gateCounters
+	outcomes := make([]traffic.Outcome, len(calls))
 	start := time.Now()
+	st.loadStart = start
+	stopKill := make(chan struct{})
+	if st.killAt > 0 {
+		st.kill = st.startBrokerKill(ctx, start, stopKill)
+	}
 	warmupDone := make(chan struct{})
 	go func() {
 		defer close(warmupDone)
 		select {
-		case <-time.After(PartialWarmup):
+		case <-time.After(st.warmup):
 			atWarmup = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
 		case <-ctx.Done():
 		}
 	}()
-	for _, c := range calls {
+	for i, c := range calls {
 		if d := time.Until(start.Add(c.At)); d > 0 {
 			select {
 			case <-time.After(d):
@@ -143,7 +149,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 				return nil, ctx.Err()
 			}
 		}
-		counted := c.At >= PartialWarmup
+		counted := c.At >= st.warmup
 		if counted {
 			n.calls.Add(1)
 			if time.Since(start.Add(c.At)) > lateBy {
@@ -162,6 +168,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		})
 		wg.Go(func() {
 			outcome := callPod(ctx, client, urls[c.Pod], c.Latency)
+			outcomes[i] = outcome
 			if !counted {
 				return
 			}
@@ -176,6 +183,10 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		})
 	}
 	wg.Wait()
+	close(stopKill)
+	if st.kill != nil {
+		st.kill.finish(st, calls, outcomes)
+	}
 	<-warmupDone
 	atEnd = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
 	end := time.Now()
@@ -183,8 +194,8 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 
 	r := &PartialLoadRun{
 		Balancer: st.balancer, Pods: PartialPods, Usable: Usable(), Reserve: PartialReserve, Contract: Contract,
-		OfferedLoad: PartialLoad, CallsPerSecond: partialPerSecond(), WarmupSeconds: PartialWarmup.Seconds(),
-		MeasuredSeconds: (PartialDuration - PartialWarmup).Seconds(),
+		OfferedLoad: PartialLoad, CallsPerSecond: partialPerSecond(), WarmupSeconds: st.warmup.Seconds(),
+		MeasuredSeconds: (st.duration - st.warmup).Seconds(),
 		Calls:           n.calls.Load(), Admitted: n.admitted.Load(), Shed: n.shed.Load(), Failed: n.failed.Load(),
 		Late:               n.late.Load(),
 		GlobalGateAdmitted: n.global.Load(), EqualSharesAdmitted: n.equal.Load(),
@@ -198,8 +209,8 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
 	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
-	r.DivisionChanges = divisionChanges(st.obs.Published(), start.Add(PartialWarmup), end)
-	r.DivisionChangesPerMinute = float64(r.DivisionChanges) / end.Sub(start.Add(PartialWarmup)).Minutes()
+	r.DivisionChanges = divisionChanges(st.obs.Published(), start.Add(st.warmup), end)
+	r.DivisionChangesPerMinute = float64(r.DivisionChanges) / end.Sub(start.Add(st.warmup)).Minutes()
 	pred, err := PredictPartialLoad(lossmodel.Balancer(st.balancer))
 	if err != nil {
 		return nil, err

@@ -20,7 +20,8 @@
 // scenario (report-partial-load.json): 80 % of what the usable permits
 // serve, with a random balancer and with pinned connections, the
 // operator's pods with a reserve beside one global gate and equal shares
-// without a reserve fed the same calls, and the model's prediction.
+// without a reserve fed the same calls, and the model's prediction; and
+// the permit server killed mid-run.
 //
 // It exits 0 when the scenario ran, whether or not every goal was met (the
 // table says so; `make e2e` asserts them), 1 when the harness could not run
@@ -91,7 +92,7 @@ func parseOptions() (*options, error) {
 	flag.Float64Var(&o.scale, "time-scale", o.scale, "multiply the schedule's offsets by this factor (below 1 for a quicker run; also $"+storm.TimeScaleEnv+")")
 	flag.StringVar(&o.variants, "variants", "operator,static,naive", "the variants to run, in order (operator, static, naive, laggard; empty for none)")
 	flag.BoolVar(&o.callers, "two-callers", false, "also run the two-callers scenario: two workloads sharing one DownstreamContract")
-	flag.BoolVar(&o.partial, "partial-load", false, "also run the partial-load scenario, with a random balancer and with pinned connections (about 5 minutes)")
+	flag.BoolVar(&o.partial, "partial-load", false, "also run the partial-load scenario, with a random balancer, with pinned connections and with the permit server killed (about 7 minutes)")
 	flag.StringVar(&o.out, "out", "", "output directory (default <repo>/_output/storm)")
 	flag.Parse()
 
@@ -244,8 +245,9 @@ func runCallers(ctx context.Context, h *storm.Harness) (int, error) {
 	return len(cr.Failed()), nil
 }
 
-// runPartialLoad runs the partial-load scenario with both balancers, writes
-// its report after each run and prints its table.
+// runPartialLoad runs the partial-load scenario with both balancers and
+// with the permit server killed, writes its report after each run and
+// prints its table.
 func runPartialLoad(ctx context.Context, h *storm.Harness) error {
 	jsonPath := filepath.Join(h.OutDir, "report-partial-load.json")
 	r := &storm.PartialLoadReport{}
@@ -262,6 +264,14 @@ func runPartialLoad(ctx context.Context, h *storm.Harness) error {
 		if err := r.WriteJSON(jsonPath); err != nil {
 			return err
 		}
+	}
+	k, err := h.RunPartialLoadBrokerKilled(ctx)
+	if err != nil {
+		return fmt.Errorf("storm: partial load, permit server killed: %w", err)
+	}
+	r.BrokerKilled = k
+	if err := r.WriteJSON(jsonPath); err != nil {
+		return err
 	}
 	fmt.Println()
 	if err := storm.WritePartialLoadTable(os.Stdout, r); err != nil {
