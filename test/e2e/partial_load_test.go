@@ -118,7 +118,7 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 			// The model (internal/lossmodel) says 24 permits over 8 pods admit
 			// 0.55 of the same calls; a few hundred calls leave room for
 			// noise. Pods that waited on the dead server would admit none.
-			Expect(float64(k.OutageAdmitted)/float64(k.OutageCalls)).To(BeNumerically(">=", 0.45))
+			Expect(float64(k.OutageAdmitted) / float64(k.OutageCalls)).To(BeNumerically(">=", 0.45))
 			Expect(k.Run.Failed).To(BeZero())
 		})
 
