@@ -44,7 +44,8 @@
 // goes at once to its pod, to one global gate of the usable permits and to
 // its pod's equal share without a reserve (both in-process, the library's
 // gate, a downstream that sleeps the call's latency), and the admitted
-// calls are compared, and checked against internal/lossmodel's prediction.
+// calls are compared, and checked against internal/lossmodel's prediction;
+// a third run kills the permit server mid-run (partial_kill.go).
 //
 // # The runner
 //
