@@ -383,5 +383,8 @@ func freePort() (int, error) {
 // address, as through a Service, and no load is sent to it.
 type noEndpoints struct{}
 
-func (noEndpoints) Add(string)    {}
+// Add ignores a Ready replica's address.
+func (noEndpoints) Add(string) {}
+
+// Remove ignores it too.
 func (noEndpoints) Remove(string) {}

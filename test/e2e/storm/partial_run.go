@@ -5,6 +5,7 @@ package storm
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -204,7 +205,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.AdmittedRatioToGlobalGate = ratioOf(r.Admitted, r.GlobalGateAdmitted)
 	r.EqualSharesRatioToGlobalGate = ratioOf(r.EqualSharesAdmitted, r.GlobalGateAdmitted)
 	if atWarmup.err != nil || atEnd.err != nil {
-		return nil, fmt.Errorf("storm: partial load: scraping the pods' gates: %v, %v", atWarmup.err, atEnd.err)
+		return nil, fmt.Errorf("storm: partial load: scraping the pods' gates: %w", errors.Join(atWarmup.err, atEnd.err))
 	}
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
