@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
@@ -23,17 +26,24 @@ type config struct {
 	inboundPermits    int
 	metricsListen     string
 	shutdownTimeout   time.Duration
+	// reserveAddress is the permit server (backpressure-broker) the gate
+	// borrows from when the pod's own share is full; "" for none.
+	reserveAddress string
+	// reserveBudget bounds a borrow that must answer at once.
+	reserveBudget time.Duration
+	// pod is $POD_NAME: the name the permit server counts borrows by.
+	pod string
 }
 
 // parseConfig reads the command line; getenv supplies the namespace's
 // default. With -h it returns flag.ErrHelp after writing the usage to usage.
 func parseConfig(args []string, getenv func(string) string, usage io.Writer) (config, error) {
-	var c config
+	c := config{pod: getenv(backpressure.EnvPodName)}
 	var downstream string
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address to serve on")
-	fs.StringVar(&downstream, "downstream", "", "base URL of the downstream; each inbound GET / makes one GET <URL>/ call (required)")
+	fs.StringVar(&downstream, "downstream", "", "base URL of the downstream; each inbound GET /?Q makes one GET <URL>/?Q call (required)")
 	fs.StringVar(&c.gate, "gate", "", "the gate (DownstreamQuota name) to enforce on downstream calls (required)")
 	c.Register(fs, getenv)
 	fs.IntVar(&c.maxRetries, "max-retries", 0, "retries of a failed downstream call")
@@ -41,6 +51,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
+	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the quota's reserve from when the pod's own share is full, host:port (empty: no borrowing)")
+	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow that must answer at once may take before the call goes on without it")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,6 +83,16 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if c.inboundPermits < 1 || c.inboundPermits > gate.MaxPermits {
 		errs = append(errs, fmt.Errorf("--inbound-permits %d must be in [1, %d]", c.inboundPermits, gate.MaxPermits))
+	}
+	if c.reserveBudget <= 0 {
+		errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
+	}
+	if c.reserveAddress != "" {
+		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--reserve-address %q is not host:port", c.reserveAddress))
+		} else if c.pod == "" {
+			errs = append(errs, fmt.Errorf("--reserve-address needs $%s, the pod's name, which the permit server counts borrows by", backpressure.EnvPodName))
+		}
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))

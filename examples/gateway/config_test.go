@@ -15,12 +15,12 @@ import (
 )
 
 func TestParseConfig(t *testing.T) {
-	env := map[string]string{"POD_NAMESPACE": "shop"}
+	env := map[string]string{"POD_NAMESPACE": "shop", "POD_NAME": "search-gateway-0"}
 	getenv := func(k string) string { return env[k] }
 	downstream := &url.URL{Scheme: "http", Host: "logistics:8080"}
 	defaults := config{
 		listen: "127.0.0.1:8080", downstream: downstream, gate: "logistics-api", Flags: sourceflags.Flags{Namespace: "shop"},
-		inboundPermits: 4096, shutdownTimeout: 30 * time.Second,
+		inboundPermits: 4096, shutdownTimeout: 30 * time.Second, pod: "search-gateway-0", reserveBudget: time.Millisecond,
 	}
 	with := func(f func(*config)) config {
 		c := defaults
@@ -41,10 +41,11 @@ func TestParseConfig(t *testing.T) {
 		name: "every flag",
 		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
 			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
-			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s"),
+			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--reserve-address", "search-gateway-broker:9443", "--reserve-budget", "5ms"),
 		want: with(func(c *config) {
 			c.listen, c.PlanDir, c.Namespace, c.Kubeconfig, c.Acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
 			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
+			c.reserveAddress, c.reserveBudget = "search-gateway-broker:9443", 5*time.Millisecond
 		}),
 	}, {
 		name:    "nothing",
@@ -59,8 +60,12 @@ func TestParseConfig(t *testing.T) {
 		wantErr: `--downstream "logistics:8080" is not an http or https URL`,
 	}, {
 		name:    "out of range",
-		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s"),
-		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --shutdown-timeout 0s must be positive",
+		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s", "--reserve-budget", "0s"),
+		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --reserve-budget 0s must be positive; --shutdown-timeout 0s must be positive",
+	}, {
+		name:    "reserve address without a port",
+		args:    append(required, "--plan-dir", "/d", "--reserve-address", "search-gateway-broker"),
+		wantErr: `--reserve-address "search-gateway-broker" is not host:port`,
 	}, {
 		name:    "unknown flag",
 		args:    append(required, "--plan-dir", "/d", "--retries", "1"),
@@ -86,6 +91,16 @@ func TestParseConfig(t *testing.T) {
 				t.Errorf("config (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A pod that borrows names itself to the permit server, which counts
+// borrows per pod: without $POD_NAME the flag is refused.
+func TestParseConfigReserveNeedsThePodName(t *testing.T) {
+	args := []string{"--downstream", "http://logistics:8080", "--gate", "g", "--plan-dir", "/d", "--reserve-address", "127.0.0.1:9443"}
+	_, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--reserve-address needs $POD_NAME") {
+		t.Fatalf("err = %v, want one naming --reserve-address and $POD_NAME", err)
 	}
 }
 

@@ -74,7 +74,7 @@ func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 
-	body, err := gw.call(ctx)
+	body, err := gw.call(ctx, r.URL.RawQuery)
 	var rejected *gate.Rejection
 	var failed *statusError
 	switch {
@@ -97,13 +97,18 @@ func (gw *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// call makes one downstream call, and retries as the policy allows. The body
+// call makes one downstream call, with the inbound request's query (a
+// caller's parameters for the downstream), and retries as the policy allows. The body
 // is read in full before returning so that the call's permit is released
 // before the answer is written to a possibly slow client.
-func (gw *gateway) call(ctx context.Context) ([]byte, error) {
+func (gw *gateway) call(ctx context.Context, query string) ([]byte, error) {
 	var body []byte
+	target := gw.target
+	if query != "" {
+		target += "?" + query
+	}
 	err := retry.Do(ctx, gw.retries, func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, gw.target, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -308,4 +310,24 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Error("logged Stopped after a shutdown that timed out")
 	}
 	ds.unhold()
+}
+
+// The inbound request's query reaches the downstream: a caller's parameters
+// for the downstream call pass through the gate unchanged.
+func TestTheQueryReachesTheDownstream(t *testing.T) {
+	queries := make(chan string, 1)
+	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.RawQuery
+		_, _ = io.WriteString(w, "quote 42\n")
+	}))
+	t.Cleanup(ds.Close)
+	dir := t.TempDir()
+	plantest.Write(t, dir, testPlan(2, 0))
+	gw := startGateway(t, "--downstream", ds.URL, "--gate", testGate, "--plan-dir", dir)
+	if resp, body := get(t, gw.url+"?latency=120ms&sku=7"); resp.StatusCode != http.StatusOK || body != "quote 42\n" {
+		t.Fatalf("call: %d %q", resp.StatusCode, body)
+	}
+	if got := <-queries; got != "latency=120ms&sku=7" {
+		t.Errorf("the downstream saw the query %q, want latency=120ms&sku=7", got)
+	}
 }

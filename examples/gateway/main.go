@@ -11,7 +11,9 @@
 // (--max-retries) draw on the plan's retry budget. An inbound gate
 // (--inbound-permits) protects the process itself. SIGTERM drains in-flight
 // requests, then hands the pod's share back (see backpressure.Runtime.Start).
-// The gate enforces the pod's own share of each plan, picked by $POD_NAME.
+// The gate enforces the pod's own share of each plan, picked by $POD_NAME;
+// with --reserve-address a call whose share is full borrows a permit of the
+// quota's reserve from the permit server (backpressure-broker).
 // Logs are JSON lines on stderr: "Serving", "Applied plan" for every plan
 // put in force, "Stopped".
 package main
@@ -31,11 +33,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
 func main() {
@@ -66,7 +71,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	reg := prometheus.NewRegistry() // this process's metrics; never the global registry
+	lender, closeReserve, err := reserveLender(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeReserve()
 	rt, err := backpressure.New(ctx, src, backpressure.Options{
+		Lender:     lender,
 		Gates:      []string{cfg.gate},
 		Registerer: reg,
 		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan
@@ -135,6 +146,28 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	case failed = <-serveErr: // the listener broke
 	}
 	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, stopSource, started))
+}
+
+// reserveLender connects to the permit server of --reserve-address and
+// returns each gate's Lender, which the gate asks for a permit of the
+// quota's reserve when the pod's own share is full, and what closes the
+// connection. Without --reserve-address it returns a nil Lender: no
+// borrowing. grpc.NewClient connects lazily, so an unreachable server only
+// makes borrows fail, and the calls go on with the pod's own share.
+func reserveLender(cfg config) (func(string) gate.Lender, func(), error) {
+	if cfg.reserveAddress == "" {
+		return nil, func() {}, nil
+	}
+	conn, err := grpc.NewClient(cfg.reserveAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+	}
+	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod, Budget: cfg.reserveBudget})
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+	}
+	return client.Lender, func() { _ = conn.Close() }, nil
 }
 
 // shutdown stops accepting connections and waits for in-flight requests

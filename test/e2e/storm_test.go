@@ -24,10 +24,12 @@ import (
 // seconds each (the sidecar proxy's among them), the laggard and the two
 // callers (about 40 s each), the shared contract's three events (about 50
 // s, contract_events_test.go), the four fault scenarios (about 3 minutes
-// together, faults_test.go; the StatefulSet's about 90 s) and teardown,
-// with room for a loaded machine. `make e2e`'s go test -timeout (20m) must
-// stay above it.
-const suiteTimeout = 18 * time.Minute
+// together, faults_test.go; the StatefulSet's about 90 s), the partial
+// load's three runs (about 2 minutes each, the permit server's kill 90 s,
+// partial_load_test.go) and
+// teardown, with room for a loaded machine. `make e2e`'s go test -timeout
+// (26m) must stay above it.
+const suiteTimeout = 24 * time.Minute
 
 var (
 	harness      *storm.Harness

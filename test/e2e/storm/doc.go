@@ -34,7 +34,18 @@
 // (TwoCallers), each caller's part worked out by hand. The fault scenarios
 // (faults*.go) break the cluster around the operator: the leading manager
 // killed, kube-apiserver restarted, finished pods beside the workload's, and
-// the calling workload a StatefulSet.
+// the calling workload a StatefulSet. The partial-load scenario
+// (partial*.go, Harness.RunPartialLoad) runs below capacity instead: 80 %
+// of what the 40 usable permits serve, Poisson arrivals with lognormal
+// latencies, over 8 pods behind a random balancer or pinned connections,
+// with a reserve of 16 lent per call by the permit server
+// (cmd/backpressure-broker, run as a pod of its Deployment) and the rest
+// divided by the pods' demand (served by the custom metrics API); each call
+// goes at once to its pod, to one global gate of the usable permits and to
+// its pod's equal share without a reserve (both in-process, the library's
+// gate, a downstream that sleeps the call's latency), and the admitted
+// calls are compared, and checked against internal/lossmodel's prediction;
+// a third run kills the permit server mid-run (partial_kill.go).
 //
 // # The runner
 //

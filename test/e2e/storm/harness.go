@@ -40,9 +40,12 @@ type Harness struct {
 	proxyPod string
 	// laggardPod runs the laggard of a variant that has one.
 	laggardPod string
+	// broker is cmd/backpressure-broker, the permit server of a quota's
+	// reserve.
+	broker string
 }
 
-// Setup builds the manager and examples/gateway, starts the cluster,
+// Setup builds the manager, examples/gateway and the permit server, starts the cluster,
 // applies the CRDs with kubectl and starts the manager. The control plane's
 // binaries must be built (hack/setup-envtest.sh; KUBEBUILDER_ASSETS or its
 // cache). On error everything started is stopped again.
@@ -69,7 +72,7 @@ func Setup(ctx context.Context, opts Options) (*Harness, error) {
 	bin := filepath.Join(outDir, "bin")
 	h.logf("Building the manager and examples/gateway into %s", bin)
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator), "./cmd/manager", "./examples/gateway",
-		"./cmd/backpressure-proxy", "./test/e2e/storm/proxypod", "./test/e2e/storm/laggardpod")
+		"./cmd/backpressure-proxy", "./cmd/backpressure-broker", "./test/e2e/storm/proxypod", "./test/e2e/storm/laggardpod")
 	build.Dir = h.Root
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("storm: go build: %w\n%s", err, out)
@@ -77,6 +80,7 @@ func Setup(ctx context.Context, opts Options) (*Harness, error) {
 	h.gateway = filepath.Join(bin, "gateway")
 	h.proxyPod = filepath.Join(bin, "proxypod")
 	h.laggardPod = filepath.Join(bin, "laggardpod")
+	h.broker = filepath.Join(bin, "backpressure-broker")
 
 	c, err := cluster.Start(ctx, cluster.Options{OutDir: outDir, CRDs: filepath.Join(h.Root, "config", "crd", "bases"), Logf: h.logf})
 	if err != nil {

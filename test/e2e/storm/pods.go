@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/cluster"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 )
 
 // podProgram returns the program a pod of v runs.
@@ -43,32 +44,38 @@ func (h *Harness) podRunner(sc Scenario, st *Stage, cs *CallerStage, logDir stri
 			args = append(args, "--plan-dir", h.planDir(sc, cs.Caller))
 		}
 		args = append(args, GatewayRetryArgs...)
-		obs := cs.Observations
-		proc, err := h.StartProcess(cluster.ProcessSpec{
-			Name:    cs.Namespace + "/" + pod.Name,
-			Path:    program,
-			Args:    args,
-			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
-			LogPath: podLogPath(logDir, pod),
-			OnLog: func(l cluster.LogLine) {
-				switch l.Msg {
-				case cluster.MsgAppliedPlan:
-					obs.Applied(pod.Name, l)
-				case cluster.MsgServingMetrics:
-					obs.ServingMetrics(pod.Name, l.Address)
-				}
-				onLog(l)
-			},
-		})
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			<-proc.Done()
-			obs.Exited(pod.Name)
-		}()
-		return proc, nil
+		return h.startObservedPod(cs.Observations, pod, program, args, logDir, onLog)
 	}
+}
+
+// startObservedPod starts a pod's process, whose log obs reads (the plans
+// it applies, its /metrics address) before onLog does, and whose exit obs
+// records.
+func (h *Harness) startObservedPod(obs *observe.Observations, pod *corev1.Pod, program string, args []string, logDir string, onLog func(cluster.LogLine)) (*cluster.Process, error) {
+	proc, err := h.StartProcess(cluster.ProcessSpec{
+		Name:    pod.Namespace + "/" + pod.Name,
+		Path:    program,
+		Args:    args,
+		Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
+		LogPath: podLogPath(logDir, pod),
+		OnLog: func(l cluster.LogLine) {
+			switch l.Msg {
+			case cluster.MsgAppliedPlan:
+				obs.Applied(pod.Name, l)
+			case cluster.MsgServingMetrics:
+				obs.ServingMetrics(pod.Name, l.Address)
+			}
+			onLog(l)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		<-proc.Done()
+		obs.Exited(pod.Name)
+	}()
+	return proc, nil
 }
 
 // podLogPath returns the file in dir for the log of pod's process:

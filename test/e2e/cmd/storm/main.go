@@ -12,10 +12,16 @@
 //
 //	go run ./test/e2e/cmd/storm [-time-scale 0.5] [-variants operator,naive]
 //	go run ./test/e2e/cmd/storm -variants laggard -two-callers
+//	go run ./test/e2e/cmd/storm -variants '' -partial-load
 //
 // The laggard variant and the two-callers scenario have schedules of their
 // own and are reported apart (report-laggard.json, storm-laggard.png,
-// report-two-callers.json, storm-two-callers.png).
+// report-two-callers.json, storm-two-callers.png); so is the partial-load
+// scenario (report-partial-load.json): 80 % of what the usable permits
+// serve, with a random balancer and with pinned connections, the
+// operator's pods with a reserve beside one global gate and equal shares
+// without a reserve fed the same calls, and the model's prediction; and
+// the permit server killed mid-run.
 //
 // It exits 0 when the scenario ran, whether or not every goal was met (the
 // table says so; `make e2e` asserts them), 1 when the harness could not run
@@ -66,6 +72,7 @@ type options struct {
 	scale     float64
 	variants  string
 	callers   bool
+	partial   bool
 	out       string
 	schedule  schedule.Schedule
 	selection []storm.Variant
@@ -85,6 +92,7 @@ func parseOptions() (*options, error) {
 	flag.Float64Var(&o.scale, "time-scale", o.scale, "multiply the schedule's offsets by this factor (below 1 for a quicker run; also $"+storm.TimeScaleEnv+")")
 	flag.StringVar(&o.variants, "variants", "operator,static,naive", "the variants to run, in order (operator, static, naive, laggard; empty for none)")
 	flag.BoolVar(&o.callers, "two-callers", false, "also run the two-callers scenario: two workloads sharing one DownstreamContract")
+	flag.BoolVar(&o.partial, "partial-load", false, "also run the partial-load scenario, with a random balancer, with pinned connections and with the permit server killed (about 7 minutes)")
 	flag.StringVar(&o.out, "out", "", "output directory (default <repo>/_output/storm)")
 	flag.Parse()
 
@@ -148,6 +156,11 @@ func run(ctx context.Context) error {
 			return err
 		}
 		failed += n
+	}
+	if o.partial {
+		if err := runPartialLoad(ctx, h); err != nil {
+			return err
+		}
 	}
 	for _, out := range outputs {
 		fmt.Println()
@@ -230,6 +243,42 @@ func runCallers(ctx context.Context, h *storm.Harness) (int, error) {
 	}
 	fmt.Printf("\nReport: %s\nPlot:   %s\n", jsonPath, plot)
 	return len(cr.Failed()), nil
+}
+
+// runPartialLoad runs the partial-load scenario with both balancers and
+// with the permit server killed, writes its report after each run and
+// prints its table.
+func runPartialLoad(ctx context.Context, h *storm.Harness) error {
+	jsonPath := filepath.Join(h.OutDir, "report-partial-load.json")
+	r := &storm.PartialLoadReport{}
+	for _, b := range []string{storm.PartialRandom, storm.PartialPinned} {
+		run, err := h.RunPartialLoad(ctx, b)
+		if err != nil {
+			return fmt.Errorf("storm: partial load, %s: %w", b, err)
+		}
+		if b == storm.PartialRandom {
+			r.Random = run
+		} else {
+			r.Pinned = run
+		}
+		if err := r.WriteJSON(jsonPath); err != nil {
+			return err
+		}
+	}
+	k, err := h.RunPartialLoadBrokerKilled(ctx)
+	if err != nil {
+		return fmt.Errorf("storm: partial load, permit server killed: %w", err)
+	}
+	r.BrokerKilled = k
+	if err := r.WriteJSON(jsonPath); err != nil {
+		return err
+	}
+	fmt.Println()
+	if err := storm.WritePartialLoadTable(os.Stdout, r); err != nil {
+		return err
+	}
+	fmt.Printf("\nReport: %s\n", jsonPath)
+	return nil
 }
 
 // controlPlane makes sure kube-apiserver, kube-controller-manager, etcd and

@@ -11,7 +11,9 @@ import (
 
 // Downstream is the third-party API of the story: it accepts at most Limit
 // calls in flight, globally, answers 429 at once to any call beyond that (it
-// has no queue), and otherwise answers 200 after its current latency.
+// has no queue), and otherwise answers 200 after its current latency, or
+// after the latency the call asks for (LatencyParam), so that a scenario
+// can give every call a latency of its own.
 //
 // A call holds its slot for the whole latency even when the caller gives up
 // early, as a real server's work goes on after its client has left: a
@@ -67,6 +69,11 @@ func StartDownstream(limit int, latency time.Duration) (*Downstream, error) {
 	return d, nil
 }
 
+// LatencyParam is the query parameter that sets one call's latency, a
+// time.Duration string (?latency=187ms): the downstream then takes that
+// long, whatever its current latency.
+const LatencyParam = "latency"
+
 // URL returns the downstream's base URL.
 func (d *Downstream) URL() string { return d.url }
 
@@ -84,7 +91,17 @@ func (d *Downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "too many requests in flight", http.StatusTooManyRequests)
 		return
 	}
-	t := time.NewTimer(time.Duration(d.latency.Load()))
+	latency := time.Duration(d.latency.Load())
+	if v := r.URL.Query().Get(LatencyParam); v != "" {
+		l, err := time.ParseDuration(v)
+		if err != nil || l < 0 {
+			d.inFlight.Add(-1)
+			http.Error(w, "latency: want a duration of at least 0, got "+v, http.StatusBadRequest)
+			return
+		}
+		latency = l
+	}
+	t := time.NewTimer(latency)
 	select {
 	case <-t.C:
 	case <-d.stop.Done():

@@ -156,6 +156,38 @@ func TestDownstreamSetLatency(t *testing.T) {
 	}
 }
 
+// A call that asks for its own latency takes that long, and a malformed one
+// is refused without holding a slot.
+func TestDownstreamLatencyOfOneCall(t *testing.T) {
+	d, err := StartDownstream(10, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	t0 := time.Now()
+	resp, err := http.Get(d.URL() + "/?" + LatencyParam + "=200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if took := time.Since(t0); resp.StatusCode != http.StatusOK || took < 200*time.Millisecond {
+		t.Errorf("a call asking for 200ms: %d after %v", resp.StatusCode, took)
+	}
+	for _, bad := range []string{"soon", "-1s"} {
+		resp, err := http.Get(d.URL() + "/?" + LatencyParam + "=" + bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("latency %q: %d, want 400", bad, resp.StatusCode)
+		}
+	}
+	if c := d.Sample(); c.InFlight != 0 || c.OK != 1 || c.Rejected != 0 {
+		t.Errorf("after the calls: %+v, want nothing in flight, 1 OK, 0 rejected", c)
+	}
+}
+
 func TestDownstreamCloseEndsCallsInFlight(t *testing.T) {
 	d, err := StartDownstream(10, time.Minute)
 	if err != nil {

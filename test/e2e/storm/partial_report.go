@@ -1,0 +1,186 @@
+package storm
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/report"
+)
+
+// PartialLoadReport is the partial-load scenario's figures, one run per
+// balancer. Its JSON form is the file report-partial-load.json beside the
+// storm's report.
+type PartialLoadReport struct {
+	Random *PartialLoadRun `json:"random,omitempty"`
+	Pinned *PartialLoadRun `json:"pinned,omitempty"`
+	// BrokerKilled is the run with the permit server killed mid-run.
+	BrokerKilled *BrokerKillRun `json:"brokerKilled,omitempty"`
+}
+
+// Empty says whether no run has been recorded.
+func (r *PartialLoadReport) Empty() bool {
+	return r.Random == nil && r.Pinned == nil && r.BrokerKilled == nil
+}
+
+// WriteJSON writes the report to path, creating its directory.
+func (r *PartialLoadReport) WriteJSON(path string) error { return report.WriteJSON(path, r) }
+
+// PartialLoadRun is one run of the partial-load scenario: the operator's
+// pods (equal shares of what the reserve leaves, borrowing from it), one
+// global gate of the usable permits and equal shares without a reserve,
+// all fed the same calls, and the model's prediction for each. Every count
+// is of the calls that arrived after the warm-up.
+type PartialLoadRun struct {
+	Balancer string `json:"balancer"`
+	Pods     int    `json:"pods"`
+	// Usable, Reserve and Contract are the quota's permits: usable, pooled
+	// in the reserve, and the downstream's contract.
+	Usable   int `json:"usable"`
+	Reserve  int `json:"reserve"`
+	Contract int `json:"contract"`
+	// OfferedLoad is a fraction of what the usable permits serve, at
+	// CallsPerSecond.
+	OfferedLoad     float64 `json:"offeredLoad"`
+	CallsPerSecond  float64 `json:"callsPerSecond"`
+	WarmupSeconds   float64 `json:"warmupSeconds"`
+	MeasuredSeconds float64 `json:"measuredSeconds"`
+	// Calls were sent after the warm-up; Late of them more than 20ms after
+	// their time (the harness fell behind).
+	Calls int64 `json:"calls"`
+	Late  int64 `json:"late"`
+	// Admitted, Shed and Failed are the pods' answers: the downstream's,
+	// a fallback, anything else.
+	Admitted int64 `json:"admitted"`
+	Shed     int64 `json:"shed"`
+	Failed   int64 `json:"failed"`
+	// GlobalGateAdmitted and EqualSharesAdmitted are what the in-process
+	// gates admitted of the same calls.
+	GlobalGateAdmitted  int64 `json:"globalGateAdmitted"`
+	EqualSharesAdmitted int64 `json:"equalSharesAdmitted"`
+	// AdmittedRatioToGlobalGate is Admitted ÷ GlobalGateAdmitted;
+	// EqualSharesRatioToGlobalGate is EqualSharesAdmitted ÷ the same.
+	AdmittedRatioToGlobalGate    float64 `json:"admittedRatioToGlobalGate"`
+	EqualSharesRatioToGlobalGate float64 `json:"equalSharesRatioToGlobalGate"`
+	// PeakInFlight and Downstream429 are the downstream's, over the whole
+	// run.
+	PeakInFlight  int64 `json:"peakInFlight"`
+	Downstream429 int64 `json:"downstream429"`
+	// GateAdmitted and Borrowed are the pods' gates' counters: calls
+	// admitted on the pods' own permits and on a borrowed one;
+	// BorrowedFraction is Borrowed ÷ (GateAdmitted + Borrowed).
+	GateAdmitted     int64   `json:"gateAdmitted"`
+	Borrowed         int64   `json:"borrowed"`
+	BorrowedFraction float64 `json:"borrowedFraction"`
+	// NotLent and BorrowFailed are the borrows the permit server refused
+	// (nothing to lend) and those it did not answer within the budget.
+	NotLent      int64 `json:"notLent"`
+	BorrowFailed int64 `json:"borrowFailed"`
+	// PredictedRatio, PredictedEqualSharesRatio and
+	// PredictedBorrowedFraction are internal/lossmodel's for the same
+	// parameters (the operator's with shares that follow demand).
+	PredictedRatio            float64 `json:"predictedRatio"`
+	PredictedEqualSharesRatio float64 `json:"predictedEqualSharesRatio"`
+	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
+	// DivisionChanges counts the plans after the warm-up that divided the
+	// permits differently from the one before.
+	DivisionChanges          int     `json:"divisionChanges"`
+	DivisionChangesPerMinute float64 `json:"divisionChangesPerMinute"`
+}
+
+// PartialPrediction is the model's prediction for the partial-load
+// scenario with one balancer.
+type PartialPrediction struct {
+	// Ratio is the operator's pods (what the reserve leaves divided by
+	// demand, the reserve lent per call) against the global gate;
+	// EqualSharesRatio equal shares without a reserve against it.
+	Ratio, EqualSharesRatio float64
+	// BorrowedFraction is the operator's calls admitted on a borrowed
+	// permit over its admitted calls.
+	BorrowedFraction float64
+}
+
+// PredictPartialLoad runs internal/lossmodel with the scenario's
+// parameters: its permits, pods, reserve, load, latency, waiting rooms
+// (the plan's rule, from the quota's sizing), balancer, skew and seed.
+func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
+	sz, err := quota.Size(PartialQuotaSpec(), PartialPods)
+	if err != nil {
+		return PartialPrediction{}, err
+	}
+	s := lossmodel.Scenario{
+		Permits: Usable(), Pods: PartialPods, Load: PartialLoad,
+		Latency:       lossmodel.Latency{Mean: PartialLatency, CV: PartialLatencyCV},
+		Balancer:      b,
+		MaxQueueWait:  sz.Result.PerPod.MaxQueueWait,
+		QueueCapacity: func(permits int) int { return sz.Result.ShareFor(permits).QueueCapacity },
+		Seed:          PartialSeed,
+	}
+	if b == lossmodel.Pinned {
+		s.Skew = PartialSkew
+	}
+	equal, err := lossmodel.Compare(s)
+	if err != nil {
+		return PartialPrediction{}, err
+	}
+	s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
+	reserve, err := lossmodel.Compare(s)
+	if err != nil {
+		return PartialPrediction{}, err
+	}
+	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction()}, nil
+}
+
+// BrokerKillRun is the run with the permit server killed. Offsets are
+// seconds from the start of the load.
+type BrokerKillRun struct {
+	// Run is the whole run's figures (peak in flight, 429s, counts after
+	// the warm-up).
+	Run *PartialLoadRun `json:"run"`
+	// KilledAtSeconds is the SIGKILL; RestartedAtSeconds the start of the
+	// new replica's process; MaxLeaseSeconds the servers' --max-lease.
+	KilledAtSeconds    float64 `json:"killedAtSeconds"`
+	RestartedAtSeconds float64 `json:"restartedAtSeconds"`
+	MaxLeaseSeconds    float64 `json:"maxLeaseSeconds"`
+	// SamplesBeforeExpiry are the readings of the pods' borrow counters
+	// between the kill and the kill plus the longest lease (every lease
+	// the killed replica gave has ended by then); GrantsBeforeExpiry of
+	// them saw a permit lent since the kill. LastSampleBeforeExpirySeconds
+	// is the last such reading.
+	SamplesBeforeExpiry           int     `json:"samplesBeforeExpiry"`
+	GrantsBeforeExpiry            int     `json:"grantsBeforeExpiry"`
+	LastSampleBeforeExpirySeconds float64 `json:"lastSampleBeforeExpirySeconds"`
+	// FirstGrantSeconds is the first reading that saw a permit lent since
+	// the kill (0 if none did).
+	FirstGrantSeconds float64 `json:"firstGrantSeconds"`
+	// OutageCalls arrived between the kill and FirstGrantSeconds (or the
+	// end); OutageAdmitted of them the pods admitted, on their own shares.
+	OutageCalls    int64 `json:"outageCalls"`
+	OutageAdmitted int64 `json:"outageAdmitted"`
+	// SampleErrors counts readings that failed.
+	SampleErrors int `json:"sampleErrors"`
+}
+
+// WritePartialLoadTable writes the partial-load figures for a terminal.
+func WritePartialLoadTable(w io.Writer, r *PartialLoadReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "balancer\toperator ÷ global gate (model)\tequal shares ÷ global gate (model)\tborrowed (model)\tpeak in flight\t429s\tdivision changes/min\tcalls")
+	for _, run := range []*PartialLoadRun{r.Random, r.Pinned} {
+		if run == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%.3f (%.3f)\t%.3f (%.3f)\t%.3f (%.3f)\t%d (usable %d, contract %d)\t%d\t%.2f\t%d\n",
+			run.Balancer, run.AdmittedRatioToGlobalGate, run.PredictedRatio, run.EqualSharesRatioToGlobalGate, run.PredictedEqualSharesRatio,
+			run.BorrowedFraction, run.PredictedBorrowedFraction, run.PeakInFlight, run.Usable, run.Contract, run.Downstream429,
+			run.DivisionChangesPerMinute, run.Calls)
+	}
+	if k := r.BrokerKilled; k != nil && k.Run != nil {
+		fmt.Fprintf(tw, "\npermit server killed at %.1fs (random)\tnew replica started at %.1fs; readings before kill + longest lease (%.0fs): %d, of which lent: %d; first lent at %.1fs\n",
+			k.KilledAtSeconds, k.RestartedAtSeconds, k.MaxLeaseSeconds, k.SamplesBeforeExpiry, k.GrantsBeforeExpiry, k.FirstGrantSeconds)
+		fmt.Fprintf(tw, "\toutage: the pods admitted %d of %d calls on their own shares; peak in flight %d, 429s %d\n",
+			k.OutageAdmitted, k.OutageCalls, k.Run.PeakInFlight, k.Run.Downstream429)
+	}
+	return tw.Flush()
+}

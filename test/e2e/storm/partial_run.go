@@ -1,0 +1,328 @@
+//go:build unix
+
+package storm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
+	"github.com/backpressure-dev/backpressure-operator/internal/quota"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
+	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
+)
+
+// podEndpoints are the Ready pods of the partial-load workload, as a
+// Service's endpoints: the scenario's balancer picks among them itself.
+type podEndpoints struct {
+	mu   sync.Mutex
+	urls map[string]bool
+}
+
+func newPodEndpoints() *podEndpoints { return &podEndpoints{urls: map[string]bool{}} }
+
+// Add makes url a Ready pod's.
+func (e *podEndpoints) Add(url string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.urls[url] = true
+}
+
+// Remove takes url out.
+func (e *podEndpoints) Remove(url string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.urls, url)
+}
+
+// sorted returns the Ready pods' URLs in a fixed order: the balancer's pod
+// i is the i-th.
+func (e *podEndpoints) sorted() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Sorted(maps.Keys(e.urls))
+}
+
+// partialCounts are what the calls after the warm-up found.
+type partialCounts struct {
+	calls, admitted, shed, failed atomic.Int64
+	global, equal                 atomic.Int64
+	late                          atomic.Int64
+}
+
+// lateBy is how late a call may be sent before the harness counts it as
+// fallen behind.
+const lateBy = 20 * time.Millisecond
+
+// inProcessGates are the global gate of the usable permits and the equal
+// shares without a reserve, each with the waiting room the plan's rule
+// gives its permits, made with the library's gate.
+func inProcessGates() (*gate.Gate, []*gate.Gate, error) {
+	sz, err := quota.Size(PartialQuotaSpec(), PartialPods)
+	if err != nil {
+		return nil, nil, err
+	}
+	limits := func(permits int) gate.Limits {
+		pp := sz.Result.ShareFor(permits)
+		return gate.Limits{Permits: permits, QueueCapacity: pp.QueueCapacity, MaxQueueWait: pp.MaxQueueWait,
+			AcquireTimeout: pp.AcquireTimeout, TypicalLatency: sz.Result.Latency}
+	}
+	global, err := gate.New("global", limits(Usable()))
+	if err != nil {
+		return nil, nil, err
+	}
+	var equal []*gate.Gate
+	for i := range PartialPods {
+		g, err := gate.New(fmt.Sprintf("equal-%d", i), limits(Usable()/PartialPods))
+		if err != nil {
+			return nil, nil, err
+		}
+		equal = append(equal, g)
+	}
+	return global, equal, nil
+}
+
+// sleepOn holds a permit of g for latency, the virtual downstream's call,
+// and says whether g admitted it.
+func sleepOn(g *gate.Gate, latency time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), PartialDeadline)
+	defer cancel()
+	p, err := g.Acquire(ctx)
+	if err != nil {
+		return false
+	}
+	time.Sleep(latency)
+	p.Release()
+	return true
+}
+
+// run sends the scenario's calls, each at once to its pod, to the global
+// gate and to its pod's equal share, and measures.
+func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
+	urls := st.endpoints.sorted()
+	if len(urls) != PartialPods {
+		return nil, fmt.Errorf("storm: partial load: %d Ready pods, want %d", len(urls), PartialPods)
+	}
+	global, equal, err := inProcessGates()
+	if err != nil {
+		return nil, err
+	}
+	calls := partialCalls(PartialSeed, lossmodel.Balancer(st.balancer), PartialPods, PartialSkew, partialPerSecond(),
+		PartialLatency, PartialLatencyCV, st.duration)
+	client := traffic.NewLoadClient(RequestTimeout)
+	var n partialCounts
+	var wg sync.WaitGroup
+	var atWarmup, atEnd gateCounters
+	outcomes := make([]traffic.Outcome, len(calls))
+	start := time.Now()
+	st.loadStart = start
+	stopKill := make(chan struct{})
+	if st.killAt > 0 {
+		st.kill = st.startBrokerKill(ctx, start, stopKill)
+	}
+	warmupDone := make(chan struct{})
+	go func() {
+		defer close(warmupDone)
+		select {
+		case <-time.After(st.warmup):
+			atWarmup = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
+		case <-ctx.Done():
+		}
+	}()
+	for i, c := range calls {
+		if d := time.Until(start.Add(c.At)); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				wg.Wait()
+				return nil, ctx.Err()
+			}
+		}
+		counted := c.At >= st.warmup
+		if counted {
+			n.calls.Add(1)
+			if time.Since(start.Add(c.At)) > lateBy {
+				n.late.Add(1)
+			}
+		}
+		wg.Go(func() {
+			if sleepOn(global, c.Latency) && counted {
+				n.global.Add(1)
+			}
+		})
+		wg.Go(func() {
+			if sleepOn(equal[c.Pod], c.Latency) && counted {
+				n.equal.Add(1)
+			}
+		})
+		wg.Go(func() {
+			outcome := callPod(ctx, client, urls[c.Pod], c.Latency)
+			outcomes[i] = outcome
+			if !counted {
+				return
+			}
+			switch outcome {
+			case traffic.OutcomeOK:
+				n.admitted.Add(1)
+			case traffic.OutcomeShed:
+				n.shed.Add(1)
+			default:
+				n.failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(stopKill)
+	if st.kill != nil {
+		st.kill.finish(st, calls, outcomes)
+	}
+	<-warmupDone
+	atEnd = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
+	end := time.Now()
+	final := st.downstream.Sample()
+
+	r := &PartialLoadRun{
+		Balancer: st.balancer, Pods: PartialPods, Usable: Usable(), Reserve: PartialReserve, Contract: Contract,
+		OfferedLoad: PartialLoad, CallsPerSecond: partialPerSecond(), WarmupSeconds: st.warmup.Seconds(),
+		MeasuredSeconds: (st.duration - st.warmup).Seconds(),
+		Calls:           n.calls.Load(), Admitted: n.admitted.Load(), Shed: n.shed.Load(), Failed: n.failed.Load(),
+		Late:               n.late.Load(),
+		GlobalGateAdmitted: n.global.Load(), EqualSharesAdmitted: n.equal.Load(),
+		PeakInFlight: final.Peak, Downstream429: final.Rejected,
+	}
+	r.AdmittedRatioToGlobalGate = ratioOf(r.Admitted, r.GlobalGateAdmitted)
+	r.EqualSharesRatioToGlobalGate = ratioOf(r.EqualSharesAdmitted, r.GlobalGateAdmitted)
+	if atWarmup.err != nil || atEnd.err != nil {
+		return nil, fmt.Errorf("storm: partial load: scraping the pods' gates: %w", errors.Join(atWarmup.err, atEnd.err))
+	}
+	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
+	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
+	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
+	r.DivisionChanges = divisionChanges(st.obs.Published(), start.Add(st.warmup), end)
+	r.DivisionChangesPerMinute = float64(r.DivisionChanges) / end.Sub(start.Add(st.warmup)).Minutes()
+	pred, err := PredictPartialLoad(lossmodel.Balancer(st.balancer))
+	if err != nil {
+		return nil, err
+	}
+	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
+	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d); peak %d, 429s %d",
+		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
+		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.PeakInFlight, r.Downstream429)
+	return r, nil
+}
+
+// partialPerSecond is the offered load in calls per second.
+func partialPerSecond() float64 { return PartialLoad * float64(Usable()) / PartialLatency.Seconds() }
+
+func ratioOf(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// callPod sends one call to a pod, asking the downstream for its latency.
+func callPod(ctx context.Context, client *http.Client, podURL string, latency time.Duration) traffic.Outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, podURL+"/?"+url.Values{traffic.LatencyParam: {latency.String()}}.Encode(), nil)
+	if err != nil {
+		return traffic.OutcomeError
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return traffic.OutcomeError
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = bufio.NewReader(resp.Body).WriteTo(discard{})
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		return traffic.OutcomeError
+	case resp.Header.Get(traffic.FallbackHeader) != "":
+		return traffic.OutcomeShed
+	}
+	return traffic.OutcomeOK
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// gateCounters are the pods' gates' counters summed: calls admitted on
+// the pods' own permits and on a borrowed one, and borrows refused (none
+// to lend) or failed (the permit server not answering within the budget).
+type gateCounters struct {
+	admitted, borrowed, notLent, failed int64
+	err                                 error
+}
+
+// scrapeGateCounters sums backpressure_gate_admitted_total and
+// backpressure_gate_borrows_total{result="borrowed"} of the quota's gate
+// over the pods of addrs.
+func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounters {
+	var out gateCounters
+	cl := &http.Client{Timeout: 5 * time.Second}
+	admitted := fmt.Sprintf("backpressure_gate_admitted_total{gate=%q} ", QuotaName)
+	borrows := func(result string) string {
+		return fmt.Sprintf("backpressure_gate_borrows_total{gate=%q,result=%q} ", QuotaName, result)
+	}
+	counters := map[string]*int64{admitted: &out.admitted, borrows("borrowed"): &out.borrowed,
+		borrows("not_lent"): &out.notLent, borrows("failed"): &out.failed}
+	for _, pod := range slices.Sorted(maps.Keys(addrs)) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addrs[pod]+"/metrics", nil)
+		if err != nil {
+			out.err = err
+			return out
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			out.err = err
+			return out
+		}
+		found := 0
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			for prefix, sum := range counters {
+				if v, ok := strings.CutPrefix(line, prefix); ok {
+					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if err != nil {
+						out.err = fmt.Errorf("%s: %q: %w", pod, line, err)
+					}
+					*sum += int64(f)
+					found++
+				}
+			}
+		}
+		_ = resp.Body.Close()
+		if found != len(counters) && out.err == nil {
+			out.err = fmt.Errorf("%s: found %d of the gate's admitted and borrows counters, want %d", pod, found, len(counters))
+		}
+	}
+	return out
+}
+
+// divisionChanges counts the plans published in [from, to] whose division
+// differs from the plan before.
+func divisionChanges(pub []observe.Published, from, to time.Time) int {
+	n := 0
+	for i := 1; i < len(pub); i++ {
+		if pub[i].Seen.Before(from) || pub[i].Seen.After(to) {
+			continue
+		}
+		if pub[i].Permits != pub[i-1].Permits || !maps.Equal(pub[i].Pods, pub[i-1].Pods) {
+			n++
+		}
+	}
+	return n
+}
