@@ -309,7 +309,6 @@ func TestValidate(t *testing.T) {
 		{func(s *lossmodel.Scenario) { s.Skew = -1 }, "lossmodel: skew: must be at least 0, got -1"},
 		{func(s *lossmodel.Scenario) { s.Borrowing = "later" }, `lossmodel: borrowing: must be waiting or once, got "later"`},
 		{func(s *lossmodel.Scenario) { s.MaxQueueWait = -time.Second }, "lossmodel: max queue wait: must be at least 0, got -1s"},
-		{func(s *lossmodel.Scenario) { s.WaitingRoom = "shared" }, `lossmodel: waiting room: must be with-reserve or own-permits, got "shared"`},
 	} {
 		s := sample()
 		c.edit(&s)
@@ -318,15 +317,6 @@ func TestValidate(t *testing.T) {
 			t.Errorf("got error %v, want %q", err, c.want)
 		}
 	}
-}
-
-// goalScenario is the sample as the partial-load goals run it: behind
-// balancer (pinned with σ 0.8 from seed), with shares that follow demand
-// and a floor of 1.
-func goalScenario(balancer lossmodel.Balancer, seed uint64) lossmodel.Scenario {
-	s := sample()
-	s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = balancer, 0.8, seed, lossmodel.DemandShares, 1, 100_000
-	return s
 }
 
 // TestReserveForTheIssueGoals sizes the reserve for the partial-load goals
@@ -348,7 +338,8 @@ func TestReserveForTheIssueGoals(t *testing.T) {
 		{lossmodel.Random, 0, 0.99, 21, 26},
 		{lossmodel.Pinned, 2, 0.98, 18, 24},
 	} {
-		s := goalScenario(c.balancer, c.seed)
+		s := sample()
+		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = c.balancer, 0.8, c.seed, lossmodel.DemandShares, 1, 100_000
 		z, err := lossmodel.SmallestReserve(s, c.target)
 		if err != nil {
 			t.Fatal(err)
@@ -371,123 +362,6 @@ func TestSmallestReserveTarget(t *testing.T) {
 	for _, target := range []float64{0, -1, 1.01, math.NaN()} {
 		if _, err := lossmodel.SmallestReserve(sample(), target); err == nil {
 			t.Errorf("target %v: no error", target)
-		}
-	}
-}
-
-// sizedRoom is the operator's waiting room for the sample: floor(n × 40 ms
-// / 220 ms) for n permits that can serve the waiters.
-func sizedRoom(n int) int { return n * 40 / 220 }
-
-// TestWaitingRoomCountsTheReserve: at the sample's settings a pod of 4 or
-// 5 permits has a waiting room of floor(5 × 40 / 220) = 0 sized by its own
-// permits, so a call that finds its pod full and no reserve permit free is
-// shed at once. Counting the reserve, floor((p + R) × 40 / 220) is 2 to 3
-// (R = 8) or 3 (R = 16), and the calls that wait there are served by the
-// first permit to come back, the pod's or the reserve's: the admitted calls
-// rise by 4 to 5 points, while the part of them that borrows barely moves.
-func TestWaitingRoomCountsTheReserve(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name       string
-		balancer   lossmodel.Balancer
-		sharing    lossmodel.Sharing
-		seed       uint64
-		reserve    int
-		own, with  float64 // the ratios to the global gate, ± 0.01
-		lessBorrow float64 // the borrowed fraction with the reserve counted, at most
-	}{
-		{"random, reserve 8", lossmodel.Random, lossmodel.EqualShares, 0, 8, 0.890, 0.939, 0.25},
-		{"pinned, demand shares, reserve 8", lossmodel.Pinned, lossmodel.DemandShares, 1, 8, 0.913, 0.949, 0.25},
-		{"random, reserve 16", lossmodel.Random, lossmodel.EqualShares, 0, 16, 0.935, 0.978, 0.45},
-	} {
-		s := sample()
-		s.Balancer, s.Sharing, s.Seed, s.Reserve, s.Calls = c.balancer, c.sharing, c.seed, c.reserve, 100_000
-		s.Skew, s.Floor, s.QueueCapacity = 0.8, 1, sizedRoom
-		own := s
-		own.WaitingRoom = lossmodel.RoomOwnPermits
-		before, after := compare(t, own), compare(t, s)
-		t.Logf("%s: rooms of own permits %.4f of the global gate (%.3f borrowed), counting the reserve %.4f (%.3f borrowed)",
-			c.name, before.Ratio(), before.Scenario.BorrowedFraction(), after.Ratio(), after.Scenario.BorrowedFraction())
-		within(t, c.name+": ratio with rooms of own permits", before.Ratio(), c.own, 0.01)
-		within(t, c.name+": ratio with rooms counting the reserve", after.Ratio(), c.with, 0.01)
-		if after.Ratio() < before.Ratio()+0.03 {
-			t.Errorf("%s: counting the reserve admits %.4f of the global gate, own permits %.4f: want at least 3 points more", c.name, after.Ratio(), before.Ratio())
-		}
-		if b, a := before.Scenario.BorrowedFraction(), after.Scenario.BorrowedFraction(); a > c.lessBorrow || a > b+0.02 {
-			t.Errorf("%s: borrowed fraction %.4f with the reserve counted, %.4f without: want at most %.2f and within 2 points", c.name, a, b, c.lessBorrow)
-		}
-	}
-}
-
-// TestWaitingRoomWithoutReserveOrPermits: without a reserve both rules are
-// the same; a pod holding no permits has no waiting room under either
-// (its published plan gives it none), so with every permit in the reserve
-// they admit the same calls too.
-func TestWaitingRoomWithoutReserveOrPermits(t *testing.T) {
-	t.Parallel()
-	for _, r := range []int{0, 40} {
-		s := sample()
-		s.Balancer, s.Reserve, s.Calls, s.QueueCapacity = lossmodel.Random, r, 20_000, sizedRoom
-		own := s
-		own.WaitingRoom = lossmodel.RoomOwnPermits
-		if diff := cmp.Diff(simulate(t, own), simulate(t, s)); diff != "" {
-			t.Errorf("reserve %d: the rules differ (-own permits +with the reserve):\n%s", r, diff)
-		}
-	}
-}
-
-// TestReserveForTheIssueGoalsWithSizedRooms sizes the reserve for the
-// partial-load goals as the operator sizes the waiting rooms (the sample,
-// shares that follow demand). Counting the reserve in the rooms, about 23
-// of the 40 permits reach 99 % for random and about 20 reach 98 % for
-// pinned; with rooms of the pods' own permits no reserve up to A − P = 32
-// does (the rooms stay at 0 for pods of up to 5 permits), and beyond it
-// the pods lose their own permits and their rooms.
-func TestReserveForTheIssueGoalsWithSizedRooms(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		balancer lossmodel.Balancer
-		seed     uint64
-		target   float64
-		lo, hi   int
-		ownTop   float64 // the ratio at R = 32 with rooms of own permits, ± 0.01
-	}{
-		{lossmodel.Random, 1, 0.99, 22, 26, 0.970},
-		{lossmodel.Pinned, 1, 0.98, 18, 23, 0.967},
-	} {
-		s := goalScenario(c.balancer, c.seed)
-		s.QueueCapacity = sizedRoom
-		z, err := lossmodel.SmallestReserve(s, c.target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: smallest reserve for %.2f counting the reserve in the rooms: %d (%.4f of the global gate, %.3f borrowed)",
-			c.balancer, c.target, z.Reserve, z.Comparison.Ratio(), z.Comparison.Scenario.BorrowedFraction())
-		if !z.Found || z.Reserve < c.lo || z.Reserve > c.hi {
-			t.Errorf("%s: smallest reserve for %.2f of the global gate: %d (found %v), want within [%d, %d]", c.balancer, c.target, z.Reserve, z.Found, c.lo, c.hi)
-		}
-		if b := z.Comparison.Scenario.BorrowedFraction(); b <= 0.5 {
-			t.Errorf("%s: reserve %d borrows %.3f of the admitted calls, want above 0.5", c.balancer, z.Reserve, b)
-		}
-		s.WaitingRoom = lossmodel.RoomOwnPermits
-		z, err = lossmodel.SmallestReserve(s, c.target)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if z.Found || z.Reserve != 32 {
-			t.Errorf("%s, rooms of own permits: smallest reserve %d (found %v), want none up to 32", c.balancer, z.Reserve, z.Found)
-		}
-		within(t, string(c.balancer)+", rooms of own permits: ratio at reserve 32", z.Comparison.Ratio(), c.ownTop, 0.01)
-	}
-}
-
-// TestLargestReserve: the operator keeps every pod a permit of its own.
-func TestLargestReserve(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct{ permits, pods, want int }{{40, 8, 32}, {8, 8, 0}, {5, 8, 0}, {1, 1, 0}} {
-		if got := lossmodel.LargestReserve(c.permits, c.pods); got != c.want {
-			t.Errorf("LargestReserve(%d, %d) = %d, want %d", c.permits, c.pods, got, c.want)
 		}
 	}
 }

@@ -189,7 +189,14 @@ func newSimulation(s Scenario, w []float64) *simulation {
 	for i := range sim.pods {
 		p := &sim.pods[i]
 		p.permits = sim.shares[i]
-		p.room = s.roomFor(p.permits)
+		switch {
+		case s.MaxQueueWait == 0:
+			p.room = 0
+		case s.QueueCapacity == nil:
+			p.room = math.MaxInt
+		default:
+			p.room = max(0, s.QueueCapacity(p.permits))
+		}
 	}
 	var sum float64
 	for _, wi := range w {
