@@ -282,9 +282,8 @@ type Shares struct {
 	// every Ready pod at least one permit, the rest by max-min fairness
 	// capped at each pod's demand, what is left once every pod has its
 	// demand split evenly; a pod the metric has no value for (a new one)
-	// claims without a cap. A pod's demand falls only when two readings
-	// in a row say so. The division moves only when a pod's share is
-	// more than one permit or a quarter of it away from its demand's,
+	// claims without a cap. The division moves only when a pod's share
+	// is more than one permit or a quarter of it away from its demand's,
 	// and through the same handover as under Equal. When no demand can be
 	// read the pods' part is divided equally and condition
 	// DemandFollowing says why.

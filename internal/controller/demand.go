@@ -67,32 +67,9 @@ type demandReads struct {
 type demandReading struct {
 	at time.Time
 	// of is what was read: the metric and the selector.
-	of string
-	// raw is what was read; values what the shares follow (see
-	// steadied).
-	raw, values map[string]int64
-	err         error
-}
-
-// steadied returns the demand the shares follow from a reading raw and
-// the reading before it, prev (nil when there is none of the same, or it
-// is more than two intervals old): each pod's larger of the two. A pod's
-// demand rises at once and falls only when two readings in a row say so,
-// so that one low reading (a quiet second of Poisson arrivals, a scrape
-// that missed the pod's busy moment) does not move its share down and up
-// again through two handovers.
-func steadied(raw, prev map[string]int64) map[string]int64 {
-	if prev == nil {
-		return raw
-	}
-	out := make(map[string]int64, len(raw))
-	for pod, v := range raw {
-		if p, ok := prev[pod]; ok && p > v {
-			v = p
-		}
-		out[pod] = v
-	}
-	return out
+	of     string
+	values map[string]int64
+	err    error
 }
 
 // read returns the demand of the pods of q that sel matches, from metric:
@@ -106,26 +83,18 @@ func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel
 	r.mu.Lock()
 	last, ok := r.last[key]
 	r.mu.Unlock()
-	fresh := !ok || last.of != of || now.Sub(last.at) >= r.interval || now.Before(last.at)
-	if fresh {
+	if !ok || last.of != of || now.Sub(last.at) >= r.interval || now.Before(last.at) {
 		last = demandReading{at: now, of: of}
 		if r.source == nil {
 			last.err = fmt.Errorf("%w: the operator was started without a custom metrics reader", demand.ErrUnavailable)
 		} else {
-			last.raw, last.err = r.source.Read(ctx, q.Namespace, sel, metric)
+			last.values, last.err = r.source.Read(ctx, q.Namespace, sel, metric)
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == nil {
 		r.last, r.good = map[types.NamespacedName]demandReading{}, map[types.NamespacedName]demandReading{}
-	}
-	if fresh && last.err == nil {
-		var prev map[string]int64
-		if good, ok := r.good[key]; ok && good.of == of && now.Sub(good.at) <= 2*r.interval && !now.Before(good.at) {
-			prev = good.raw
-		}
-		last.values = steadied(last.raw, prev)
 	}
 	r.last[key] = last
 	if last.err == nil {
