@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -244,7 +245,7 @@ func callPod(ctx context.Context, client *http.Client, podURL string, latency ti
 		return traffic.OutcomeError
 	}
 	defer func() { _ = resp.Body.Close() }()
-	_, _ = bufio.NewReader(resp.Body).WriteTo(discard{})
+	_, _ = io.Copy(io.Discard, resp.Body)
 	switch {
 	case resp.StatusCode != http.StatusOK:
 		return traffic.OutcomeError
@@ -253,10 +254,6 @@ func callPod(ctx context.Context, client *http.Client, podURL string, latency ti
 	}
 	return traffic.OutcomeOK
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // gateCounters are the pods' gates' counters summed: calls admitted on
 // the pods' own permits and on a borrowed one, and borrows refused (none
