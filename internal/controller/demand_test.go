@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/demand"
@@ -69,10 +67,7 @@ func demandFollowing(g Gomega, q *v1alpha1.DownstreamQuota) metav1.Condition {
 // its requeue would.
 func nextInterval(ctx SpecContext, ns string) {
 	advance(DefaultDemandInterval)
-	Eventually(func() error {
-		_, err := reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "logistics"}})
-		return err
-	}).Should(Succeed())
+	reconcileFresh(ctx, ns, "logistics")
 }
 
 // demandWorld makes a namespace with a Deployment gateway of 4 Ready pods

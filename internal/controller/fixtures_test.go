@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -234,6 +235,19 @@ func waitCached(ctx context.Context, ns, workload string, existing, ready int) {
 // advance moves the reconciler's clock on: spec.handover's delays are
 // measured on it.
 func advance(d time.Duration) { fakeClock.SetTime(fakeClock.Now().Add(d)) }
+
+// reconcileFresh reconciles the quota ns/name directly until a reconcile
+// steps it: one that read a stale cache writes nothing and asks to be run
+// again soon, and a direct call's request to run again reaches no work
+// queue.
+func reconcileFresh(ctx context.Context, ns, name string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		res, err := reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.RequeueAfter).NotTo(Equal(staleRecheck), "the reconcile read a stale cache")
+	}).Should(Succeed())
+}
 
 // divisionOf returns q's status.division, failing when there is none.
 func divisionOf(g Gomega, q *v1alpha1.DownstreamQuota) *v1alpha1.DivisionStatus {

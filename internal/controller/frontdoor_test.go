@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -180,8 +179,7 @@ var _ = Describe("PERMITS/POD", func() {
 
 		By("once the unacknowledged delay has passed, both pods are told 20")
 		advance(2 * time.Second)
-		_, err := reconciler.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "payments"}})
-		Expect(err).NotTo(HaveOccurred())
+		reconcileFresh(ctx, ns, "payments")
 		Eventually(func(g Gomega) {
 			q := getQuota(ctx, g, ns, "payments")
 			g.Expect(handedOver(g, q).Status).To(Equal(metav1.ConditionTrue))
