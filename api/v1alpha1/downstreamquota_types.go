@@ -628,6 +628,13 @@ type HeldPods struct {
 	// has passed since shrunkAt.
 	// +optional
 	Gone bool `json:"gone,omitempty"`
+	// Released is set for pods that released their share (they closed
+	// their gate with nothing in flight): their share counts under their
+	// names until no document of the gate in a ConfigMap gives the names
+	// anything, as a pod created again under one of them (a StatefulSet's)
+	// would enforce what such a document gives it.
+	// +optional
+	Released bool `json:"released,omitempty"`
 	// Pods are the pods' names, sorted.
 	// +listType=atomic
 	Pods []string `json:"pods"`

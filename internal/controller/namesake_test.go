@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -120,9 +121,9 @@ func newNamesakeWorld(t *testing.T) *namesakeWorld {
 
 // step reconciles the quota once and checks the record it wrote: the pods
 // it counts hold no more than the usable permits together.
-func (s *namesakeWorld) step(t *testing.T, when string) {
+func (s *namesakeWorld) step(t *testing.T, when string) reconcile.Result {
 	t.Helper()
-	s.env.reconcileInline(t)
+	res := s.env.reconcileInline(t)
 	d := quotaStatus(t, s.env, inlineGate).Division
 	if d == nil {
 		t.Fatalf("%s: no status.division", when)
@@ -130,6 +131,7 @@ func (s *namesakeWorld) step(t *testing.T, when string) {
 	if d.Held > d.Usable {
 		t.Fatalf("%s: status.division.held = %d > %d usable (handed out %d); holding %+v", when, d.Held, d.Usable, d.HandedOut, d.Holding)
 	}
+	return res
 }
 
 // rounds runs n rounds: a reconcile, every pod reading and settling.
@@ -160,10 +162,15 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	// its object goes.
 	releaseAndGo(t, s.env, s.w, "api", "api-1")
 
-	// The step that gives api-1's share to api-0 records and publishes it;
-	// the cache does not see the publication yet.
+	// The step that takes api-1 out of the document records and publishes
+	// it, and asks to run again soon: nothing else wakes the quota. The
+	// next gives api-1's share to api-0, as the document no longer gives
+	// the name anything. The cache sees neither publication.
 	s.cache.freeze(t)
-	s.step(t, "api-1 released and gone")
+	if res := s.step(t, "api-1 released and gone"); res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("the step that took the released api-1 out of the document asks to run again after %v, want within a second", res.RequeueAfter)
+	}
+	s.step(t, "api-1 out of the document")
 	s.w.read("shop", inlineGate)
 	s.w.settle("shop", inlineGate)
 	s.w.check(inlineUsable, "api-1 released and gone, pods read")
