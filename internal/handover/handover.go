@@ -178,6 +178,7 @@ func Step(in Input) Result {
 	out := Result{Revision: max(in.Revision, 0), Records: make([]Record, len(in.Pods))}
 	next := out.Revision + 1
 	recheck := func(wait time.Duration) { out.RecheckAfter = Sooner(out.RecheckAfter, max(wait, time.Nanosecond)) }
+	republish := false
 
 	// Settle acknowledgements and delays; tell smaller shares.
 	for i, p := range in.Pods {
@@ -191,12 +192,14 @@ func Step(in Input) Result {
 			acked = 0
 		}
 		acknowledges := p.acknowledges(acked)
-		if r.Released && !p.Gone && !(p.Leaving && p.Released) {
-			// Another pod under the name of the one that released: it may
-			// have read a document that gave the name a share, and lets go
-			// of it as of any smaller share, by acknowledging the revision
-			// that told the name nothing, or by the delay.
-			r.Released = false
+		if (r.Released || r.Gone) && r.Holds > r.Told && !p.Gone && !(p.Leaving && p.Released) {
+			// Another pod under the name of one that released its share or
+			// went (a StatefulSet's): it may have read a document that gave
+			// the name a share, and lets go of it as of any smaller share,
+			// by acknowledging a revision published from now on, which
+			// this step publishes, or by the delay once it is published.
+			r.Released, r.Gone = false, false
+			r.ShrunkAt, r.ShrunkTime, republish = next, in.Now, true
 		}
 		if p.Leaving && p.Released && !r.Released && r.Holds > 0 {
 			// Nothing is in flight, but a pod created again under its name
@@ -278,7 +281,7 @@ func Step(in Input) Result {
 			out.Changed = true
 		}
 	}
-	if out.Changed || out.Revision == 0 || in.Fresh {
+	if out.Changed || out.Revision == 0 || in.Fresh || republish {
 		out.Revision = next
 	}
 	return out
