@@ -259,6 +259,60 @@ func TestStepFirst(t *testing.T) {
 	}
 }
 
+// TestHandoverNamesakeAfterAFailedPublication plays it step by step: of
+// two pods sharing 10, pod-001 leaves and releases its share; the
+// publication of the step that takes it out of the document fails; the
+// pod goes and is created again under its name, reading the document that
+// gives the name 5; the next publication goes through, pod-000 reads it at
+// once, the new pod-001 three ticks later.
+func TestHandoverNamesakeAfterAFailedPublication(t *testing.T) {
+	w := newWorld(1, 10, 1)
+	for _, key := range []string{"pod-000", "pod-001"} {
+		p := &simPod{key: key, object: true, running: true, ready: true, acks: true, declared: DeclaredAcknowledging, seen: map[string]int64{}}
+		w.pods, w.byKey[key] = append(w.pods, p), p
+	}
+	tick := func(controller bool) {
+		w.now = w.now.Add(simTick)
+		w.processes()
+		if controller {
+			w.controller()
+		}
+		if n, parts := w.enforceable(); n > w.total {
+			t.Fatalf("the pods can enforce %d > %d: %s\n%s", n, w.total, parts, strings.Join(w.log, "\n"))
+		}
+	}
+	for range 10 {
+		tick(true)
+	}
+	leaver := w.byKey["pod-001"]
+	if leaver.limit != 5 || w.byKey["pod-000"].limit != 5 {
+		t.Fatalf("pod-000 and pod-001 enforce %d and %d, want 5 each", w.byKey["pod-000"].limit, leaver.limit)
+	}
+	leaver.leaving, leaver.closed = true, true
+	for range 20 {
+		if tick(false); leaver.ann != nil && leaver.ann.released {
+			break
+		}
+	}
+	if leaver.ann == nil || !leaver.ann.released {
+		t.Fatal("pod-001 did not release its share")
+	}
+	w.fail = true
+	tick(true)
+	leaver.object, leaver.running, leaver.inflight, leaver.limit = false, false, 0, 0
+	w.start(&simPod{key: "pod-001", acks: true, declared: DeclaredAcknowledging, lag: 3}, w.docs[0])
+	if got := w.byKey["pod-001"].limit; got != 5 {
+		t.Fatalf("the new pod-001 enforces %d from the document it read, want 5", got)
+	}
+	w.fail = false
+	for range 15 {
+		tick(true)
+	}
+	if got := w.byKey["pod-000"].limit; got != 10 {
+		t.Errorf("pod-000 enforces %d once the new pod-001 read that its name holds nothing, want 10", got)
+	}
+}
+
 // TestHandoverNamesakes plays worlds where pods are created again under
 // the names of gone ones (a StatefulSet's), reading the document their
 // ConfigMap holds, which may still give the name a share (a publication

@@ -600,24 +600,30 @@ func (w *world) recreate(acksShare int) {
 		return
 	}
 	old := gone[w.namesakes.IntN(len(gone))]
-	p := &simPod{key: old.key, caller: old.caller, object: true, running: true,
-		acks: w.namesakes.IntN(10) < acksShare, lag: w.namesakes.IntN(4), seen: map[string]int64{}}
+	p := &simPod{key: old.key, caller: old.caller, acks: w.namesakes.IntN(10) < acksShare, lag: w.namesakes.IntN(4)}
 	if w.namesakes.IntN(3) == 0 {
 		p.declared = DeclaredSilent
 		if p.acks {
 			p.declared = DeclaredAcknowledging
 		}
 	}
+	d := w.docs[p.caller]
+	if sent := w.sent[p.caller]; len(sent) >= 2 && !sent[len(sent)-1].at.Before(w.now.Add(-simTick)) && w.namesakes.IntN(2) == 0 {
+		d = sent[len(sent)-2]
+	}
+	w.start(p, d)
+}
+
+// start starts p, a pod created again under a gone pod's name, its process
+// reading d.
+func (w *world) start(p *simPod, d *simDoc) {
+	p.object, p.running, p.seen = true, true, map[string]int64{}
 	w.pods = append(w.pods, p)
 	w.byKey[p.key] = p
-	d, behind := w.docs[p.caller], false
-	if sent := w.sent[p.caller]; len(sent) >= 2 && !sent[len(sent)-1].at.Before(w.now.Add(-simTick)) && w.namesakes.IntN(2) == 0 {
-		d, behind = sent[len(sent)-2], true
-	}
 	if d != nil {
 		p.read(d, w.now)
 	}
-	w.note("%s created again in caller %d, acks %v, declared %d, reading %d (kubelet behind %v)", p.key, p.caller, p.acks, p.declared, p.limit, behind)
+	w.note("%s created again in caller %d, acks %v, declared %d, reading %d (kubelet behind %v)", p.key, p.caller, p.acks, p.declared, p.limit, d != w.docs[p.caller])
 }
 
 // attack does one thing an adversary or an accident does.
