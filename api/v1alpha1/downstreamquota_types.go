@@ -565,6 +565,10 @@ type DivisionStatus struct {
 	HandedOut int32 `json:"handedOut"`
 	// Held is Σ over pods of the larger of what each is told and what it
 	// may still hold; never more than Usable (except as Overcommitted says).
+	// A pod that released its share, or went, still holds it here until
+	// no document of the gate in a ConfigMap gives its name anything (see
+	// holding[].released): a pod created again under its name would
+	// enforce what such a document gives it.
 	Held int32 `json:"held"`
 	// Shares counts the pods at each share, largest first.
 	// +optional
