@@ -160,7 +160,7 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	s := newNamesakeWorld(t)
 	// api-1 releases its share while being deleted; its process ends and
 	// its object goes.
-	releaseAndGo(t, s.env, s.w, "api", "api-1")
+	s.release(t)
 
 	// The step that takes api-1 out of the document records and publishes
 	// it, and asks to run again soon: nothing else wakes the quota. The
@@ -180,13 +180,7 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 
 	// The StatefulSet controller creates api-1 again: a new pod, not Ready
 	// yet, whose process reads the API server's document.
-	again := guardPod("shop", "api", "api-1")
-	again.UID = types.UID("uid-shop-api-1-again")
-	again.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	if err := s.env.client.Create(context.Background(), again); err != nil {
-		t.Fatal(err)
-	}
-	s.w.procs[procKey{"shop", "api-1", inlineGate}] = &process{configMap: inlineCM, acks: true}
+	s.recreate(t, nil)
 	s.step(t, "api-1 created again, the cache behind")
 	s.w.read("shop", inlineGate)
 	s.w.check(inlineUsable, "api-1 created again, pods read")
@@ -194,12 +188,14 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	// The cache catches up; the new api-1 becomes Ready and gets its share
 	// as api-0 lets go of it.
 	s.cache.thaw()
-	s.rounds(t, 2, "api-1 created again, the cache caught up")
-	setPodReady(t, s.env, "shop", "api-1", true)
-	s.rounds(t, 4, "api-1 Ready")
-	if a, b := s.w.permits("shop", "api-0", inlineGate), s.w.permits("shop", "api-1", inlineGate); a != 20 || b != 20 {
-		t.Errorf("api-0 and api-1 enforce %d and %d once the new api-1 is Ready, want 20 each", a, b)
-	}
+	s.settleNamesake(t)
+}
+
+// release has api-1 release its share while being deleted, as `kubectl
+// delete pod` makes it: its process ends and its object goes.
+func (s *namesakeWorld) release(t *testing.T) {
+	t.Helper()
+	releaseAndGo(t, s.env, s.w, "api", "api-1")
 }
 
 // recreate creates api-1 again as the StatefulSet controller does, a new
@@ -260,7 +256,7 @@ func (s *namesakeWorld) settleNamesake(t *testing.T) {
 // newer one, however late its kubelet delivers that.
 func TestReleasedShareWaitsForAFailedPublication(t *testing.T) {
 	s := newNamesakeWorld(t)
-	releaseAndGo(t, s.env, s.w, "api", "api-1")
+	s.release(t)
 
 	s.applies.fail = 1
 	if _, err := s.env.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: inlineGate}}); err == nil {
@@ -294,7 +290,7 @@ func TestReleasedShareWaitsForAFailedPublication(t *testing.T) {
 func TestReleasedShareWaitsForAKubeletBehind(t *testing.T) {
 	s := newNamesakeWorld(t)
 	before := s.published(t)
-	releaseAndGo(t, s.env, s.w, "api", "api-1")
+	s.release(t)
 
 	s.step(t, "api-1 released and gone")
 	s.w.read("shop", inlineGate, "api-0")

@@ -192,7 +192,7 @@ func Step(in Input) Result {
 			acked = 0
 		}
 		acknowledges := p.acknowledges(acked)
-		if (r.Released || r.Gone) && r.Holds > r.Told && !p.Gone && !(p.Leaving && p.Released) {
+		if (r.Released || r.Gone) && r.Holds > r.Told && !p.Gone && (!p.Leaving || !p.Released) {
 			// Another pod under the name of one that released its share or
 			// went (a StatefulSet's): it may have read a document that gave
 			// the name a share, and lets go of it as of any smaller share,
