@@ -113,11 +113,11 @@ func update[T client.Object](t *testing.T, e *fakeEnv, obj T, change func(T)) {
 	}
 }
 
-// setPodReady sets the pod's Ready condition.
-func setPodReady(t *testing.T, e *fakeEnv, namespace, name string, ready bool) {
+// setPodReady sets the Ready condition of the pod name of namespace shop.
+func setPodReady(t *testing.T, e *fakeEnv, name string, ready bool) {
 	t.Helper()
 	pod := &corev1.Pod{}
-	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: name}, pod); err != nil {
 		t.Fatal(err)
 	}
 	status := corev1.ConditionFalse
@@ -391,7 +391,7 @@ func TestLostRecordStartsAboveTheRevisionsSeen(t *testing.T) {
 	// Some revisions: a third pod comes and goes.
 	s.addPod(t)
 	s.rounds(t, 3, "third pod")
-	setPodReady(t, s.env, "shop", "api-c", false)
+	setPodReady(t, s.env, "api-c", false)
 	s.rounds(t, 3, "third pod not Ready")
 	before := quotaStatus(t, s.env, inlineGate).Division
 	if before == nil || before.Revision < 4 {
@@ -406,7 +406,7 @@ func TestLostRecordStartsAboveTheRevisionsSeen(t *testing.T) {
 	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
 		t.Fatal(err)
 	}
-	setPodReady(t, s.env, "shop", "api-c", true)
+	setPodReady(t, s.env, "api-c", true)
 	s.lagBehind(t, "record lost, third pod Ready again")
 	after := quotaStatus(t, s.env, inlineGate).Division
 	if after == nil || after.Revision <= before.Revision {
@@ -546,7 +546,7 @@ func TestRolledBackRecordPublishesAboveTheDocument(t *testing.T) {
 	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
 		t.Fatal(err)
 	}
-	setPodReady(t, s.env, "shop", "api-c", false)
+	setPodReady(t, s.env, "api-c", false)
 	s.rounds(t, 3, "record rolled back")
 	after, _ := inlineDocument(t, s.env)
 	if after.Revision <= doc.Revision {

@@ -240,7 +240,7 @@ func (s *namesakeWorld) published(t *testing.T) plan.Document {
 func (s *namesakeWorld) settleNamesake(t *testing.T) {
 	t.Helper()
 	s.rounds(t, 2, "api-1 created again")
-	setPodReady(t, s.env, "shop", "api-1", true)
+	setPodReady(t, s.env, "api-1", true)
 	s.rounds(t, 4, "api-1 Ready")
 	if a, b := s.w.permits("shop", "api-0", inlineGate), s.w.permits("shop", "api-1", inlineGate); a != 20 || b != 20 {
 		t.Errorf("api-0 and api-1 enforce %d and %d once the new api-1 is Ready, want 20 each", a, b)
