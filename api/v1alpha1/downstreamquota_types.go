@@ -565,6 +565,10 @@ type DivisionStatus struct {
 	HandedOut int32 `json:"handedOut"`
 	// Held is Σ over pods of the larger of what each is told and what it
 	// may still hold; never more than Usable (except as Overcommitted says).
+	// A pod that released its share, or went, still holds it here until
+	// no document of the gate in a ConfigMap gives its name anything (see
+	// holding[].released): a pod created again under its name would
+	// enforce what such a document gives it.
 	Held int32 `json:"held"`
 	// Shares counts the pods at each share, largest first.
 	// +optional
@@ -628,6 +632,13 @@ type HeldPods struct {
 	// has passed since shrunkAt.
 	// +optional
 	Gone bool `json:"gone,omitempty"`
+	// Released is set for pods that released their share (they closed
+	// their gate with nothing in flight): their share counts under their
+	// names until no document of the gate in a ConfigMap gives the names
+	// anything, as a pod created again under one of them (a StatefulSet's)
+	// would enforce what such a document gives it.
+	// +optional
+	Released bool `json:"released,omitempty"`
 	// Pods are the pods' names, sorted.
 	// +listType=atomic
 	Pods []string `json:"pods"`

@@ -113,7 +113,7 @@ func update[T client.Object](t *testing.T, e *fakeEnv, obj T, change func(T)) {
 	}
 }
 
-// setPodReady sets the Ready condition of the pod of namespace shop.
+// setPodReady sets the Ready condition of the pod name of namespace shop.
 func setPodReady(t *testing.T, e *fakeEnv, name string, ready bool) {
 	t.Helper()
 	pod := &corev1.Pod{}

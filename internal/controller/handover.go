@@ -136,6 +136,9 @@ type caller struct {
 	// reads maps a pod's name to what the document its pods read now
 	// gives it; nil when they read none.
 	reads map[string]int64
+	// docs are the documents of its gate in the ConfigMaps its pods may
+	// read, of any epoch.
+	docs []plan.Document
 	// reserve is the part of total kept out of the pods' division for the
 	// permit server's replicas, lenders their names among members (see
 	// reserve.join).
@@ -157,6 +160,20 @@ func (c *caller) readDocument(d plan.Document, names []string) {
 	for name, s := range d.Pods {
 		c.reads[name] = int64(s.Permits)
 	}
+}
+
+// readable returns the most a document its pods may read gives the pod
+// name: its entry, or the base share of a document that does not name it.
+func (c *caller) readable(name string) int64 {
+	var most int64
+	for _, d := range c.docs {
+		n := d.Permits
+		if s, ok := d.Pods[name]; ok {
+			n = s.Permits
+		}
+		most = max(most, int64(n))
+	}
+	return most
 }
 
 // learn notes in into that a document or record gives the pod name share.
@@ -547,6 +564,9 @@ func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.In
 		if e.m.acked {
 			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
 		}
+		if r := p.Record; e.m.gone || e.m.leaving || r.Released || r.Gone {
+			p.Readable = d.callers[e.c].readable(e.m.name)
+		}
 		in.Pods[i] = p
 	}
 	return entries, in
@@ -612,11 +632,12 @@ func recordOf(records map[string]handover.Record) ([]v1alpha1.ToldPods, []v1alph
 		rev            int64
 		at             time.Time
 		acks, gone     bool
+		released       bool
 	}
 	held := map[heldKey][]string{}
 	for key, r := range records {
 		if r.Holds > r.Told {
-			k := heldKey{int32(r.Told), int32(r.Holds), r.ShrunkAt, r.ShrunkTime.Truncate(time.Microsecond).UTC(), r.Acknowledges, r.Gone}
+			k := heldKey{int32(r.Told), int32(r.Holds), r.ShrunkAt, r.ShrunkTime.Truncate(time.Microsecond).UTC(), r.Acknowledges, r.Gone, r.Released}
 			held[k] = append(held[k], key)
 		} else if r.Told > 0 {
 			told[int32(r.Told)] = append(told[int32(r.Told)], key)
@@ -630,7 +651,7 @@ func recordOf(records map[string]handover.Record) ([]v1alpha1.ToldPods, []v1alph
 	var h []v1alpha1.HeldPods
 	for k, pods := range held {
 		h = append(h, v1alpha1.HeldPods{Permits: k.permits, Holds: k.holds, ShrunkAtRevision: k.rev, ShrunkAt: metav1.NewMicroTime(k.at),
-			Acknowledges: k.acks, Gone: k.gone, Pods: slices.Sorted(slices.Values(pods))})
+			Acknowledges: k.acks, Gone: k.gone, Released: k.released, Pods: slices.Sorted(slices.Values(pods))})
 	}
 	slices.SortFunc(h, func(a, b v1alpha1.HeldPods) int {
 		return cmp.Or(cmp.Compare(b.Permits, a.Permits), cmp.Compare(b.Holds, a.Holds), cmp.Compare(a.ShrunkAtRevision, b.ShrunkAtRevision),
@@ -664,7 +685,7 @@ func snapshotOf(d *v1alpha1.DivisionStatus) handover.Snapshot {
 	for _, g := range d.Holding {
 		for _, pod := range g.Pods {
 			s.Records[pod] = handover.Record{Told: int64(g.Permits), Holds: max(int64(g.Holds), int64(g.Permits)), ShrunkAt: g.ShrunkAtRevision,
-				ShrunkTime: g.ShrunkAt.Time, Acknowledges: g.Acknowledges, Gone: g.Gone}
+				ShrunkTime: g.ShrunkAt.Time, Acknowledges: g.Acknowledges, Gone: g.Gone, Released: g.Released}
 		}
 	}
 	return s

@@ -2,12 +2,18 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/plan"
 )
 
 // laggingCache is a client whose ConfigMaps are read as a cache that has
@@ -67,14 +73,31 @@ func (l *laggingCache) List(ctx context.Context, list client.ObjectList, opts ..
 	return nil
 }
 
+// failingApplies is a client whose next fail server-side applies (the
+// publications of a gate's document) fail, as when the API server is
+// briefly unreachable.
+type failingApplies struct {
+	client.WithWatch
+	fail int
+}
+
+func (f *failingApplies) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	if f.fail > 0 {
+		f.fail--
+		return errors.New("the API server is unreachable")
+	}
+	return f.WithWatch.Apply(ctx, obj, opts...)
+}
+
 // namesakeWorld is the quota shop/payments (40 usable) over the
 // StatefulSet api, pods api-0 and api-1 enforcing 20 each, with a reconciler
 // whose cache of ConfigMaps can lag behind its own publications while the
 // pods read the API server's.
 type namesakeWorld struct {
-	env   *fakeEnv
-	cache *laggingCache
-	w     *podWorld
+	env     *fakeEnv
+	cache   *laggingCache
+	applies *failingApplies
+	w       *podWorld
 }
 
 func newNamesakeWorld(t *testing.T) *namesakeWorld {
@@ -83,9 +106,10 @@ func newNamesakeWorld(t *testing.T) *namesakeWorld {
 	q.Spec.Demand = nil
 	env := newFakeEnv(fakeStatefulSet("api", 2), guardPod("shop", "api", "api-0"), guardPod("shop", "api", "api-1"), q)
 	cache := &laggingCache{WithWatch: env.client}
-	env.pub = NewPublisher(cache, env.client, env.recorder, WithClock(env.clock), WithClockID("test"))
+	applies := &failingApplies{WithWatch: cache}
+	env.pub = NewPublisher(applies, env.client, env.recorder, WithClock(env.clock), WithClockID("test"))
 	env.r = NewDownstreamQuotaReconciler(env.pub)
-	s := &namesakeWorld{env: env, cache: cache, w: newPodWorld(t, env.client)}
+	s := &namesakeWorld{env: env, cache: cache, applies: applies, w: newPodWorld(t, env.client)}
 	s.w.start("shop", "api-0", inlineGate, inlineCM, true)
 	s.w.start("shop", "api-1", inlineGate, inlineCM, true)
 	s.rounds(t, 2, "setup")
@@ -97,9 +121,9 @@ func newNamesakeWorld(t *testing.T) *namesakeWorld {
 
 // step reconciles the quota once and checks the record it wrote: the pods
 // it counts hold no more than the usable permits together.
-func (s *namesakeWorld) step(t *testing.T, when string) {
+func (s *namesakeWorld) step(t *testing.T, when string) reconcile.Result {
 	t.Helper()
-	s.env.reconcileInline(t)
+	res := s.env.reconcileInline(t)
 	d := quotaStatus(t, s.env, inlineGate).Division
 	if d == nil {
 		t.Fatalf("%s: no status.division", when)
@@ -107,6 +131,7 @@ func (s *namesakeWorld) step(t *testing.T, when string) {
 	if d.Held > d.Usable {
 		t.Fatalf("%s: status.division.held = %d > %d usable (handed out %d); holding %+v", when, d.Held, d.Usable, d.HandedOut, d.Holding)
 	}
+	return res
 }
 
 // rounds runs n rounds: a reconcile, every pod reading and settling.
@@ -135,12 +160,17 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	s := newNamesakeWorld(t)
 	// api-1 releases its share while being deleted; its process ends and
 	// its object goes.
-	releaseAndGo(t, s.env, s.w, "api", "api-1")
+	s.release(t)
 
-	// The step that gives api-1's share to api-0 records and publishes it;
-	// the cache does not see the publication yet.
+	// The step that takes api-1 out of the document records and publishes
+	// it, and asks to run again soon: nothing else wakes the quota. The
+	// next gives api-1's share to api-0, as the document no longer gives
+	// the name anything. The cache sees neither publication.
 	s.cache.freeze(t)
-	s.step(t, "api-1 released and gone")
+	if res := s.step(t, "api-1 released and gone"); res.RequeueAfter <= 0 || res.RequeueAfter > time.Second {
+		t.Fatalf("the step that took the released api-1 out of the document asks to run again after %v, want within a second", res.RequeueAfter)
+	}
+	s.step(t, "api-1 out of the document")
 	s.w.read("shop", inlineGate)
 	s.w.settle("shop", inlineGate)
 	s.w.check(inlineUsable, "api-1 released and gone, pods read")
@@ -150,13 +180,7 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 
 	// The StatefulSet controller creates api-1 again: a new pod, not Ready
 	// yet, whose process reads the API server's document.
-	again := guardPod("shop", "api", "api-1")
-	again.UID = types.UID("uid-shop-api-1-again")
-	again.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	if err := s.env.client.Create(context.Background(), again); err != nil {
-		t.Fatal(err)
-	}
-	s.w.procs[procKey{"shop", "api-1", inlineGate}] = &process{configMap: inlineCM, acks: true}
+	s.recreate(t, nil)
 	s.step(t, "api-1 created again, the cache behind")
 	s.w.read("shop", inlineGate)
 	s.w.check(inlineUsable, "api-1 created again, pods read")
@@ -164,10 +188,125 @@ func TestRecreatedPodIsNotCreditedWithItsNamesakesShare(t *testing.T) {
 	// The cache catches up; the new api-1 becomes Ready and gets its share
 	// as api-0 lets go of it.
 	s.cache.thaw()
-	s.rounds(t, 2, "api-1 created again, the cache caught up")
+	s.settleNamesake(t)
+}
+
+// release has api-1 release its share while being deleted, as `kubectl
+// delete pod` makes it: its process ends and its object goes.
+func (s *namesakeWorld) release(t *testing.T) {
+	t.Helper()
+	releaseAndGo(t, s.env, s.w, "api", "api-1")
+}
+
+// recreate creates api-1 again as the StatefulSet controller does, a new
+// pod under the old one's name, not Ready yet, and starts its process,
+// which reads its gate's document from the API server, or, when read is
+// not nil, has read that one: its kubelet's copy of the ConfigMap is behind.
+func (s *namesakeWorld) recreate(t *testing.T, read *plan.Document) {
+	t.Helper()
+	again := guardPod("shop", "api", "api-1")
+	again.UID = types.UID("uid-shop-api-1-again")
+	again.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	if err := s.env.client.Create(context.Background(), again); err != nil {
+		t.Fatal(err)
+	}
+	proc := &process{configMap: inlineCM, acks: true}
+	s.w.procs[procKey{"shop", "api-1", inlineGate}] = proc
+	if read == nil {
+		s.w.read("shop", inlineGate, "api-1")
+		return
+	}
+	proc.doc, proc.permits = read, read.For("api-1").Permits
+	proc.inFlight = proc.permits
+}
+
+// published returns the document of the gate the API server holds.
+func (s *namesakeWorld) published(t *testing.T) plan.Document {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineCM}, cm); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := documentIn(cm, inlineGate)
+	if !ok {
+		t.Fatalf("configmap %s holds no document of %s", inlineCM, inlineGate)
+	}
+	return d
+}
+
+// settleNamesake runs rounds until the new api-1 is Ready and api-0 and
+// api-1 enforce 20 each, checking at every read that the pods may hold no
+// more than the usable permits together.
+func (s *namesakeWorld) settleNamesake(t *testing.T) {
+	t.Helper()
+	s.rounds(t, 2, "api-1 created again")
 	setPodReady(t, s.env, "api-1", true)
 	s.rounds(t, 4, "api-1 Ready")
 	if a, b := s.w.permits("shop", "api-0", inlineGate), s.w.permits("shop", "api-1", inlineGate); a != 20 || b != 20 {
 		t.Errorf("api-0 and api-1 enforce %d and %d once the new api-1 is Ready, want 20 each", a, b)
+	}
+}
+
+// TestReleasedShareWaitsForAFailedPublication deletes api-1 as `kubectl
+// delete pod` does: it releases its share and goes. The publication of the
+// step that takes it out of the document fails, so the ConfigMap still
+// gives api-1 its 20 when the StatefulSet controller creates api-1 again and
+// its process reads it. api-0 must not be told 40 while that document is
+// what the name api-1 reads: the new api-1 enforces it until it reads a
+// newer one, however late its kubelet delivers that.
+func TestReleasedShareWaitsForAFailedPublication(t *testing.T) {
+	s := newNamesakeWorld(t)
+	s.release(t)
+
+	s.applies.fail = 1
+	if _, err := s.env.r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKey{Namespace: "shop", Name: inlineGate}}); err == nil {
+		t.Fatal("the reconcile whose publication failed returned no error")
+	}
+	if d := s.published(t); d.For("api-1").Permits != 20 {
+		t.Fatalf("after the failed publication the ConfigMap gives api-1 %d, want its old 20", d.For("api-1").Permits)
+	}
+	s.recreate(t, nil)
+	s.w.check(inlineUsable, "api-1 created again, reading the document of before")
+	if b := s.w.permits("shop", "api-1", inlineGate); b != 20 {
+		t.Fatalf("the new api-1 enforces %d from the document it read, want 20", b)
+	}
+
+	// The retry publishes; api-0 reads at once, the new api-1's kubelet
+	// is slow to deliver.
+	s.onlyAPI0Reads(t, "retry")
+	s.settleNamesake(t)
+}
+
+// TestReleasedShareWaitsForAKubeletBehind is the same deletion with every
+// publication through, but the kubelet of the new api-1 gives its process
+// the ConfigMap as it was before the step that took api-1 out of it: the
+// document that gave api-1 20.
+func TestReleasedShareWaitsForAKubeletBehind(t *testing.T) {
+	s := newNamesakeWorld(t)
+	before := s.published(t)
+	s.release(t)
+
+	s.step(t, "api-1 released and gone")
+	s.w.read("shop", inlineGate, "api-0")
+	s.w.settle("shop", inlineGate, "api-0")
+	s.w.check(inlineUsable, "api-1 released and gone, api-0 read")
+	s.recreate(t, &before)
+	s.w.check(inlineUsable, "api-1 created again, its kubelet behind")
+
+	s.onlyAPI0Reads(t, "step")
+	s.settleNamesake(t)
+}
+
+// onlyAPI0Reads runs three steps after which api-0 reads and settles while
+// the new api-1's kubelet delivers nothing, checking at every read that the
+// pods may hold no more than the usable permits together.
+func (s *namesakeWorld) onlyAPI0Reads(t *testing.T, phase string) {
+	t.Helper()
+	for i := range 3 {
+		when := fmt.Sprintf("%s %d, api-1's kubelet behind", phase, i)
+		s.step(t, when)
+		s.w.read("shop", inlineGate, "api-0")
+		s.w.settle("shop", inlineGate, "api-0")
+		s.w.check(inlineUsable, when)
 	}
 }

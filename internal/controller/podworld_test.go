@@ -90,11 +90,12 @@ func (w *podWorld) read(namespace, gate string, pods ...string) {
 	}
 }
 
-// settle lets the calls of the gate's processes above their share finish,
-// and has those that acknowledge annotate their pod with what they enforce.
-func (w *podWorld) settle(namespace, gate string) {
+// settle lets the calls of the listed processes (all of the gate's when
+// none is listed) above their share finish, and has those that acknowledge
+// annotate their pod with what they enforce.
+func (w *podWorld) settle(namespace, gate string, pods ...string) {
 	w.t.Helper()
-	for _, k := range w.keys(namespace, gate, nil) {
+	for _, k := range w.keys(namespace, gate, pods) {
 		p := w.procs[k]
 		if p.ended || p.doc == nil {
 			continue

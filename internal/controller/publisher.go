@@ -125,7 +125,14 @@ func (p *Publisher) addDeparting(ctx context.Context, d *divisionInput, records 
 			}
 		}
 		pod := &corev1.Pod{}
-		err := p.client.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, pod)
+		var reader client.Reader = p.client
+		if records[key].Released {
+			// Its share is freed once no document gives its name anything,
+			// unless a pod was created again under the name meanwhile: one
+			// the cache has not seen yet may have read such a document.
+			reader = p.apiReader
+		}
+		err := reader.Get(ctx, client.ObjectKey{Namespace: c.namespace, Name: name}, pod)
 		var m member
 		switch {
 		case apierrors.IsNotFound(err):

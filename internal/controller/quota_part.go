@@ -86,6 +86,7 @@ func (p *Publisher) gather(ctx context.Context, part *quotaPart, epoch string, r
 		d, ok := documentIn(cm, q.Name)
 		rev := int64(0)
 		if ok {
+			c.docs = append(c.docs, d)
 			c.learnDocument(d, epoch)
 			if d.Epoch == epoch {
 				rev = d.Revision

@@ -36,11 +36,20 @@
 //     may be partial. While the pods may hold more than Total, nothing is
 //     granted, not even up to what a pod may still hold;
 //   - a pod that is leaving keeps its share until it is gone, or until it
-//     reports that it released it (it closed its gate and drained);
+//     reports that it released it (it closed its gate and drained); a
+//     released share is told 0 and stays counted under the pod's name
+//     (Record.Released) until no document its caller's pods may read gives
+//     the name anything (Pod.Readable is 0): documents name pods, and a pod
+//     created again under the name would enforce it;
 //   - a pod that is gone (Pod.Gone: its object was deleted, or it left its
 //     caller) has a target of 0; what it may hold counts until
 //     UnacknowledgedDelay has passed since it was found gone, as its
-//     process may still run;
+//     process may still run, and until no document gives its name
+//     anything;
+//   - a pod found under the name of one that released its share or went
+//     may have read a document that gave the name a share: it lets go of it
+//     by acknowledging a revision published from then on, which the step
+//     publishes, or by the delay once that revision is published;
 //   - a pod that is not Ready has a target of 0: it receives no traffic and
 //     needs no share until it is Ready.
 //

@@ -33,6 +33,14 @@ type Record struct {
 	// node), and is taken to have ended once UnacknowledgedDelay has passed
 	// since ShrunkTime, when it was found gone.
 	Gone bool
+	// Released is set, while Holds > Told, for a pod that released its
+	// share (it closed its gate with nothing in flight): what it released
+	// stays counted under its name until no document its caller's pods can
+	// read gives the name anything (Pod.Readable is 0). Documents name
+	// pods, not processes: a pod created again under the name, as a
+	// StatefulSet does, enforces what an older document gives the name
+	// until it reads a newer one.
+	Released bool
 }
 
 // Bound is the most the pod may hold in flight: the larger of what it is
@@ -89,10 +97,23 @@ type Pod struct {
 	// no smaller share reaches it, so none is taken as applied by time;
 	// what it holds counts until it releases it or is gone.
 	Unreached bool
+	// Readable is the most a document of the pod's gate in any ConfigMap
+	// its caller's pods may read gives the pod's name (its entry, or the
+	// base share of a document that does not name it); 0 when none gives
+	// it anything. A share the pod released, or held when it went, stays
+	// counted while it is above 0: a pod created again under the name
+	// would enforce it.
+	Readable int64
 	// Record is the pod's state after the previous Step; the zero Record
 	// for a pod that step did not know.
 	Record Record
 }
+
+// PublicationRecheck is how soon a step that keeps a released or gone
+// pod's share counted while a document still gives its name a share asks
+// to run again: the document the step publishes no longer gives it, and
+// the operator's own publication wakes no step.
+const PublicationRecheck = time.Second
 
 // acknowledges reports whether only the pod's acknowledgement frees an old
 // share it holds: what it declared, or else whether it has acknowledged a
@@ -157,6 +178,7 @@ func Step(in Input) Result {
 	out := Result{Revision: max(in.Revision, 0), Records: make([]Record, len(in.Pods))}
 	next := out.Revision + 1
 	recheck := func(wait time.Duration) { out.RecheckAfter = Sooner(out.RecheckAfter, max(wait, time.Nanosecond)) }
+	republish := false
 
 	// Settle acknowledgements and delays; tell smaller shares.
 	for i, p := range in.Pods {
@@ -170,7 +192,26 @@ func Step(in Input) Result {
 			acked = 0
 		}
 		acknowledges := p.acknowledges(acked)
-		if p.Gone && !r.Gone && r.Holds > 0 {
+		if (r.Released || r.Gone) && r.Holds > r.Told && !p.Gone && (!p.Leaving || !p.Released) {
+			// Another pod under the name of one that released its share or
+			// went (a StatefulSet's): it may have read a document that gave
+			// the name a share, and lets go of it as of any smaller share,
+			// by acknowledging a revision published from now on, which
+			// this step publishes, or by the delay once it is published.
+			r.Released, r.Gone = false, false
+			r.ShrunkAt, r.ShrunkTime, republish = next, in.Now, true
+		}
+		if p.Leaving && p.Released && !r.Released && r.Holds > 0 {
+			// Nothing is in flight, but a pod created again under its name
+			// would enforce what the documents still give the name: it is
+			// told nothing, and what it held counts until no document
+			// gives the name anything.
+			if r.Told > 0 || r.ShrunkAt <= 0 {
+				r.ShrunkAt = next
+			}
+			r.Told, r.Released, r.Gone, r.ShrunkTime = 0, true, false, in.Now
+		}
+		if p.Gone && !r.Gone && !r.Released && r.Holds > 0 {
 			// Found gone: its process is taken to end within the delay
 			// from now, whether or not it acknowledges.
 			r.Gone, r.ShrunkTime = true, in.Now
@@ -178,8 +219,13 @@ func Step(in Input) Result {
 		}
 		r.Gone = r.Gone && p.Gone
 		switch {
-		case p.Leaving && p.Released:
-			r = Record{}
+		case r.Released:
+			if p.Readable > 0 {
+				r.ShrunkTime = in.Now
+				recheck(PublicationRecheck)
+			} else {
+				r = Record{}
+			}
 		case r.Holds == r.Told:
 		case acked > 0 && acked >= r.ShrunkAt:
 			r = Record{Told: r.Told, Holds: r.Told}
@@ -195,6 +241,10 @@ func Step(in Input) Result {
 		case r.Gone || !acknowledges:
 			if wait := r.ShrunkTime.Add(in.UnacknowledgedDelay).Sub(in.Now); wait > 0 {
 				recheck(wait)
+			} else if r.Gone && p.Readable > 0 {
+				// Its process has ended, but a pod created again under
+				// its name would enforce what a document gives the name.
+				recheck(PublicationRecheck)
 			} else {
 				r = Record{Told: r.Told, Holds: r.Told}
 			}
@@ -212,9 +262,9 @@ func Step(in Input) Result {
 			}
 		}
 		if r.Holds == r.Told {
-			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
+			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone, r.Released = 0, time.Time{}, false, false, false
 		} else {
-			r.Acknowledges = acknowledges
+			r.Acknowledges = acknowledges && !r.Released
 		}
 		out.Records[i] = r
 	}
@@ -231,7 +281,7 @@ func Step(in Input) Result {
 			out.Changed = true
 		}
 	}
-	if out.Changed || out.Revision == 0 || in.Fresh {
+	if out.Changed || out.Revision == 0 || in.Fresh || republish {
 		out.Revision = next
 	}
 	return out
@@ -265,7 +315,7 @@ func grant(in Input, out *Result) {
 		out.Free -= max(0, told-r.Holds)
 		r.Told, r.Holds = told, max(r.Holds, told)
 		if r.Holds == r.Told {
-			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone = 0, time.Time{}, false, false
+			r.ShrunkAt, r.ShrunkTime, r.Acknowledges, r.Gone, r.Released = 0, time.Time{}, false, false, false
 		}
 	}
 }

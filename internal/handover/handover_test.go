@@ -146,10 +146,22 @@ func TestStepLeaving(t *testing.T) {
 		t.Fatalf("a leaving pod lost its share before releasing it: %+v", got)
 	}
 	in.Pods[0].Released = true
+	in.Pods[0].Readable = 5 // the published document gives its name 5
 	got := Step(in)
-	if got.Records[0] != (Record{}) || got.Records[1].Told != 10 || !got.Changed {
-		t.Fatalf("a released share was not handed over: %+v", got)
+	if want := (Record{Holds: 5, ShrunkAt: 4, ShrunkTime: t0, Released: true}); got.Records[0] != want || got.Records[1].Told != 5 || !got.Changed || got.Revision != 4 {
+		t.Fatalf("a released share was handed over while a document gives its name 5: %+v", got)
 	}
+	if got.RecheckAfter <= 0 || got.RecheckAfter > PublicationRecheck {
+		t.Fatalf("the step that takes a released pod out of the document asks to run again after %v, want within %v", got.RecheckAfter, PublicationRecheck)
+	}
+	// Revision 4, which does not name it, is published.
+	in.Revision, in.Pods[0].Readable = 4, 0
+	in.Pods[0].Record, in.Pods[1].Record = got.Records[0], got.Records[1]
+	got = Step(in)
+	if got.Records[0] != (Record{}) || got.Records[1].Told != 10 || !got.Changed {
+		t.Fatalf("a released share was not handed over once no document gives its name anything: %+v", got)
+	}
+	in.Revision, in.Pods[0].Record, in.Pods[1].Record = 3, Record{Told: 5, Holds: 5}, Record{Told: 5, Holds: 5}
 	// A pod that is not leaving cannot release: a restarted process would
 	// read its share again.
 	in.Pods[0].Leaving = false
@@ -157,6 +169,72 @@ func TestStepLeaving(t *testing.T) {
 	in.Pods[1].Target = 5
 	if got := Step(in); got.Records[0].Told != 5 || got.Records[1].Told != 5 {
 		t.Fatalf("a release by a pod that stays counted: %+v", got)
+	}
+}
+
+// TestStepNamesakeOfAReleasedPod creates a pod again under the name of one
+// that released its share (a StatefulSet's) while a document still gives
+// the name its share: the new pod may enforce it, and lets go of it only
+// by acknowledging the revision that told the name nothing, or, when it
+// does not acknowledge, by the delay once that revision is published.
+func TestStepNamesakeOfAReleasedPod(t *testing.T) {
+	released := Record{Holds: 5, ShrunkAt: 4, ShrunkTime: t0, Released: true}
+	for _, acks := range []bool{true, false} {
+		declared := DeclaredSilent
+		if acks {
+			declared = DeclaredAcknowledging
+		}
+		in := Input{Total: 10, Revision: 4, Now: t0.Add(time.Second), UnacknowledgedDelay: time.Minute, Pods: []Pod{
+			{Key: "api-0", Target: 10, Acked: 4, Published: 4, Record: Record{Told: 5, Holds: 5}},
+			{Key: "api-1", Declared: declared, Acked: 3, Published: 3, Readable: 5, Record: released},
+		}}
+		got := Step(in)
+		if got.Records[1].Released || got.Records[1].Holds != 5 || got.Records[0].Told != 5 {
+			t.Fatalf("acknowledges=%v: the namesake of a released pod was not taken to hold what the document it may read gives its name: %+v", acks, got)
+		}
+		// Revision 4 is published; the name reads nothing any more.
+		// The revision it publishes goes out; the name reads nothing.
+		in.Revision = got.Revision
+		in.Pods[1].Record, in.Pods[1].Published, in.Pods[1].Readable = got.Records[1], got.Revision, 0
+		in.Pods[0].Record, in.Pods[0].Published = got.Records[0], got.Revision
+		if got = Step(in); got.Records[1].Holds != 5 || got.Records[0].Told != 5 {
+			t.Fatalf("acknowledges=%v: the namesake let go of its name's share before it applied the revision that told it nothing: %+v", acks, got)
+		}
+		if acks {
+			in.Pods[1].Acked = 4 // the revision that told the name nothing, before it was found
+			if got = Step(in); got.Records[1].Holds != 5 {
+				t.Fatalf("the namesake let go of its name's share by acknowledging a revision published before it was found: %+v", got)
+			}
+			in.Pods[1].Acked = in.Revision
+		} else {
+			in.Now = in.Now.Add(time.Minute)
+		}
+		in.Pods[1].Record = got.Records[1]
+		if got = Step(in); got.Records[1].Bound() != 0 || got.Records[0].Told != 10 {
+			t.Fatalf("acknowledges=%v: the namesake's share was not handed over once applied: %+v", acks, got)
+		}
+	}
+}
+
+// TestStepGonePodWaitsForItsNameToLeaveTheDocuments holds a gone pod's
+// share past the delay while a document still gives its name a share (the
+// publication that told it nothing failed): a pod created again under the
+// name would enforce it.
+func TestStepGonePodWaitsForItsNameToLeaveTheDocuments(t *testing.T) {
+	in := Input{Total: 10, Revision: 4, Now: t0.Add(time.Hour), UnacknowledgedDelay: time.Minute, Pods: []Pod{
+		{Key: "api-0", Target: 10, Acked: 4, Published: 3, Record: Record{Told: 5, Holds: 5}},
+		{Key: "api-1", Gone: true, Published: 3, Readable: 5, Record: Record{Holds: 5, ShrunkAt: 4, ShrunkTime: t0, Gone: true}},
+	}}
+	got := Step(in)
+	if got.Records[1].Holds != 5 || got.Records[0].Told != 5 {
+		t.Fatalf("a gone pod's share was handed over while a document gives its name 5: %+v", got)
+	}
+	if got.RecheckAfter <= 0 || got.RecheckAfter > PublicationRecheck {
+		t.Fatalf("the step asks to run again after %v, want within %v", got.RecheckAfter, PublicationRecheck)
+	}
+	in.Pods[1].Readable = 0
+	if got = Step(in); got.Records[1] != (Record{}) || got.Records[0].Told != 10 {
+		t.Fatalf("a gone pod's share was not handed over once the delay passed and no document gives its name anything: %+v", got)
 	}
 }
 
@@ -178,6 +256,71 @@ func TestStepTotalShrinks(t *testing.T) {
 func TestStepFirst(t *testing.T) {
 	if got := Step(Input{Total: 5}); got.Revision != 1 || got.Changed {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// TestHandoverNamesakeAfterAFailedPublication plays it step by step: of
+// two pods sharing 10, pod-001 leaves and releases its share; the
+// publication of the step that takes it out of the document fails; the
+// pod goes and is created again under its name, reading the document that
+// gives the name 5; the next publication goes through, pod-000 reads it at
+// once, the new pod-001 three ticks later.
+func TestHandoverNamesakeAfterAFailedPublication(t *testing.T) {
+	w := newWorld(1, 10, 1)
+	for _, key := range []string{"pod-000", "pod-001"} {
+		p := &simPod{key: key, object: true, running: true, ready: true, acks: true, declared: DeclaredAcknowledging, seen: map[string]int64{}}
+		w.pods, w.byKey[key] = append(w.pods, p), p
+	}
+	tick := func(controller bool) {
+		w.now = w.now.Add(simTick)
+		w.processes()
+		if controller {
+			w.controller()
+		}
+		if n, parts := w.enforceable(); n > w.total {
+			t.Fatalf("the pods can enforce %d > %d: %s\n%s", n, w.total, parts, strings.Join(w.log, "\n"))
+		}
+	}
+	for range 10 {
+		tick(true)
+	}
+	leaver := w.byKey["pod-001"]
+	if leaver.limit != 5 || w.byKey["pod-000"].limit != 5 {
+		t.Fatalf("pod-000 and pod-001 enforce %d and %d, want 5 each", w.byKey["pod-000"].limit, leaver.limit)
+	}
+	leaver.leaving, leaver.closed = true, true
+	for range 20 {
+		if tick(false); leaver.ann != nil && leaver.ann.released {
+			break
+		}
+	}
+	if leaver.ann == nil || !leaver.ann.released {
+		t.Fatal("pod-001 did not release its share")
+	}
+	w.fail = true
+	tick(true)
+	leaver.object, leaver.running, leaver.inflight, leaver.limit = false, false, 0, 0
+	w.start(&simPod{key: "pod-001", acks: true, declared: DeclaredAcknowledging, lag: 3}, w.docs[0])
+	if got := w.byKey["pod-001"].limit; got != 5 {
+		t.Fatalf("the new pod-001 enforces %d from the document it read, want 5", got)
+	}
+	w.fail = false
+	for range 15 {
+		tick(true)
+	}
+	if got := w.byKey["pod-000"].limit; got != 10 {
+		t.Errorf("pod-000 enforces %d once the new pod-001 read that its name holds nothing, want 10", got)
+	}
+}
+
+// TestHandoverNamesakes plays worlds where pods are created again under
+// the names of gone ones (a StatefulSet's), reading the document their
+// ConfigMap holds, which may still give the name a share (a publication
+// failed, an old document was written back), or, their kubelet behind, the
+// one before the last publication.
+func TestHandoverNamesakes(t *testing.T) {
+	for c := range 2000 {
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 40, events: 6 + c%5, attacks: c % 4, acksShare: 7, callers: 1 + c%2, cutOffs: true, namesakes: true})
 	}
 }
 

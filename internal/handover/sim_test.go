@@ -163,22 +163,26 @@ type world struct {
 	steps      int
 	// cuts draws the cut-offs from plan sources, apart from rng so that
 	// the other events of a seed are those they were before cut-offs.
-	cuts    *rand.Rand
-	noLapse bool // pods cut off from their source keep their limit
+	cuts *rand.Rand
+	// namesakes draws the pods created again under a gone pod's name,
+	// apart from rng for the same reason.
+	namesakes *rand.Rand
+	noLapse   bool // pods cut off from their source keep their limit
 }
 
 func newWorld(seed uint64, total int64, callers int) *world {
 	w := &world{
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		now:     time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-		total:   total,
-		callers: callers,
-		weight:  [2]int64{1 + int64(seed%3), 1},
-		demand:  [2]int64{division.Unbounded, division.Unbounded},
-		byKey:   map[string]*simPod{},
-		epochs:  [2]string{"epoch-own", "epoch-shared"},
-		clock:   "replica-0",
-		cuts:    rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
+		rng:       rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		now:       time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+		total:     total,
+		callers:   callers,
+		weight:    [2]int64{1 + int64(seed%3), 1},
+		demand:    [2]int64{division.Unbounded, division.Unbounded},
+		byKey:     map[string]*simPod{},
+		epochs:    [2]string{"epoch-own", "epoch-shared"},
+		clock:     "replica-0",
+		cuts:      rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
+		namesakes: rand.New(rand.NewPCG(seed^0x2545f4914f6cdd1d, seed)),
 	}
 	return w
 }
@@ -380,6 +384,9 @@ func (w *world) controller() {
 				in.Acked, in.Released = a.revision, a.released
 			}
 		}
+		if p != nil && w.docs[p.caller] != nil {
+			in.Readable = w.docs[p.caller].shares[k]
+		}
 		pods = append(pods, in)
 	}
 	r := Step(Input{Total: w.total, Revision: res.Revision, Fresh: res.Fresh || res.Learned, Now: now, UnacknowledgedDelay: simDelay, Pods: pods})
@@ -572,6 +579,53 @@ func (w *world) event(acksShare int) {
 	}
 }
 
+// recreate creates, with a chance of 1 in 6 a tick, a pod again under the
+// name of one whose object is gone and whose process ended, as a
+// StatefulSet does: a new pod, not Ready, whose process reads what its
+// caller's ConfigMap holds (a publication may have failed, an old document
+// may have been written back), or, its kubelet behind, the document the
+// ConfigMap held before a publication of the last tick. Documents name pods:
+// what they give the name, the new process enforces.
+func (w *world) recreate(acksShare int) {
+	if w.namesakes.IntN(6) != 0 {
+		return
+	}
+	var gone []*simPod
+	for _, p := range w.pods {
+		if !p.object && !p.running && w.byKey[p.key] == p {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	old := gone[w.namesakes.IntN(len(gone))]
+	p := &simPod{key: old.key, caller: old.caller, acks: w.namesakes.IntN(10) < acksShare, lag: w.namesakes.IntN(4)}
+	if w.namesakes.IntN(3) == 0 {
+		p.declared = DeclaredSilent
+		if p.acks {
+			p.declared = DeclaredAcknowledging
+		}
+	}
+	d := w.docs[p.caller]
+	if sent := w.sent[p.caller]; len(sent) >= 2 && !sent[len(sent)-1].at.Before(w.now.Add(-simTick)) && w.namesakes.IntN(2) == 0 {
+		d = sent[len(sent)-2]
+	}
+	w.start(p, d)
+}
+
+// start starts p, a pod created again under a gone pod's name, its process
+// reading d.
+func (w *world) start(p *simPod, d *simDoc) {
+	p.object, p.running, p.seen = true, true, map[string]int64{}
+	w.pods = append(w.pods, p)
+	w.byKey[p.key] = p
+	if d != nil {
+		p.read(d, w.now)
+	}
+	w.note("%s created again in caller %d, acks %v, declared %d, reading %d (kubelet behind %v)", p.key, p.caller, p.acks, p.declared, p.limit, d != w.docs[p.caller])
+}
+
 // attack does one thing an adversary or an accident does.
 func (w *world) attack() {
 	epoch := w.epochs[w.cur]
@@ -703,6 +757,9 @@ type worldParams struct {
 	// source now and then (see cutOff).
 	cutOffs bool
 	noLapse bool // pods cut off from their source keep their limit
+	// namesakes creates pods again under the names of gone ones (see
+	// recreate).
+	namesakes bool
 }
 
 // runWorld plays one world: ticks of events and attacks, checking at every
@@ -728,6 +785,9 @@ func runWorld(fail func(format string, args ...any), p worldParams) {
 		}
 		if p.cutOffs {
 			w.cutOff(p.attacks)
+		}
+		if p.namesakes {
+			w.recreate(p.acksShare)
 		}
 		w.processes()
 		check("moving, pods", tick)
