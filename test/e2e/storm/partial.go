@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -271,29 +270,26 @@ func (st *partialStage) setUp(teardown *[]func() error) error {
 		return fmt.Errorf("storm: %s: %w", WorkloadManifests[0], err)
 	}
 	dep.Spec.Replicas = ptr.To(int32(st.pods))
-	objects := map[string]any{"deployment.yaml": &dep, "quota.yaml": q}
-	if st.reserve() > 0 {
-		objects["broker.yaml"] = broker
-	}
+	// The Deployment first, then the permit server, then the quota.
+	objects := []struct {
+		file string
+		obj  any
+	}{{"deployment.yaml", &dep}, {"broker.yaml", broker}, {"quota.yaml", q}}
 	var files []string
-	for name, obj := range objects {
-		b, err := yaml.Marshal(obj)
+	for _, o := range objects {
+		if o.file == "broker.yaml" && st.reserve() == 0 {
+			continue
+		}
+		b, err := yaml.Marshal(o.obj)
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(dir, name)
+		path := filepath.Join(dir, o.file)
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return err
 		}
 		files = append(files, path)
 	}
-	// The Deployment first, then the permit server, then the quota.
-	slices.SortFunc(files, func(a, b string) int {
-		order := func(f string) int {
-			return slices.Index([]string{"deployment.yaml", "broker.yaml", "quota.yaml"}, filepath.Base(f))
-		}
-		return order(a) - order(b)
-	})
 	h.logf("[%s] Applying the Deployment %s (%d pods), the quota with a reserve of %d and, with one, the permit server %s in namespace %s",
 		st.name, WorkloadName, st.pods, st.reserve(), BrokerName, st.namespace)
 	if err := h.Kubectl("create", "namespace", st.namespace); err != nil {
