@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -150,8 +149,15 @@ type partialStage struct {
 	// brokerAddr is the permit server's gRPC address, fixed before it
 	// starts, as a Service's would be.
 	brokerAddr string
-	endpoints  *podEndpoints
-	logDir     string
+	// pods is how many pods of the workload run; service receives the
+	// Ready ones' addresses (endpoints, the partial load's own balancer,
+	// or a traffic.Endpoints).
+	pods      int
+	service   cluster.Endpoints
+	endpoints *podEndpoints
+	// silent pods do not acknowledge their plans (no --acknowledge).
+	silent bool
+	logDir string
 	// spec is the quota's; duration and warmup the load's.
 	spec             v1alpha1.DownstreamQuotaSpec
 	duration, warmup time.Duration
@@ -177,16 +183,39 @@ func (h *Harness) RunPartialLoad(ctx context.Context, balancer string) (rep *Par
 	if balancer != PartialRandom && balancer != PartialPinned {
 		return nil, fmt.Errorf("storm: partial load: balancer %q: must be %s or %s", balancer, PartialRandom, PartialPinned)
 	}
-	st := &partialStage{h: h, name: "partial-" + balancer, namespace: "storm-partial-" + balancer, balancer: balancer,
-		obs: &observe.Observations{}, endpoints: newPodEndpoints(),
-		spec: PartialQuotaSpec(), duration: PartialDuration, warmup: PartialWarmup}
-	return h.runPartial(ctx, st)
+	st := newPartialStage(h, "partial-"+balancer, balancer, PartialQuotaSpec())
+	st.duration, st.warmup = PartialDuration, PartialWarmup
+	err = h.runPartial(ctx, st, func(ctx context.Context) (err error) {
+		h.logf("[%s] Running the load: %v, the first %v a warm-up", st.name, st.duration, st.warmup)
+		rep, err = st.run(ctx)
+		return err
+	})
+	return rep, err
 }
 
-// runPartial plays a partial-load stage: set up, the first plan, the
-// permit server and the pods, the settled division, the load; and tears
+// newPartialStage returns a stage named name, in namespace storm-<name>,
+// of PartialPods pods that acknowledge their plans, calls sent by the
+// partial load's balancer, and the quota of spec.
+func newPartialStage(h *Harness, name, balancer string, spec v1alpha1.DownstreamQuotaSpec) *partialStage {
+	eps := newPodEndpoints()
+	return &partialStage{h: h, name: name, namespace: "storm-" + name, balancer: balancer,
+		obs: &observe.Observations{}, pods: PartialPods, service: eps, endpoints: eps, spec: spec}
+}
+
+// reserve is the permits of the stage's quota pooled in its reserve; 0
+// without one (no permit server runs then).
+func (st *partialStage) reserve() int {
+	if st.spec.Reserve == nil {
+		return 0
+	}
+	return st.spec.Reserve.Permits.IntValue()
+}
+
+// runPartial plays a stage of the partial load or another scenario on its
+// phases: set up, the first plan, the permit server (when the quota has a
+// reserve) and the pods, the settled division, then play; and tears
 // everything down, also on error.
-func (h *Harness) runPartial(ctx context.Context, st *partialStage) (rep *PartialLoadRun, err error) {
+func (h *Harness) runPartial(ctx context.Context, st *partialStage, play func(context.Context) error) (err error) {
 	var teardown []func() error
 	defer func() {
 		for i := len(teardown) - 1; i >= 0; i-- {
@@ -194,7 +223,7 @@ func (h *Harness) runPartial(ctx context.Context, st *partialStage) (rep *Partia
 		}
 	}()
 	if err := st.setUp(&teardown); err != nil {
-		return nil, err
+		return err
 	}
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	teardown = append(teardown, func() error { stopWatches(); return nil })
@@ -204,20 +233,20 @@ func (h *Harness) runPartial(ctx context.Context, st *partialStage) (rep *Partia
 	if err := cluster.WaitFor(ctx, setupTimeout, "the operator publishing the partial-load plan", func() (bool, error) {
 		return len(st.obs.Published()) > 0, h.ManagerErr()
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	if err := st.startPods(ctx, &teardown); err != nil {
-		return nil, err
+		return err
 	}
 	if err := st.settle(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	h.logf("[%s] Running the load: %v, the first %v a warm-up", st.name, st.duration, st.warmup)
-	return st.run(ctx)
+	return play(ctx)
 }
 
-// setUp writes and applies the workload's Deployment, the quota and the
-// permit server's Deployment, and starts the downstream.
+// setUp writes and applies the workload's Deployment (st.pods replicas),
+// the quota and, with a reserve, the permit server's Deployment, and
+// starts the downstream.
 func (st *partialStage) setUp(teardown *[]func() error) error {
 	h := st.h
 	st.logDir = filepath.Join(h.OutDir, "logs", st.name)
@@ -228,25 +257,41 @@ func (st *partialStage) setUp(teardown *[]func() error) error {
 		return err
 	}
 	dir := filepath.Join(h.OutDir, "manifests", st.name)
-	if err := WriteManifests(dir); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	q, broker := partialObjects(st.namespace, st.spec)
-	files := []string{filepath.Join(dir, WorkloadManifests[0])}
-	for name, obj := range map[string]any{"quota-reserve.yaml": q, "broker.yaml": broker} {
-		b, err := yaml.Marshal(obj)
+	var dep appsv1.Deployment
+	b, err := manifests.ReadFile("manifests/" + WorkloadManifests[0])
+	if err != nil {
+		return err
+	}
+	if err := yaml.UnmarshalStrict(b, &dep); err != nil {
+		return fmt.Errorf("storm: %s: %w", WorkloadManifests[0], err)
+	}
+	dep.Spec.Replicas = ptr.To(int32(st.pods))
+	// The Deployment first, then the permit server, then the quota.
+	objects := []struct {
+		file string
+		obj  any
+	}{{"deployment.yaml", &dep}, {"broker.yaml", broker}, {"quota.yaml", q}}
+	var files []string
+	for _, o := range objects {
+		if o.file == "broker.yaml" && st.reserve() == 0 {
+			continue
+		}
+		b, err := yaml.Marshal(o.obj)
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(dir, name)
+		path := filepath.Join(dir, o.file)
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			return err
 		}
 		files = append(files, path)
 	}
-	slices.Sort(files[1:])
-	h.logf("[%s] Applying the Deployment %s, the quota with a reserve of %d and the permit server %s in namespace %s",
-		st.name, WorkloadName, PartialReserve, BrokerName, st.namespace)
+	h.logf("[%s] Applying the Deployment %s (%d pods), the quota with a reserve of %d and, with one, the permit server %s in namespace %s",
+		st.name, WorkloadName, st.pods, st.reserve(), BrokerName, st.namespace)
 	if err := h.Kubectl("create", "namespace", st.namespace); err != nil {
 		return err
 	}
@@ -294,32 +339,62 @@ func (st *partialStage) startPods(ctx context.Context, teardown *[]func() error)
 		}
 		return w, w.WaitReady(ctx, int(n), setupTimeout)
 	}
-	if st.broker, err = start(BrokerName, st.brokerRunner(), noEndpoints{}, 1); err != nil {
-		return err
+	if st.reserve() > 0 {
+		if st.broker, err = start(BrokerName, st.brokerRunner(), noEndpoints{}, 1); err != nil {
+			return err
+		}
 	}
 	// The custom metrics API serves the pods' demand, which the operator
 	// divides by.
 	stopMeasuring := h.Metrics.MeasurePods(st.namespace, QuotaName, st.obs.MetricsAddrs)
 	*teardown = append(*teardown, func() error { stopMeasuring(); return nil })
-	st.gateways, err = start(WorkloadName, st.gatewayRunner(), st.endpoints, PartialPods)
+	st.gateways, err = start(WorkloadName, st.gatewayRunner(), st.service, int32(st.pods))
 	return err
 }
 
-// settle waits until the last plan gives the workload's running pods and
-// the permit server's replica the usable permits, the reserve's part to
-// the replica, and every one of them acknowledged it.
+// settle waits until the last plan gives the workload's running pods and,
+// with a reserve, the permit server's replica the usable permits, the
+// reserve's part to the replica, and every one of them put it in force:
+// acknowledged it, or, for pods that do not acknowledge, applied the
+// share it gives them.
 func (st *partialStage) settle(ctx context.Context) error {
-	return cluster.WaitFor(ctx, setupTimeout, "the pods and the permit server acknowledging the division with the reserve", func() (bool, error) {
-		pods, brokers := st.gateways.Running(), st.broker.Running()
-		pub := st.obs.Published()
-		if len(pods) != PartialPods || len(brokers) != 1 || len(pub) == 0 {
-			return false, st.h.ManagerErr()
-		}
-		last := pub[len(pub)-1]
-		ok := last.Divides(pods, Usable()-PartialReserve) && last.PermitsOf(brokers[0]) == PartialReserve &&
-			st.obs.RolledOut(append(pods, brokers...))
-		return ok, st.h.ManagerErr()
+	return cluster.WaitFor(ctx, setupTimeout, "the pods and the permit server enforcing the division", func() (bool, error) {
+		return st.settled(), st.h.ManagerErr()
 	})
+}
+
+// settled reports whether the last published plan divides the usable
+// permits over the running pods and the permit server's replica, and they
+// all enforce it.
+func (st *partialStage) settled() bool {
+	pods := st.gateways.Running()
+	var brokers []string
+	if st.broker != nil {
+		brokers = st.broker.Running()
+	}
+	pub := st.obs.Published()
+	if len(pods) != st.pods || len(brokers) != min(st.reserve(), 1) || len(pub) == 0 {
+		return false
+	}
+	last := pub[len(pub)-1]
+	if !last.Divides(pods, Usable()-st.reserve()) || (len(brokers) == 1 && last.PermitsOf(brokers[0]) != st.reserve()) {
+		return false
+	}
+	if !st.silent {
+		return st.obs.RolledOut(append(pods, brokers...))
+	}
+	acks := st.obs.LastAcks()
+	for _, b := range brokers {
+		if acks[b] != last.Ack().String() {
+			return false
+		}
+	}
+	for _, pod := range pods {
+		if n, _ := st.obs.PermitsOf([]string{pod}, ""); n != last.PermitsOf(pod) {
+			return false
+		}
+	}
+	return true
 }
 
 // brokerRunner runs the permit server's replica: backpressure-broker
@@ -358,13 +433,19 @@ func (st *partialStage) lastBroker() *cluster.Process {
 }
 
 // gatewayRunner runs a pod of the workload: examples/gateway enforcing
-// its share of the plan and borrowing from the permit server.
+// its share of the plan, acknowledging it unless the stage's pods are
+// silent, and borrowing from the permit server when there is a reserve.
 func (st *partialStage) gatewayRunner() cluster.PodRunner {
 	return func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", st.downstream.URL(), "--gate", QuotaName,
 			"--metrics-listen", "127.0.0.1:0", "--configmap", ConfigMapName, "--namespace", st.namespace,
-			"--kubeconfig", st.h.Kubeconfig, "--acknowledge", "--reserve-address", st.brokerAddr,
-			"--reserve-budget", PartialReserveBudget.String()}
+			"--kubeconfig", st.h.Kubeconfig}
+		if !st.silent {
+			args = append(args, "--acknowledge")
+		}
+		if st.reserve() > 0 {
+			args = append(args, "--reserve-address", st.brokerAddr, "--reserve-budget", PartialReserveBudget.String())
+		}
 		return st.h.startObservedPod(st.obs, pod, st.h.gateway, args, st.logDir, onLog)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/traffic"
 )
 
@@ -43,10 +42,14 @@ func BrokerKillSpec() v1alpha1.DownstreamQuotaSpec {
 // RunPartialLoadBrokerKilled runs the partial load with a random balancer
 // and kills the permit server's replica at BrokerKillAt.
 func (h *Harness) RunPartialLoadBrokerKilled(ctx context.Context) (*BrokerKillRun, error) {
-	st := &partialStage{h: h, name: "partial-broker-killed", namespace: "storm-partial-broker-killed", balancer: PartialRandom,
-		obs: &observe.Observations{}, endpoints: newPodEndpoints(),
-		spec: BrokerKillSpec(), duration: BrokerKillDuration, warmup: PartialWarmup, killAt: BrokerKillAt}
-	run, err := h.runPartial(ctx, st)
+	st := newPartialStage(h, "partial-broker-killed", PartialRandom, BrokerKillSpec())
+	st.duration, st.warmup, st.killAt = BrokerKillDuration, PartialWarmup, BrokerKillAt
+	var run *PartialLoadRun
+	err := h.runPartial(ctx, st, func(ctx context.Context) (err error) {
+		h.logf("[%s] Running the load: %v, the first %v a warm-up", st.name, st.duration, st.warmup)
+		run, err = st.run(ctx)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

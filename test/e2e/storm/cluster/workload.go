@@ -146,9 +146,11 @@ type simPod struct {
 // process started, when the kubelet began writing its Ready status, when
 // its deletion began (the kubelet saw it, or a new Pod took its name) and
 // when its process had exited. A zero time is a stage it did not reach.
+// URL is its address in the endpoints, once it was Ready.
 type PodLife struct {
 	Name                                   string
 	UID                                    types.UID
+	URL                                    string
 	Seen, Started, Ready, Stopping, Exited time.Time
 }
 
@@ -577,7 +579,7 @@ func (w *Workload) markReady(p *simPod, started metav1.Time) {
 		w.mu.Lock()
 		if !p.terminating {
 			p.ready = true
-			p.life.Ready = readyAt
+			p.life.Ready, p.life.URL = readyAt, p.url
 			w.opts.Endpoints.Add(p.url)
 		}
 		w.mu.Unlock()

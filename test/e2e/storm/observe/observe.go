@@ -31,6 +31,10 @@ type Published struct {
 	Permits int
 	// Pods are the named pods' permits.
 	Pods map[string]int
+	// UnacknowledgedDelay is the document's: how long after a smaller
+	// share the operator counts a pod that does not acknowledge at its old
+	// one.
+	UnacknowledgedDelay time.Duration
 }
 
 // Ack returns the acknowledgement of the document.
@@ -297,7 +301,8 @@ func (o *Observations) publish(seen time.Time, cm *corev1.ConfigMap, gate string
 	if n := len(o.published); n > 0 && o.published[n-1].Hash == d.Hash {
 		return
 	}
-	p := Published{Seen: seen, Hash: d.Hash, Epoch: d.Epoch, Revision: d.Revision, Permits: d.Permits}
+	p := Published{Seen: seen, Hash: d.Hash, Epoch: d.Epoch, Revision: d.Revision, Permits: d.Permits,
+		UnacknowledgedDelay: d.UnacknowledgedDelay()}
 	if len(d.Pods) > 0 {
 		p.Pods = make(map[string]int, len(d.Pods))
 		for name, share := range d.Pods {

@@ -68,6 +68,8 @@ type Record struct {
 	Latency time.Duration
 	// Outcome is how it was served.
 	Outcome Outcome
+	// Endpoint is the URL of the pod it was sent to.
+	Endpoint string
 }
 
 // Endpoint is one Ready pod and the client that keeps connections to it.
@@ -233,7 +235,7 @@ func (l *Load) Run(ctx context.Context, start time.Time, d time.Duration) *LoadR
 		defer func() { <-sem; wg.Done() }()
 		sent := time.Now()
 		o, detail := l.do(ctx, ep)
-		rec := Record{At: sent.Sub(start), Latency: time.Since(sent), Outcome: o}
+		rec := Record{At: sent.Sub(start), Latency: time.Since(sent), Outcome: o, Endpoint: ep.URL}
 		mu.Lock()
 		defer mu.Unlock()
 		res.Outcomes[o]++
