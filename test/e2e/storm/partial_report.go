@@ -84,8 +84,9 @@ type PartialLoadRun struct {
 	PredictedRatio            float64 `json:"predictedRatio"`
 	PredictedEqualSharesRatio float64 `json:"predictedEqualSharesRatio"`
 	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
-	// DivisionChanges counts the plans after the warm-up that divided the
-	// permits differently from the one before.
+	// DivisionChanges counts the moves of the division after the warm-up:
+	// a plan that lowers a share starts one, and the plan that raises the
+	// others as the lowered pods let go completes it (see divisionChanges).
 	DivisionChanges          int     `json:"divisionChanges"`
 	DivisionChangesPerMinute float64 `json:"divisionChangesPerMinute"`
 }

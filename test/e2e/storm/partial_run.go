@@ -309,17 +309,45 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 	return out
 }
 
-// divisionChanges counts the plans published in [from, to] whose division
-// differs from the plan before.
+// divisionChanges counts the moves of the division published in [from,
+// to]. With the same pods throughout, a move lowers some pods' shares,
+// told at once, and raises others once those let go (the handover): the
+// plan that only raises pods no open move lowered completes that move and
+// is not counted again. A plan that lowers a share starts a move, and one
+// that raises a share the open move lowered reverses it: each is counted,
+// so a share that goes down and back up is two moves.
 func divisionChanges(pub []observe.Published, from, to time.Time) int {
 	n := 0
+	lowered := map[string]bool{}
 	for i := 1; i < len(pub); i++ {
 		if pub[i].Seen.Before(from) || pub[i].Seen.After(to) {
 			continue
 		}
-		if pub[i].Permits != pub[i-1].Permits || !maps.Equal(pub[i].Pods, pub[i-1].Pods) {
+		down, reversed := map[string]bool{}, false
+		for pod := range podsOf(pub[i-1], pub[i]) {
+			switch was, now := pub[i-1].PermitsOf(pod), pub[i].PermitsOf(pod); {
+			case now < was:
+				down[pod] = true
+			case now > was && lowered[pod]:
+				reversed = true
+			}
+		}
+		if len(down) > 0 || reversed {
 			n++
+			lowered = down
 		}
 	}
 	return n
+}
+
+// podsOf returns the pods either plan names.
+func podsOf(a, b observe.Published) map[string]bool {
+	out := map[string]bool{}
+	for pod := range a.Pods {
+		out[pod] = true
+	}
+	for pod := range b.Pods {
+		out[pod] = true
+	}
+	return out
 }
