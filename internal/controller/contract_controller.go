@@ -242,7 +242,7 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 		}
 		s.facts = f
 		prefix := callerPrefix(q.Namespace, q.Name)
-		s.caller = &caller{namespace: q.Namespace, gate: q.Name, prefix: prefix}
+		s.caller = &caller{namespace: q.Namespace, gate: q.Name, prefix: prefix, generation: q.Generation}
 		if f.workload == nil {
 			s.in.workloadMissing = true
 		} else {

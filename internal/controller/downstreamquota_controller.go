@@ -170,7 +170,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 
 	epoch := string(q.UID)
 	part.own = quota.ConfigMapName(q)
-	part.caller = &caller{namespace: q.Namespace, gate: q.Name, total: usableTotal(pl), members: membersOf(f.pods, "", q.Name, epoch)}
+	part.caller = &caller{namespace: q.Namespace, gate: q.Name, generation: q.Generation, total: usableTotal(pl), members: membersOf(f.pods, "", q.Name, epoch)}
 	rsv, err := readReserve(ctx, p.client, q, f.pods)
 	if err != nil {
 		var invalid *quota.FieldError

@@ -144,15 +144,35 @@ type caller struct {
 	// reserve.join).
 	reserve int64
 	lenders map[string]bool
+	// generation is the quota's metadata.generation, which its documents
+	// carry; current is the document its pods read now (nil when none).
+	generation int64
+	current    *plan.Document
 	// demand maps a pod's name to its measured demand in permits when the
 	// pods' part follows demand (a pod not in it is not measured); nil
 	// when it is divided equally.
 	demand map[string]int64
 }
 
+// outdated reports whether the document c's pods read now is revision rev
+// of epoch but was made from another spec: another generation of the quota
+// (its downstream, sizing or rate changed) or another unacknowledged
+// delay. What is published now differs from it, and a runtime puts no
+// revision in force twice (it keeps the one it has, and with it the old
+// delay it lapses by), so the step needs a revision of its own. Once that
+// is published the document is current again; while its publication
+// fails the document is of an older revision, so a failing ConfigMap
+// write never turns into a new revision at every step.
+func (c *caller) outdated(epoch string, rev int64, delay time.Duration) bool {
+	d := c.current
+	return d != nil && rev > 0 && d.Epoch == epoch && d.Revision == rev &&
+		(d.Generation != c.generation || d.UnacknowledgedDelaySeconds != delay.Seconds())
+}
+
 // readDocument notes the document the caller's pods read now: a pod it
 // does not name reads the base share.
 func (c *caller) readDocument(d plan.Document, names []string) {
+	c.current = &d
 	c.reads = map[string]int64{}
 	for _, name := range names {
 		c.reads[name] = int64(d.For(name).Permits)
@@ -556,7 +576,11 @@ func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.In
 			entries = append(entries, stepEntry{c: ci, m: c.members[i], target: t})
 		}
 	}
-	in := handover.Input{Total: total, Revision: res.Revision, Fresh: res.Fresh || res.Learned, Now: d.now, UnacknowledgedDelay: unacknowledged,
+	fresh := res.Fresh || res.Learned
+	for _, c := range d.callers {
+		fresh = fresh || c.outdated(d.epoch, res.Revision, unacknowledged)
+	}
+	in := handover.Input{Total: total, Revision: res.Revision, Fresh: fresh, Now: d.now, UnacknowledgedDelay: unacknowledged,
 		Pods: make([]handover.Pod, len(entries))}
 	for i, e := range entries {
 		p := handover.Pod{Key: e.m.key, Target: e.target, Leaving: e.m.leaving, Gone: e.m.gone, Declared: e.m.declared,

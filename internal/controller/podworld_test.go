@@ -81,8 +81,11 @@ func (w *podWorld) read(namespace, gate string, pods ...string) {
 		if err != nil {
 			w.t.Fatalf("%s/%s reads %s: %v", namespace, p.configMap, gate, err)
 		}
-		if p.doc != nil && d.Epoch == p.doc.Epoch && d.Revision < p.doc.Revision {
-			continue // an older revision of the epoch it enforces
+		if p.doc != nil && d.Epoch == p.doc.Epoch && (d.Revision < p.doc.Revision || d.Revision == p.doc.Revision && d.Hash != p.doc.Hash) {
+			// An older revision of the epoch it enforces, or the same
+			// revision with other content: the runtime puts no revision
+			// in force twice.
+			continue
 		}
 		p.doc = &d
 		p.permits = d.For(k.pod).Permits
