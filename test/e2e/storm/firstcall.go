@@ -118,8 +118,8 @@ func (st *partialStage) lengthenDelay(ctx context.Context) error {
 	if err := st.h.Kubectl("patch", "downstreamquota", QuotaName, "--namespace", st.namespace, "--type=merge", "--patch", patch); err != nil {
 		return err
 	}
-	// The pods' shares do not change: they go on enforcing them whether or
-	// not they put the new document in force.
+	// The pods' shares do not change; the document carries the new delay
+	// under a revision of its own, which the pods put in force.
 	err := cluster.WaitFor(ctx, setupTimeout, "the operator publishing the longer unacknowledged delay", func() (bool, error) {
 		pub := st.obs.Published()
 		return len(pub) > 0 && pub[len(pub)-1].UnacknowledgedDelay == FirstCallUnacknowledgedDelay && st.settled(), st.h.ManagerErr()
