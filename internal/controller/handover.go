@@ -162,10 +162,11 @@ type caller struct {
 // delay it lapses by), so the step needs a revision of its own. Once that
 // is published the document is current again; while its publication
 // fails the document is of an older revision, so a failing ConfigMap
-// write never turns into a new revision at every step.
+// write never turns into a new revision at every step. A caller whose
+// documents the division no longer writes has nothing to publish.
 func (c *caller) outdated(epoch string, rev int64, delay time.Duration) bool {
 	d := c.current
-	return d != nil && rev > 0 && d.Epoch == epoch && d.Revision == rev &&
+	return d != nil && !c.unreached && rev > 0 && d.Epoch == epoch && d.Revision == rev &&
 		(d.Generation != c.generation || d.UnacknowledgedDelaySeconds != delay.Seconds())
 }
 
