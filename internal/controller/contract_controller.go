@@ -120,6 +120,9 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 			return reconcile.Result{}, err
 		}
 		dc = written
+		for _, s := range sharers {
+			p.noteDemandMoves(s.caller)
+		}
 	}
 
 	result := reconcile.Result{RequeueAfter: h.recheck}

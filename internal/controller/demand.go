@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,14 @@ const DefaultDemandInterval = 15 * time.Second
 // to equal and back, each through a handover.
 const demandKeep = 4
 
+// demandDwell is, in intervals, how long after a division moved on demand
+// its next move on demand waits: a minute at the default interval. The
+// band keeps a division still while the demands drift a little; a pod
+// whose demand reads low once and back at the next read would otherwise
+// move its share down and up again within 15 s, each a handover. Pods
+// joining or leaving move the division at once whatever the dwell.
+const demandDwell = 4
+
 // The operator reads the custom metrics API's Pods metrics, as the HPA
 // controller does.
 // +kubebuilder:rbac:groups=custom.metrics.k8s.io,resources=pods,verbs=get;list
@@ -61,6 +70,27 @@ type demandReads struct {
 	last map[types.NamespacedName]demandReading
 	// good is every quota's last reading that succeeded.
 	good map[types.NamespacedName]demandReading
+	// moved is when every quota's division last moved on demand.
+	moved map[types.NamespacedName]time.Time
+}
+
+// dwelling reports whether the division of the quota key moved on demand
+// less than demandDwell intervals before now.
+func (r *demandReads) dwelling(key types.NamespacedName, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.moved[key]
+	return ok && !now.Before(at) && now.Sub(at) < demandDwell*r.interval
+}
+
+// noteMove notes that the division of the quota key moved on demand at now.
+func (r *demandReads) noteMove(key types.NamespacedName, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.moved == nil {
+		r.moved = map[types.NamespacedName]time.Time{}
+	}
+	r.moved[key] = now
 }
 
 // demandReading is one read of a quota's demand.
@@ -112,6 +142,7 @@ func (r *demandReads) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.last, key)
 	delete(r.good, key)
+	delete(r.moved, key)
 	r.mu.Unlock()
 }
 
@@ -156,6 +187,7 @@ func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
 		return true
 	}
 	part.caller.demand = values
+	part.caller.dwelling = p.demand.dwelling(types.NamespacedName{Namespace: q.Namespace, Name: q.Name}, p.clock.Now())
 	var ready, measured int
 	for _, m := range part.caller.members {
 		if m.serving && !part.caller.isLender(m) {
@@ -201,7 +233,50 @@ func (c *caller) followTargets(part int64, pods []division.Member, previous map[
 		}
 		in[i] = cl
 	}
-	return division.DefaultFollow.Targets(part, in)
+	f := division.DefaultFollow
+	if c.dwelling {
+		// Within the dwell the previous targets are kept whatever the
+		// demands say, while they still divide part over the same pods.
+		f.Band = division.Band{Min: math.MaxInt64}
+	}
+	out := f.Targets(part, in)
+	c.movedOnDemand = c.movedOnDemand || movedOnDemand(part, in, out)
+	return out
+}
+
+// noteDemandMoves notes, once a step's record is written, the quotas of
+// callers whose division it moved on demand: their next move on demand
+// waits demandDwell intervals. A step that is not written (a stale cache,
+// a failed write) moved nothing, and must not hold back the one that is.
+func (p *Publisher) noteDemandMoves(callers ...*caller) {
+	now := p.clock.Now()
+	for _, c := range callers {
+		if c != nil && c.movedOnDemand {
+			p.demand.noteMove(types.NamespacedName{Namespace: c.namespace, Name: c.gate}, now)
+		}
+	}
+}
+
+// movedOnDemand reports whether targets out differ from the previous ones
+// of the same serving pods, which divided part too: a move the demands
+// made, not pods joining or leaving.
+func movedOnDemand(part int64, in []division.Claimant, out []int64) bool {
+	var sum int64
+	moved := false
+	for i, cl := range in {
+		if !cl.Serving {
+			if cl.Previous != 0 {
+				return false
+			}
+			continue
+		}
+		if cl.Previous <= 0 {
+			return false
+		}
+		sum += cl.Previous
+		moved = moved || out[i] != cl.Previous
+	}
+	return moved && sum == part
 }
 
 // nameOf returns the pod name of one of c's keys.

@@ -150,8 +150,12 @@ type caller struct {
 	current    *plan.Document
 	// demand maps a pod's name to its measured demand in permits when the
 	// pods' part follows demand (a pod not in it is not measured); nil
-	// when it is divided equally.
-	demand map[string]int64
+	// when it is divided equally. dwelling is set while the division moved
+	// on demand less than demandDwell intervals ago; movedOnDemand once a
+	// step moved it on demand (see Publisher.noteDemandMoves).
+	demand        map[string]int64
+	dwelling      bool
+	movedOnDemand bool
 }
 
 // outdated reports whether the document c's pods read now is revision rev

@@ -89,8 +89,14 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 				Expect(r.BorrowedFraction).To(BeNumerically("<=", 0.5))
 			})
 
-			It("keeps the division still under steady load", func() {
-				Expect(r.DivisionChangesPerMinute).To(BeNumerically("<=", 1))
+			It("keeps the division still under steady load: no two moves within a minute", func() {
+				// The measured 90 s may hold two moves a minute apart
+				// (the operator's dwell after a move on demand); the seen
+				// times of their plans may differ from the operator's by
+				// a watch's delivery.
+				if r.DivisionChanges >= 2 {
+					Expect(r.ShortestMoveGapSeconds).To(BeNumerically(">=", 59), "%d moves in the measured %.0f s", r.DivisionChanges, r.MeasuredSeconds)
+				}
 			})
 		})
 	}

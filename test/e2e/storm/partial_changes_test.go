@@ -38,3 +38,20 @@ func TestDivisionChanges(t *testing.T) {
 		})
 	}
 }
+
+func TestShortestGap(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1000, 0).Add(time.Duration(s) * time.Second) }
+	for _, tc := range []struct {
+		at   []time.Time
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]time.Time{at(5)}, 0},
+		{[]time.Time{at(5), at(70)}, 65 * time.Second},
+		{[]time.Time{at(5), at(70), at(80)}, 10 * time.Second},
+	} {
+		if got := shortestGap(tc.at); got != tc.want {
+			t.Errorf("shortestGap(%v) = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}

@@ -89,6 +89,9 @@ type PartialLoadRun struct {
 	// others as the lowered pods let go completes it (see divisionChanges).
 	DivisionChanges          int     `json:"divisionChanges"`
 	DivisionChangesPerMinute float64 `json:"divisionChangesPerMinute"`
+	// ShortestMoveGapSeconds is the shortest time between two of those
+	// moves; 0 with fewer than two.
+	ShortestMoveGapSeconds float64 `json:"shortestMoveGapSeconds,omitempty"`
 }
 
 // PartialPrediction is the model's prediction for the partial-load

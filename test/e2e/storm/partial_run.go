@@ -211,7 +211,8 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
 	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
-	r.DivisionChanges = divisionChanges(st.obs.Published(), start.Add(st.warmup), end)
+	moves := divisionMoves(st.obs.Published(), start.Add(st.warmup), end)
+	r.DivisionChanges, r.ShortestMoveGapSeconds = len(moves), shortestGap(moves).Seconds()
 	r.DivisionChangesPerMinute = float64(r.DivisionChanges) / end.Sub(start.Add(st.warmup)).Minutes()
 	pred, err := PredictPartialLoad(lossmodel.Balancer(st.balancer))
 	if err != nil {
@@ -317,7 +318,24 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 // that raises a share the open move lowered reverses it: each is counted,
 // so a share that goes down and back up is two moves.
 func divisionChanges(pub []observe.Published, from, to time.Time) int {
-	n := 0
+	return len(divisionMoves(pub, from, to))
+}
+
+// shortestGap returns the shortest time between two of the moves at, and
+// 0 when there are fewer than two.
+func shortestGap(at []time.Time) time.Duration {
+	var out time.Duration
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); i == 1 || gap < out {
+			out = gap
+		}
+	}
+	return out
+}
+
+// divisionMoves returns when each move divisionChanges counts was seen.
+func divisionMoves(pub []observe.Published, from, to time.Time) []time.Time {
+	var moves []time.Time
 	lowered := map[string]bool{}
 	for i := 1; i < len(pub); i++ {
 		if pub[i].Seen.Before(from) || pub[i].Seen.After(to) {
@@ -333,11 +351,11 @@ func divisionChanges(pub []observe.Published, from, to time.Time) int {
 			}
 		}
 		if len(down) > 0 || reversed {
-			n++
+			moves = append(moves, pub[i].Seen)
 			lowered = down
 		}
 	}
-	return n
+	return moves
 }
 
 // podsOf returns the pods either plan names.
