@@ -121,7 +121,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		}
 		dc = written
 		for _, s := range sharers {
-			p.noteDemandMoves(s.caller)
+			p.noteDemandMove(s.caller)
 		}
 	}
 

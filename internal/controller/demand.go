@@ -233,50 +233,41 @@ func (c *caller) followTargets(part int64, pods []division.Member, previous map[
 		}
 		in[i] = cl
 	}
-	f := division.DefaultFollow
+	// hold keeps the previous targets whatever the demands say, while
+	// they still divide part over the same pods: the band no drift leaves.
+	hold := division.DefaultFollow
+	hold.Band = division.Band{Min: math.MaxInt64}
 	if c.dwelling {
-		// Within the dwell the previous targets are kept whatever the
-		// demands say, while they still divide part over the same pods.
-		f.Band = division.Band{Min: math.MaxInt64}
+		return hold.Targets(part, in)
 	}
-	out := f.Targets(part, in)
-	c.movedOnDemand = c.movedOnDemand || movedOnDemand(part, in, out)
+	out := division.DefaultFollow.Targets(part, in)
+	// A move on demand is one hold would not have made: the previous
+	// targets were still a division of part over the same pods. (Asked
+	// only when the targets moved, which is rare under steady demand.)
+	if !isPrevious(in, out) && isPrevious(in, hold.Targets(part, in)) {
+		c.movedOnDemand = true
+	}
 	return out
 }
 
-// noteDemandMoves notes, once a step's record is written, the quotas of
-// callers whose division it moved on demand: their next move on demand
-// waits demandDwell intervals. A step that is not written (a stale cache,
-// a failed write) moved nothing, and must not hold back the one that is.
-func (p *Publisher) noteDemandMoves(callers ...*caller) {
-	now := p.clock.Now()
-	for _, c := range callers {
-		if c != nil && c.movedOnDemand {
-			p.demand.noteMove(types.NamespacedName{Namespace: c.namespace, Name: c.gate}, now)
-		}
-	}
-}
-
-// movedOnDemand reports whether targets out differ from the previous ones
-// of the same serving pods, which divided part too: a move the demands
-// made, not pods joining or leaving.
-func movedOnDemand(part int64, in []division.Claimant, out []int64) bool {
-	var sum int64
-	moved := false
+// isPrevious reports whether targets are the claimants' previous ones.
+func isPrevious(in []division.Claimant, targets []int64) bool {
 	for i, cl := range in {
-		if !cl.Serving {
-			if cl.Previous != 0 {
-				return false
-			}
-			continue
-		}
-		if cl.Previous <= 0 {
+		if targets[i] != cl.Previous {
 			return false
 		}
-		sum += cl.Previous
-		moved = moved || out[i] != cl.Previous
 	}
-	return moved && sum == part
+	return true
+}
+
+// noteDemandMove notes, once a step's record is written, that the step
+// moved c's division on demand, if it did: its next move on demand waits
+// demandDwell intervals. A step that is not written (a stale cache, a
+// failed write) moved nothing, and must not hold back the one that is.
+func (p *Publisher) noteDemandMove(c *caller) {
+	if c != nil && c.movedOnDemand {
+		p.demand.noteMove(types.NamespacedName{Namespace: c.namespace, Name: c.gate}, p.clock.Now())
+	}
 }
 
 // nameOf returns the pod name of one of c's keys.

@@ -236,7 +236,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		if err := p.recordStatus(ctx, q, ahead, conds...); err != nil {
 			return 0, nil, nil, err
 		}
-		p.noteDemandMoves(part.caller)
+		p.noteDemandMove(part.caller)
 		written = before
 		if conds == nil {
 			// As the API server stored it, so that the second write

@@ -152,7 +152,7 @@ type caller struct {
 	// pods' part follows demand (a pod not in it is not measured); nil
 	// when it is divided equally. dwelling is set while the division moved
 	// on demand less than demandDwell intervals ago; movedOnDemand once a
-	// step moved it on demand (see Publisher.noteDemandMoves).
+	// step moved it on demand (see Publisher.noteDemandMove).
 	demand        map[string]int64
 	dwelling      bool
 	movedOnDemand bool
