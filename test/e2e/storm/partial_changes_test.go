@@ -7,7 +7,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/test/e2e/storm/observe"
 )
 
-func TestDivisionChanges(t *testing.T) {
+func TestDivisionMoves(t *testing.T) {
 	at := func(s int) time.Time { return time.Unix(1000, 0).Add(time.Duration(s) * time.Second) }
 	plan := func(s int, a, b, c int) observe.Published {
 		return observe.Published{Seen: at(s), Permits: 3, Pods: map[string]int{"a": a, "b": b, "c": c}}
@@ -32,8 +32,8 @@ func TestDivisionChanges(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := divisionChanges(tc.pub, at(10), at(100)); got != tc.want {
-				t.Errorf("divisionChanges() = %d, want %d", got, tc.want)
+			if got := len(divisionMoves(tc.pub, at(10), at(100))); got != tc.want {
+				t.Errorf("divisionMoves() counts %d, want %d", got, tc.want)
 			}
 		})
 	}

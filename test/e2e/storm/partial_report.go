@@ -86,7 +86,7 @@ type PartialLoadRun struct {
 	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
 	// DivisionChanges counts the moves of the division after the warm-up:
 	// a plan that lowers a share starts one, and the plan that raises the
-	// others as the lowered pods let go completes it (see divisionChanges).
+	// others as the lowered pods let go completes it (see divisionMoves).
 	DivisionChanges          int     `json:"divisionChanges"`
 	DivisionChangesPerMinute float64 `json:"divisionChangesPerMinute"`
 	// ShortestMoveGapSeconds is the shortest time between two of those

@@ -310,17 +310,6 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 	return out
 }
 
-// divisionChanges counts the moves of the division published in [from,
-// to]. With the same pods throughout, a move lowers some pods' shares,
-// told at once, and raises others once those let go (the handover): the
-// plan that only raises pods no open move lowered completes that move and
-// is not counted again. A plan that lowers a share starts a move, and one
-// that raises a share the open move lowered reverses it: each is counted,
-// so a share that goes down and back up is two moves.
-func divisionChanges(pub []observe.Published, from, to time.Time) int {
-	return len(divisionMoves(pub, from, to))
-}
-
 // shortestGap returns the shortest time between two of the moves at, and
 // 0 when there are fewer than two.
 func shortestGap(at []time.Time) time.Duration {
@@ -333,7 +322,13 @@ func shortestGap(at []time.Time) time.Duration {
 	return out
 }
 
-// divisionMoves returns when each move divisionChanges counts was seen.
+// divisionMoves returns when each move of the division published in
+// [from, to] was seen. With the same pods throughout, a move lowers some
+// pods' shares, told at once, and raises others once those let go (the
+// handover): the plan that only raises pods no open move lowered completes
+// that move and is not counted again. A plan that lowers a share starts a
+// move, and one that raises a share the open move lowered reverses it:
+// each is counted, so a share that goes down and back up is two moves.
 func divisionMoves(pub []observe.Published, from, to time.Time) []time.Time {
 	var moves []time.Time
 	lowered := map[string]bool{}
