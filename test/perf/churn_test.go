@@ -200,8 +200,9 @@ func TestChurn(t *testing.T) {
 	t.Logf("churn: the probe's own pod status patches, part of those figures, took %s", summary(patches))
 	// Recorded asynchronously: a few may still be on their way.
 	planEvents := planChangedEvents(ctx, t, k8s) - planEventsBefore
-	t.Logf("churn: %d new revisions of the quotas' divisions, %.2f per quota per minute", divisionRevisions(ctx, t, k8s)-revisionsBefore,
-		float64(divisionRevisions(ctx, t, k8s)-revisionsBefore)/float64(total)/churnTook.Minutes())
+	revisions := divisionRevisions(ctx, t, k8s) - revisionsBefore
+	t.Logf("churn: %d new revisions of the quotas' divisions, %.2f per quota per minute", revisions,
+		float64(revisions)/float64(total)/churnTook.Minutes())
 	if demand != nil {
 		t.Logf("churn: demand read %d times", demand.count())
 	}
