@@ -49,6 +49,12 @@ type Trace struct {
 	// when that document does not name it); a pod that reads none is not
 	// in it.
 	Reads map[string]int64
+	// Elsewhere is set when the pods of a caller of the division read a
+	// document of another epoch: the division comes to their ConfigMap
+	// from another, or back to it. Revisions of its own epoch published
+	// before it went may be remembered by pods while nothing shows them any
+	// more, and its record may have been rolled back meanwhile.
+	Elsewhere bool
 }
 
 // Resumed is where the next Step starts from.
@@ -132,6 +138,15 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 			// published less than one revision a millisecond on average.
 			out.Revision = max(out.Revision, now.UnixMilli())
 		}
+	}
+	if t.Elsewhere && !out.Fresh {
+		// The division comes back to pods that read another epoch's
+		// document: they may remember revisions of this epoch above its
+		// record (rolled back while it was away), which they would refuse
+		// to go below. Above the clock is above them, as for a fresh
+		// record; and the revision is published, so that the pods read
+		// the division's own document.
+		out.Revision, out.Learned = max(out.Revision, now.UnixMilli()), true
 	}
 	next := out.Revision + 1
 	for key, r := range out.Records {

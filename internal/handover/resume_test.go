@@ -49,6 +49,15 @@ func TestResume(t *testing.T) {
 			want:  Resumed{Revision: 9, Records: map[string]Record{"a": steady(5)}},
 		},
 		{
+			name: "current record back from another epoch: above the clock, its pods told nothing until they acknowledge it",
+			rec:  &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{}},
+			trace: Trace{Elsewhere: true, Learned: map[string]int64{"a": 20},
+				Reads: map[string]int64{"a": 20}},
+			want: Resumed{Revision: ms, Learned: true, Records: map[string]Record{
+				"a": {Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now},
+			}},
+		},
+		{
 			name:  "fresh record: above the acknowledgements too",
 			trace: Trace{Revisions: []int64{3}, Acked: []int64{7, MaxAckRevision + 1}},
 			want:  Resumed{Fresh: true, Revision: ms, Records: map[string]Record{}},
