@@ -43,7 +43,7 @@ type process struct {
 	doc       *plan.Document
 	seen      map[string]int64 // the newest revision of each epoch it accepted
 	permits   int              // the accepted document's share for this pod
-	inFlight  int // the most it may have in flight: at least permits
+	inFlight  int              // the most it may have in flight: at least permits
 	ended     bool
 }
 

@@ -163,7 +163,8 @@ type Input struct {
 // hold.
 type Result struct {
 	// Revision is Input.Revision, one more when any pod is told something
-	// new, and at least 1.
+	// new (and then above every acknowledgement of a revision not yet
+	// published to its pod), and at least 1.
 	Revision int64
 	// Records are the pods' new states, aligned with Input.Pods.
 	Records []Record

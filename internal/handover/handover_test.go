@@ -346,19 +346,20 @@ func TestHandoverInvariants(t *testing.T) {
 }
 
 // TestHandoverInvariantsUnderSiege plays 4,000 longer worlds (120 ticks)
-// with three to ten attacks in ten ticks and every share of acknowledging
-// pods: the same checks as TestHandoverInvariants. It found an
-// acknowledgement forged ahead of the record that counted once its
-// revision was published (40 > 27), and, with the adversary free to switch
-// epochs around a rolled-back record, divisions coming back below
-// revisions the pods remembered (24 worlds).
+// with three to ten attacks in ten ticks, every share of acknowledging
+// pods, and in a third of them pods created again under gone pods' names:
+// the same checks as TestHandoverInvariants. It found an acknowledgement
+// forged ahead of the record that counted once its revision was published
+// (40 > 27), and, with the adversary free to switch epochs around a
+// rolled-back record, divisions coming back below revisions the pods
+// remembered.
 func TestHandoverInvariantsUnderSiege(t *testing.T) {
 	cases := 4000
 	if testing.Short() {
 		cases = 400
 	}
 	for c := range cases {
-		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 120, events: 6 + c%5, attacks: 3 + c%8, acksShare: c % 11, callers: 1 + c%2, cutOffs: true})
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 120, events: 6 + c%5, attacks: 3 + c%8, acksShare: c % 11, callers: 1 + c%2, cutOffs: true, namesakes: c%3 == 0})
 	}
 }
 

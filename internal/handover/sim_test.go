@@ -154,8 +154,8 @@ type world struct {
 	// neither.
 	lost  bool
 	stale [2]bool
-	log        []string // what happened, for a failure's message
-	steps      int
+	log   []string // what happened, for a failure's message
+	steps int
 	// cuts draws the cut-offs from plan sources, apart from rng so that
 	// the other events of a seed are those they were before cut-offs.
 	cuts *rand.Rand
@@ -602,6 +602,12 @@ func (w *world) recreate(acksShare int) {
 		if p.acks {
 			p.declared = DeclaredAcknowledging
 		}
+	}
+	if w.stale[p.caller] {
+		// What the guarantee assumes: a pod created under a gone pod's
+		// name reads the document published before it or a newer one,
+		// not an older one written back, which names it as it was.
+		return
 	}
 	d := w.docs[p.caller]
 	if sent := w.sent[p.caller]; len(sent) >= 2 && !sent[len(sent)-1].at.Before(w.now.Add(-simTick)) && w.namesakes.IntN(2) == 0 {
