@@ -11,6 +11,13 @@ import (
 // that no pod can push a division's revisions to the end of their range.
 const MaxAckRevision = 1 << 52
 
+// maxSeenRevision bounds the revisions of documents that Resume takes as
+// seen: twice MaxAckRevision, so that the revisions the division reaches by
+// starting or stepping above an acknowledgement (up to MaxAckRevision) are
+// seen, and one a hand-written document pushes to the end of the range is
+// not.
+const maxSeenRevision = 2 * MaxAckRevision
+
 // Snapshot is a division's record as read back: the revision last
 // published and every pod's Record, by key.
 type Snapshot struct {
@@ -28,7 +35,8 @@ type Snapshot struct {
 // Trace is what can be seen of a division outside its record.
 type Trace struct {
 	// Revisions are the revisions of the division's epoch of the documents
-	// published to the pods (those above MaxAckRevision are ignored).
+	// published to the pods (those above twice MaxAckRevision are
+	// ignored).
 	Revisions []int64
 	// Acked are the revisions of the division's epoch the pods'
 	// annotations acknowledge. Anyone who may annotate a pod can write
@@ -108,7 +116,7 @@ type Resumed struct {
 func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) Resumed {
 	var seen, acked int64
 	for _, r := range t.Revisions {
-		if r <= MaxAckRevision {
+		if r <= maxSeenRevision {
 			seen = max(seen, r)
 		}
 	}

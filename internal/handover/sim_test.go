@@ -686,11 +686,13 @@ func (w *world) attack() {
 			break
 		}
 		d := w.sent[c][w.rng.IntN(len(w.sent[c]))]
-		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch {
+		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
 			// A deposed leader's late write, a restored backup, a GitOps
 			// copy: the ConfigMap holds it until the operator writes again.
-			// Only of the epoch the ConfigMap holds: pods cannot order the
-			// documents of two epochs, and take an old one of another.
+			// Only of the epoch the ConfigMap holds, and once every pod
+			// of the caller has read a document of that epoch: pods
+			// cannot order the documents of two epochs, and take an old
+			// one of an epoch they have not read yet.
 			w.docs[c], w.stale[c] = d, true
 			w.note("old document %s/%d written back for caller %d", d.epoch, d.revision, c)
 			break
@@ -731,6 +733,19 @@ func (w *world) attack() {
 			w.note("%s relabelled out of its workload", p.key)
 		}
 	}
+}
+
+// ordered reports whether every running process of caller c has put a
+// document of epoch in force, and so refuses an older one of it.
+func (w *world) ordered(c int, epoch string) bool {
+	for _, p := range w.pods {
+		if p.running && p.caller == c {
+			if _, ok := p.seen[epoch]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // worldParams choose a world.
