@@ -557,6 +557,143 @@ func TestRolledBackRecordPublishesAboveTheDocument(t *testing.T) {
 	}
 }
 
+// TestDivisionBackFromAnotherEpochPublishesAboveWhatPodsRemember moves
+// the quota's pods to another division's document (the quota joined a
+// shared contract) and back, its record rolled back meanwhile to a copy
+// from before the pods' newest revision: nothing the operator can see
+// shows that revision any more, but the pods remember it and would refuse
+// every document up to it. The division comes back above it.
+func TestDivisionBackFromAnotherEpochPublishesAboveWhatPodsRemember(t *testing.T) {
+	s := newInlineWorld(t, true)
+	old := &v1alpha1.DownstreamQuota{}
+	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineGate}, old); err != nil {
+		t.Fatal(err)
+	}
+	s.addPod(t)
+	s.rounds(t, 3, "third pod")
+	remembered, cm := inlineDocument(t, s.env)
+
+	// Another division's document, as a shared contract publishes it.
+	away := remembered
+	away.Epoch, away.Revision = "uid-of-a-contract", 3
+	away.Hash = plan.Hash(away)
+	data, err := plan.Marshal(away)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[plan.KeyFor(inlineGate)] = string(data)
+	if err := s.env.client.Update(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	s.w.read("shop", inlineGate)
+	s.w.settle("shop", inlineGate)
+
+	// Back, with the record of before the third pod.
+	q := &v1alpha1.DownstreamQuota{}
+	if err := s.env.client.Get(context.Background(), client.ObjectKeyFromObject(old), q); err != nil {
+		t.Fatal(err)
+	}
+	q.Status = old.Status
+	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	setPodReady(t, s.env, "api-c", false)
+	s.rounds(t, 3, "back from another epoch")
+	back, _ := inlineDocument(t, s.env)
+	if back.Epoch != remembered.Epoch || back.Revision <= remembered.Revision {
+		t.Fatalf("back from another epoch the document is %s/%d, want above %s/%d, which the pods remember",
+			back.Epoch, back.Revision, remembered.Epoch, remembered.Revision)
+	}
+	if a, b, c := s.w.permits("shop", "api-a", inlineGate), s.w.permits("shop", "api-b", inlineGate), s.w.permits("shop", "api-c", inlineGate); a != 20 || b != 20 || c != 0 {
+		t.Errorf("api-a, api-b and api-c enforce %d, %d and %d, want 20, 20 and 0", a, b, c)
+	}
+}
+
+// TestCallerLeavingAContractCountsWhatItsRecordSays moves shop's quota out
+// of the shared contract onto a contract of its own just after an older
+// document of the shared contract was written back into its ConfigMap (a
+// backup, a GitOps copy) that gives its pods nothing: the pods refuse it
+// and keep enforcing the contract's newer one, 38 permits on
+// search-gateway-0. The quota's own division, stepping before the
+// contract's has replaced that document, counts them at what the shared
+// contract's record of them says they may hold (the quota's status.division
+// while it shared the contract), not at what the document says:
+// search-gateway-1 gets only what is left until search-gateway-0 has let
+// go.
+func TestCallerLeavingAContractCountsWhatItsRecordSays(t *testing.T) {
+	s := newSharedWorld(t)
+	ctx := context.Background()
+	if err := s.env.client.Create(ctx, guardPod("shop", "search-gateway", "search-gateway-1")); err != nil {
+		t.Fatal(err)
+	}
+	s.w.start("shop", "search-gateway-1", sharedGate, "search-gateway-backpressure", true)
+	s.rounds(t, 3, "a second pod")
+	setPodReady(t, s.env, "search-gateway-1", false)
+	s.rounds(t, 3, "the second pod not Ready")
+
+	cm := &corev1.ConfigMap{}
+	if err := s.env.client.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "search-gateway-backpressure"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	newest, err := plan.Parse([]byte(cm.Data[plan.KeyFor(sharedGate)]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := newest.WithShare(plan.PodShare{})
+	old.Revision, old.Pods, old.Holding = newest.Revision-1, nil, nil
+	old.Hash = plan.Hash(old)
+	data, err := plan.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[plan.KeyFor(sharedGate)] = string(data)
+	if err := s.env.client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	s.w.read("shop", sharedGate)
+	if got := s.w.permits("shop", "search-gateway-0", sharedGate); got != 38 {
+		t.Fatalf("search-gateway-0 took the older document: it enforces %d, want 38", got)
+	}
+
+	update(t, s.env, &v1alpha1.DownstreamQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: sharedGate}}, func(q *v1alpha1.DownstreamQuota) {
+		q.Spec.ContractRef, q.Spec.Contract = nil, &v1alpha1.Contract{Concurrency: 60}
+	})
+	setPodReady(t, s.env, "search-gateway-1", true)
+	// shop's pods now answer to its own contract of 48 usable permits.
+	shop := func() int {
+		n := 0
+		for _, pod := range []string{"search-gateway-0", "search-gateway-1"} {
+			if p := s.w.procs[procKey{"shop", pod, sharedGate}]; !p.ended {
+				n += p.inFlight
+			}
+		}
+		return n
+	}
+	// The quota's own division steps first, before the contract's
+	// publishes the caller's leaving over the older document.
+	for i := range 4 {
+		for _, ns := range []string{"shop", "", "reports"} {
+			if ns == "" {
+				s.env.reconcileContract(t)
+				continue
+			}
+			if _, err := s.env.r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: sharedGate}}); err != nil {
+				t.Fatal(err)
+			}
+			s.w.read(ns, sharedGate)
+		}
+		if n := shop(); n > sharedUsable {
+			t.Fatalf("out of the contract, round %d: shop's pods may have %d calls in flight > %d usable", i, n, sharedUsable)
+		}
+		for _, ns := range []string{"shop", "reports"} {
+			s.w.settle(ns, sharedGate)
+		}
+	}
+	if got := [2]int{s.w.permits("shop", "search-gateway-0", sharedGate), s.w.permits("shop", "search-gateway-1", sharedGate)}; got != [2]int{24, 24} {
+		t.Errorf("once search-gateway-0 let go: shop's pods enforce %v, want [24 24]", got)
+	}
+}
+
 // inlineDocument reads the quota's published document.
 func inlineDocument(t *testing.T, e *fakeEnv) (plan.Document, *corev1.ConfigMap) {
 	t.Helper()

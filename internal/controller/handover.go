@@ -267,6 +267,7 @@ type divisionInput struct {
 func resume(d *divisionInput) handover.Resumed {
 	t := handover.Trace{Learned: map[string]int64{}, Own: map[string]int64{}, Reads: map[string]int64{}}
 	for _, c := range d.callers {
+		t.Elsewhere = t.Elsewhere || c.elsewhere
 		t.Revisions = append(t.Revisions, c.revisions...)
 		for _, m := range c.members {
 			if m.acked && !m.ack.Released {

@@ -20,7 +20,7 @@ import (
 // podWorld plays the pods' side of the handover in the unit tests,
 // independently of the operator's own record: each pod's process reads its
 // gates' documents from the ConfigMap it was started with and accepts a
-// document by the runtime's rules (a document of the epoch it enforces with
+// document by the runtime's rules (a document of an epoch it enforced with
 // an older revision is refused), and may have in flight the permits of the
 // document it accepted, or more: after a smaller share, the calls above it
 // finish only when the test says so (drain, or ack for a pod that
@@ -41,8 +41,9 @@ type process struct {
 	configMap string
 	acks      bool // acknowledges what it enforces once its calls fit
 	doc       *plan.Document
-	permits   int // the accepted document's share for this pod
-	inFlight  int // the most it may have in flight: at least permits
+	seen      map[string]int64 // the newest revision of each epoch it accepted
+	permits   int              // the accepted document's share for this pod
+	inFlight  int              // the most it may have in flight: at least permits
 	ended     bool
 }
 
@@ -81,13 +82,17 @@ func (w *podWorld) read(namespace, gate string, pods ...string) {
 		if err != nil {
 			w.t.Fatalf("%s/%s reads %s: %v", namespace, p.configMap, gate, err)
 		}
-		if p.doc != nil && d.Epoch == p.doc.Epoch && (d.Revision < p.doc.Revision || d.Revision == p.doc.Revision && d.Hash != p.doc.Hash) {
-			// An older revision of the epoch it enforces, or the same
-			// revision with other content: the runtime puts no revision
-			// in force twice.
+		if d.Revision < p.seen[d.Epoch] || p.doc != nil && d.Epoch == p.doc.Epoch && d.Revision == p.doc.Revision && d.Hash != p.doc.Hash {
+			// An older revision of an epoch it enforced, or the same
+			// revision with other content: the runtime remembers each
+			// epoch's newest revision, and puts no revision in force
+			// twice.
 			continue
 		}
-		p.doc = &d
+		if p.seen == nil {
+			p.seen = map[string]int64{}
+		}
+		p.doc, p.seen[d.Epoch] = &d, max(p.seen[d.Epoch], d.Revision)
 		p.permits = d.For(k.pod).Permits
 		p.inFlight = max(p.inFlight, p.permits)
 	}

@@ -19,8 +19,10 @@
 //   - a smaller share is told at once (shrinking is always safe); Holds stays
 //     until the pod acknowledges a revision at least as new as the one that
 //     told it (the runtime acknowledges once its calls in flight are within
-//     the smaller share). An acknowledgement of a revision the step has not
-//     reached was never published and counts as none;
+//     the smaller share). An acknowledgement of a revision not published
+//     to the pod counts as none, also once it is: no revision up to it is
+//     published any more, and the pod's smaller share is told again above
+//     it;
 //   - a pod that does not acknowledge is taken to have applied its smaller
 //     share once UnacknowledgedDelay has passed since the revision that told
 //     it was published: the delay starts only when Pod.Published shows that
@@ -70,8 +72,11 @@
 // learning mode of Doorman's server after a restart. A pod the record does
 // not know is taken to hold what a document gives it in any case: a
 // caller that just joined may still enforce its old division's document.
-// Delays are counted on one clock: a record stamped by another operator
-// process starts every pending delay again.
+// A record that comes back to pods reading another epoch's document
+// (Trace.Elsewhere) publishes above the clock too: it may have been rolled
+// back while its division was away, and the pods remember revisions
+// nothing shows. Delays are counted on one clock: a record stamped by
+// another operator process starts every pending delay again.
 //
 // # Guarantees
 //

@@ -109,6 +109,14 @@ type Pod struct {
 	Record Record
 }
 
+// premature reports whether the pod acknowledges a revision not published
+// to it (the record is written before its documents, so that covers one
+// from the future too): forged, or written ahead. One above MaxAckRevision
+// is ignored altogether.
+func (p Pod) premature() bool {
+	return p.Acked > p.Published && p.Acked <= MaxAckRevision
+}
+
 // PublicationRecheck is how soon a step that keeps a released or gone
 // pod's share counted while a document still gives its name a share asks
 // to run again: the document the step publishes no longer gives it, and
@@ -155,7 +163,8 @@ type Input struct {
 // hold.
 type Result struct {
 	// Revision is Input.Revision, one more when any pod is told something
-	// new, and at least 1.
+	// new (and then above every acknowledgement of a revision not yet
+	// published to its pod), and at least 1.
 	Revision int64
 	// Records are the pods' new states, aligned with Input.Pods.
 	Records []Record
@@ -177,6 +186,14 @@ type Result struct {
 func Step(in Input) Result {
 	out := Result{Revision: max(in.Revision, 0), Records: make([]Record, len(in.Pods))}
 	next := out.Revision + 1
+	for _, p := range in.Pods {
+		if p.premature() {
+			// No revision up to an acknowledgement seen before it was
+			// published is ever published from now on: once published,
+			// the annotation could not be told from a true one.
+			next = max(next, p.Acked+1)
+		}
+	}
 	recheck := func(wait time.Duration) { out.RecheckAfter = Sooner(out.RecheckAfter, max(wait, time.Nanosecond)) }
 	republish := false
 
@@ -190,6 +207,11 @@ func Step(in Input) Result {
 			// forged. Counted once published, it would acknowledge a
 			// revision the pod never read.
 			acked = 0
+			if p.premature() && r.Holds > r.Told && r.ShrunkAt <= p.Acked {
+				// Its smaller share is told again above it, and only an
+				// acknowledgement of that revision settles it.
+				r.ShrunkAt, republish = next, true
+			}
 		}
 		acknowledges := p.acknowledges(acked)
 		if (r.Released || r.Gone) && r.Holds > r.Told && !p.Gone && (!p.Leaving || !p.Released) {

@@ -345,6 +345,24 @@ func TestHandoverInvariants(t *testing.T) {
 	}
 }
 
+// TestHandoverInvariantsUnderSiege plays 4,000 longer worlds (120 ticks)
+// with three to ten attacks in ten ticks, every share of acknowledging
+// pods, and in a third of them pods created again under gone pods' names:
+// the same checks as TestHandoverInvariants. It found an acknowledgement
+// forged ahead of the record that counted once its revision was published
+// (40 > 27), and, with the adversary free to switch epochs around a
+// rolled-back record, divisions coming back below revisions the pods
+// remembered.
+func TestHandoverInvariantsUnderSiege(t *testing.T) {
+	cases := 4000
+	if testing.Short() {
+		cases = 400
+	}
+	for c := range cases {
+		runWorld(t.Fatalf, worldParams{seed: uint64(c), total: int64(c % 41), ticks: 120, events: 6 + c%5, attacks: 3 + c%8, acksShare: c % 11, callers: 1 + c%2, cutOffs: true, namesakes: c%3 == 0})
+	}
+}
+
 // TestPodCutOffFromItsSourceNeedsTheLapse plays 400 worlds where pods
 // that do not acknowledge are often cut off from their plan source, once
 // with the lapse and once with the pods keeping their last limit, as the
@@ -381,9 +399,10 @@ func TestPodCutOffFromItsSourceNeedsTheLapse(t *testing.T) {
 }
 
 // TestStepAcknowledgementOfARevisionItCouldNotRead forges an acknowledgement
-// of a revision above the record's: it is not counted when the revisions
-// reach it either, as long as the pod's document is older, so a shrink the
-// pod never read is not taken as applied.
+// of a revision above the one published to the pod: it is not counted, nor
+// once that revision is published, when it could no longer be told from a
+// true one; the pod's smaller share is told again above it, and only an
+// acknowledgement of that revision settles it.
 func TestStepAcknowledgementOfARevisionItCouldNotRead(t *testing.T) {
 	in := Input{Total: 10, Revision: 9, Now: t0, Pods: []Pod{
 		{Key: "a", Target: 5, Acked: 9, Published: 6, Record: Record{Told: 5, Holds: 10, ShrunkAt: 7, ShrunkTime: t0, Acknowledges: true}},
@@ -393,9 +412,26 @@ func TestStepAcknowledgementOfARevisionItCouldNotRead(t *testing.T) {
 	if got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
 		t.Fatalf("an acknowledgement of revision 9, with revision 6 published, settled the shrink: %+v", got)
 	}
-	in.Pods[0].Published, in.Pods[1].Published = 9, 9
-	if got := Step(in); got.Records[0].Holds != 5 || got.Records[1].Told != 5 {
-		t.Fatalf("once revision 9 is published, its acknowledgement settles the shrink: %+v", got)
+	if got.Revision != 10 || got.Records[0].ShrunkAt != 10 {
+		t.Fatalf("the smaller share is not told again above the forged acknowledgement: %+v", got)
+	}
+	next := func(published, acked int64) Input {
+		in := Input{Total: 10, Revision: got.Revision, Now: t0, Pods: []Pod{
+			{Key: "a", Target: 5, Acked: acked, Published: published, Record: got.Records[0]},
+			{Key: "b", Target: 5, Published: published, Record: got.Records[1]},
+		}}
+		return in
+	}
+	if got := Step(next(10, 9)); got.Records[0].Holds != 10 || got.Records[1].Told != 0 {
+		t.Fatalf("the forged acknowledgement of revision 9 settled the shrink once 10 was published: %+v", got)
+	}
+	if got := Step(next(10, 10)); got.Records[0].Holds != 5 || got.Records[1].Told != 5 {
+		t.Fatalf("an acknowledgement of revision 10 does not settle the shrink told again: %+v", got)
+	}
+	// Ahead of the record too: no revision up to it is published.
+	in.Pods[0].Acked = 12
+	if got := Step(in); got.Revision != 13 || got.Records[0].ShrunkAt != 13 {
+		t.Fatalf("an acknowledgement of revision 12, ahead of the record at 9: %+v, want revision 13", got)
 	}
 }
 

@@ -11,6 +11,13 @@ import (
 // that no pod can push a division's revisions to the end of their range.
 const MaxAckRevision = 1 << 52
 
+// maxSeenRevision bounds the revisions of documents that Resume takes as
+// seen: twice MaxAckRevision, so that the revisions the division reaches by
+// starting or stepping above an acknowledgement (up to MaxAckRevision) are
+// seen, and one a hand-written document pushes to the end of the range is
+// not.
+const maxSeenRevision = 2 * MaxAckRevision
+
 // Snapshot is a division's record as read back: the revision last
 // published and every pod's Record, by key.
 type Snapshot struct {
@@ -28,7 +35,8 @@ type Snapshot struct {
 // Trace is what can be seen of a division outside its record.
 type Trace struct {
 	// Revisions are the revisions of the division's epoch of the documents
-	// published to the pods (those above MaxAckRevision are ignored).
+	// published to the pods (those above twice MaxAckRevision are
+	// ignored).
 	Revisions []int64
 	// Acked are the revisions of the division's epoch the pods'
 	// annotations acknowledge. Anyone who may annotate a pod can write
@@ -49,6 +57,12 @@ type Trace struct {
 	// when that document does not name it); a pod that reads none is not
 	// in it.
 	Reads map[string]int64
+	// Elsewhere is set when the pods of a caller of the division read a
+	// document of another epoch: the division comes to their ConfigMap
+	// from another, or back to it. Revisions of its own epoch published
+	// before it went may be remembered by pods while nothing shows them any
+	// more, and its record may have been rolled back meanwhile.
+	Elsewhere bool
 }
 
 // Resumed is where the next Step starts from.
@@ -102,7 +116,7 @@ type Resumed struct {
 func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) Resumed {
 	var seen, acked int64
 	for _, r := range t.Revisions {
-		if r <= MaxAckRevision {
+		if r <= maxSeenRevision {
 			seen = max(seen, r)
 		}
 	}
@@ -132,6 +146,15 @@ func Resume(epoch string, rec *Snapshot, t Trace, now time.Time, clock string) R
 			// published less than one revision a millisecond on average.
 			out.Revision = max(out.Revision, now.UnixMilli())
 		}
+	}
+	if t.Elsewhere && !out.Fresh {
+		// The division comes back to pods that read another epoch's
+		// document: they may remember revisions of this epoch above its
+		// record (rolled back while it was away), which they would refuse
+		// to go below. Above the clock is above them, as for a fresh
+		// record; and the revision is published, so that the pods read
+		// the division's own document.
+		out.Revision, out.Learned = max(out.Revision, now.UnixMilli()), true
 	}
 	next := out.Revision + 1
 	for key, r := range out.Records {

@@ -49,6 +49,21 @@ func TestResume(t *testing.T) {
 			want:  Resumed{Revision: 9, Records: map[string]Record{"a": steady(5)}},
 		},
 		{
+			name: "current record back from another epoch: above the clock, its pods told nothing until they acknowledge it",
+			rec:  &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{}},
+			trace: Trace{Elsewhere: true, Learned: map[string]int64{"a": 20},
+				Reads: map[string]int64{"a": 20}},
+			want: Resumed{Revision: ms, Learned: true, Records: map[string]Record{
+				"a": {Holds: 20, ShrunkAt: ms + 1, ShrunkTime: now},
+			}},
+		},
+		{
+			name:  "record behind a document above MaxAckRevision, reached by stepping above an acknowledgement",
+			rec:   &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{}},
+			trace: Trace{Revisions: []int64{MaxAckRevision + 1}},
+			want:  Resumed{Fresh: true, Revision: MaxAckRevision + 1, Records: map[string]Record{}},
+		},
+		{
 			name:  "fresh record: above the acknowledgements too",
 			trace: Trace{Revisions: []int64{3}, Acked: []int64{7, MaxAckRevision + 1}},
 			want:  Resumed{Fresh: true, Revision: ms, Records: map[string]Record{}},
@@ -56,7 +71,7 @@ func TestResume(t *testing.T) {
 		{
 			name: "current record: known pods as recorded, unknown ones told nothing yet, holding what they may",
 			rec:  &Snapshot{Epoch: "E", Revision: 9, Clock: "me", Records: map[string]Record{"a": steady(5)}},
-			trace: Trace{Revisions: []int64{9, 9, MaxAckRevision + 1, 1 << 62},
+			trace: Trace{Revisions: []int64{9, 9, 2*MaxAckRevision + 1, 1 << 62},
 				Learned: map[string]int64{"a": 20, "joined": 7, "elsewhere": 3}, Reads: map[string]int64{"a": 5, "joined": 7}},
 			want: Resumed{Revision: 9, Learned: true, Records: map[string]Record{
 				"a": steady(5), "joined": {Told: 0, Holds: 7, ShrunkAt: 10, ShrunkTime: now}, "elsewhere": {Told: 0, Holds: 3, ShrunkAt: 10, ShrunkTime: now},

@@ -29,16 +29,17 @@ import (
 // its publication and drains to it within the other half; the process of a
 // pod whose object is deleted ends within the delay; a pod acknowledges
 // only what it enforces with its calls within it; the record and the
-// document the pods read are not lost together (an old document written
-// back while the record is lost, or the record rolled back once the
-// documents of its epoch were replaced by another's); the replicas' clocks
-// agree better than
-// the time between two incarnations of an epoch. Everything else the
-// adversary may do: forge acknowledgements from the future, of another
-// epoch, or garble or remove them; delete the record or roll it back to an
-// earlier copy; switch the division's epoch back and forth (a quota moved
-// to a shared contract and back), losing the record of the epoch it comes
-// back to; deliver old documents late; force-delete pods with their
+// document the pods read are not lost together (no old document written
+// back while the record is lost); an old document written back is of the
+// epoch the ConfigMap holds (pods cannot order the documents of two
+// epochs); the replicas' clocks agree better than the time between two
+// incarnations of an epoch. Everything else the adversary may do: forge
+// acknowledgements from the future, of another epoch, or garble or remove
+// them; delete the record or roll it back to an earlier copy, also while
+// its division is away in another epoch; switch the division's epoch back
+// and forth (a quota moved to a shared contract and back) at any time,
+// losing the record of the epoch it comes back to; deliver old documents
+// late; force-delete pods with their
 // processes running; turn a caller away and back; fail publications; hand
 // the operator to a replica whose clock is off (by up to 250 ms). Pods
 // that acknowledge may refresh slowly, 10 to 30 s, when the operator can
@@ -153,14 +154,8 @@ type world struct {
 	// neither.
 	lost  bool
 	stale [2]bool
-	// rolledBack is set from a record's rollback until the operator
-	// writes it again. The epoch does not switch meanwhile, nor while a
-	// ConfigMap holds an old document written back: nothing would show
-	// that the record is behind, or the new division would take the old
-	// document for what the pods read and not learn what they hold.
-	rolledBack bool
-	log        []string // what happened, for a failure's message
-	steps      int
+	log   []string // what happened, for a failure's message
+	steps int
 	// cuts draws the cut-offs from plan sources, apart from rng so that
 	// the other events of a seed are those they were before cut-offs.
 	cuts *rand.Rand
@@ -284,6 +279,7 @@ func (w *world) controller() {
 			}
 		}
 		learned := t.Learned
+		t.Elsewhere = t.Elsewhere || d.epoch != epoch
 		if d.epoch == epoch {
 			t.Revisions = append(t.Revisions, d.revision)
 			published[c] = d.revision
@@ -399,7 +395,7 @@ func (w *world) controller() {
 		}
 	}
 	w.records[w.cur] = &written
-	w.lost, w.rolledBack = false, false
+	w.lost = false
 	w.history[w.cur] = append(w.history[w.cur], written)
 
 	if w.fail {
@@ -607,6 +603,12 @@ func (w *world) recreate(acksShare int) {
 			p.declared = DeclaredAcknowledging
 		}
 	}
+	if w.stale[p.caller] {
+		// What the guarantee assumes: a pod created under a gone pod's
+		// name reads the document published before it or a newer one,
+		// not an older one written back, which names it as it was.
+		return
+	}
 	d := w.docs[p.caller]
 	if sent := w.sent[p.caller]; len(sent) >= 2 && !sent[len(sent)-1].at.Before(w.now.Add(-simTick)) && w.namesakes.IntN(2) == 0 {
 		d = sent[len(sent)-2]
@@ -662,20 +664,17 @@ func (w *world) attack() {
 		w.records[w.cur], w.lost = nil, true
 		w.note("record of %s deleted", epoch)
 	case 4: // the record rolled back
-		// Only while a ConfigMap shows the epoch's newest document: a
-		// record rolled back after its division moved to another epoch
-		// and back is noticed by nothing (see the assumptions above).
-		if h := w.history[w.cur]; len(h) > 0 && w.stale == [2]bool{} && w.showsEpoch(epoch) {
-			w.lost, w.rolledBack = true, true
+		// Also after its division moved to another epoch and back, when
+		// nothing shows the revisions the pods remember: the division
+		// comes back above the clock.
+		if h := w.history[w.cur]; len(h) > 0 && w.stale == [2]bool{} {
+			w.lost = true
 			old := h[w.rng.IntN(len(h))]
 			old.Records = maps.Clone(old.Records)
 			w.records[w.cur] = &old
 			w.note("record of %s rolled back to revision %d", epoch, old.Revision)
 		}
 	case 5: // the epoch switched: the record of the epoch it comes back to may be lost
-		if w.rolledBack || w.stale != [2]bool{} {
-			break
-		}
 		w.cur = 1 - w.cur
 		if w.rng.IntN(2) == 0 && w.stale == [2]bool{} {
 			w.records[w.cur], w.lost = nil, true
@@ -687,11 +686,13 @@ func (w *world) attack() {
 			break
 		}
 		d := w.sent[c][w.rng.IntN(len(w.sent[c]))]
-		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch {
+		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
 			// A deposed leader's late write, a restored backup, a GitOps
 			// copy: the ConfigMap holds it until the operator writes again.
-			// Only of the epoch the ConfigMap holds: pods cannot order the
-			// documents of two epochs, and take an old one of another.
+			// Only of the epoch the ConfigMap holds, and once every pod
+			// of the caller has read a document of that epoch: pods
+			// cannot order the documents of two epochs, and take an old
+			// one of an epoch they have not read yet.
 			w.docs[c], w.stale[c] = d, true
 			w.note("old document %s/%d written back for caller %d", d.epoch, d.revision, c)
 			break
@@ -734,14 +735,17 @@ func (w *world) attack() {
 	}
 }
 
-// showsEpoch reports whether a ConfigMap holds a document of epoch.
-func (w *world) showsEpoch(epoch string) bool {
-	for c := range w.callers {
-		if d := w.docs[c]; d != nil && d.epoch == epoch {
-			return true
+// ordered reports whether every running process of caller c has put a
+// document of epoch in force, and so refuses an older one of it.
+func (w *world) ordered(c int, epoch string) bool {
+	for _, p := range w.pods {
+		if p.running && p.caller == c {
+			if _, ok := p.seen[epoch]; !ok {
+				return false
+			}
 		}
 	}
-	return false
+	return true
 }
 
 // worldParams choose a world.
@@ -812,6 +816,11 @@ func runWorld(fail func(format string, args ...any), p worldParams) {
 		pod.declared = DeclaredSilent
 		if pod.acks {
 			pod.declared = DeclaredAcknowledging
+			// Likewise an acknowledging pod whose annotation was forged
+			// over its own stalls until it acknowledges a newer document,
+			// which a still division may never publish: its people put
+			// its own annotation back (the runtime writes it again).
+			pod.ackedDoc = nil
 		}
 	}
 	for tick := range 90 {
