@@ -229,10 +229,11 @@ func (p *simPod) read(d *simDoc, now time.Time) bool {
 		return true // it admits nothing until its source is back
 	}
 	p.limit = d.shares[p.key]
-	if !p.acks && p.inflight > p.limit {
+	if by := now.Add(simDelay / 2); !p.acks && p.inflight > p.limit && (p.drainBy.IsZero() || by.Before(p.drainBy)) {
 		// Calls have deadlines: above the limit they are done within
-		// half the delay of the document being applied.
-		p.drainBy = now.Add(simDelay / 2)
+		// half the delay of the document being applied; a later
+		// document does not put off the end of calls admitted before.
+		p.drainBy = by
 	}
 	return true
 }
