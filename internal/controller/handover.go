@@ -594,9 +594,7 @@ func stepInput(d *divisionInput, res handover.Resumed) ([]stepEntry, handover.In
 		if e.m.acked {
 			p.Acked, p.Released = e.m.ack.Revision, e.m.ack.Released
 		}
-		if r := p.Record; e.m.gone || e.m.leaving || r.Released || r.Gone {
-			p.Readable = d.callers[e.c].readable(e.m.name)
-		}
+		p.Readable = d.callers[e.c].readable(e.m.name)
 		in.Pods[i] = p
 	}
 	return entries, in

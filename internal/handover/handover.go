@@ -295,6 +295,9 @@ func Step(in Input) Result {
 	for _, r := range out.Records {
 		out.Free -= r.Bound()
 	}
+	if out.Free < 0 {
+		withholdUnread(in, &out, next)
+	}
 
 	grant(in, &out)
 
@@ -307,6 +310,28 @@ func Step(in Input) Result {
 		out.Revision = next
 	}
 	return out
+}
+
+// withholdUnread takes back, while the pods may hold more than Total, every
+// share a record tells a pod above what any document it can read gives it
+// (Pod.Readable): a grant never published. It was counted, and publishing
+// it now is safe only while the pods hold no more than the record says;
+// when they may hold more (Total shrank, or the record was rolled back to a
+// copy whose grants never reached the pods while they enforce what a later
+// copy published), publishing it would give the pod capacity nobody
+// counted as free. The pod keeps it counted until it acknowledges the next
+// revision or the delay passes, and is granted it again from what is free.
+func withholdUnread(in Input, out *Result, next int64) {
+	for i, p := range in.Pods {
+		r := &out.Records[i]
+		if p.Gone || r.Told <= max(p.Readable, 0) {
+			continue
+		}
+		r.Holds = max(r.Holds, r.Told)
+		r.Told = max(p.Readable, 0)
+		r.ShrunkAt, r.ShrunkTime = next, in.Now
+		r.Acknowledges = p.acknowledges(0) && !r.Released
+	}
 }
 
 // grant grants what out.Free leaves to the pods below their target, those
