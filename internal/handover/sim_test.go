@@ -146,13 +146,14 @@ type world struct {
 	clock   string        // the operator replica's clock
 	skew    time.Duration // how far its clock is off the world's
 	fail    bool          // publications fail
-	// lost is set from a record's loss (deleted, rolled back) until the
-	// operator writes it again; stale[c] from an old document written
+	// lost[e] is set from the loss of epoch e's record (deleted, rolled
+	// back) until the operator writes it again, also while the division
+	// is in the other epoch; stale[c] from an old document written
 	// back into caller c's ConfigMap until the operator writes it again.
 	// The guarantee assumes they do not coincide: a pod's share can be
 	// learned from the record or from the document it read, not from
 	// neither.
-	lost  bool
+	lost  [2]bool
 	stale [2]bool
 	log   []string // what happened, for a failure's message
 	steps int
@@ -396,7 +397,7 @@ func (w *world) controller() {
 		}
 	}
 	w.records[w.cur] = &written
-	w.lost = false
+	w.lost[w.cur] = false
 	w.history[w.cur] = append(w.history[w.cur], written)
 
 	if w.fail {
@@ -662,14 +663,14 @@ func (w *world) attack() {
 		if w.stale != [2]bool{} {
 			break
 		}
-		w.records[w.cur], w.lost = nil, true
+		w.records[w.cur], w.lost[w.cur] = nil, true
 		w.note("record of %s deleted", epoch)
 	case 4: // the record rolled back
 		// Also after its division moved to another epoch and back, when
 		// nothing shows the revisions the pods remember: the division
 		// comes back above the clock.
 		if h := w.history[w.cur]; len(h) > 0 && w.stale == [2]bool{} {
-			w.lost = true
+			w.lost[w.cur] = true
 			old := h[w.rng.IntN(len(h))]
 			old.Records = maps.Clone(old.Records)
 			w.records[w.cur] = &old
@@ -678,7 +679,7 @@ func (w *world) attack() {
 	case 5: // the epoch switched: the record of the epoch it comes back to may be lost
 		w.cur = 1 - w.cur
 		if w.rng.IntN(2) == 0 && w.stale == [2]bool{} {
-			w.records[w.cur], w.lost = nil, true
+			w.records[w.cur], w.lost[w.cur] = nil, true
 		}
 		w.note("epoch switched to %s (record kept: %v)", w.epochs[w.cur], w.records[w.cur] != nil)
 	case 6: // an old document: written back, or delivered late
@@ -687,7 +688,7 @@ func (w *world) attack() {
 			break
 		}
 		d := w.sent[c][w.rng.IntN(len(w.sent[c]))]
-		if w.rng.IntN(2) == 0 && !w.lost && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
+		if e := slices.Index(w.epochs[:], d.epoch); w.rng.IntN(2) == 0 && !w.lost[e] && w.records[e] != nil && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
 			// A deposed leader's late write, a restored backup, a GitOps
 			// copy: the ConfigMap holds it until the operator writes again.
 			// Only of the epoch the ConfigMap holds, and once every pod
