@@ -92,10 +92,15 @@ type simPod struct {
 	// relabelled is set for a pod relabelled out of its workload: it
 	// exists, but its caller no longer lists it.
 	relabelled bool
-	ready      bool
-	leaving    bool
-	declared   Declaration
-	ann        *annotation
+	// unseen is set for a pod created again under a gone pod's name
+	// until a reconcile has seen its object: the guarantee assumes it is
+	// not force-deleted before (a pod that existed only between two
+	// reconciles is seen by nothing).
+	unseen   bool
+	ready    bool
+	leaving  bool
+	declared Declaration
+	ann      *annotation
 
 	acks     bool // its runtime acknowledges
 	running  bool
@@ -266,6 +271,9 @@ func (w *world) enforceable() (int64, string) {
 // controller runs one reconcile of the division of the current epoch.
 func (w *world) controller() {
 	w.steps++
+	for _, p := range w.pods {
+		p.unseen = p.unseen && !p.object
+	}
 	epoch := w.epochs[w.cur]
 	now := w.now.Add(w.skew)
 	t := Trace{Learned: map[string]int64{}, Own: map[string]int64{}, Reads: map[string]int64{}}
@@ -598,7 +606,7 @@ func (w *world) recreate(acksShare int) {
 		return
 	}
 	old := gone[w.namesakes.IntN(len(gone))]
-	p := &simPod{key: old.key, caller: old.caller, acks: w.namesakes.IntN(10) < acksShare, lag: w.namesakes.IntN(4)}
+	p := &simPod{key: old.key, caller: old.caller, acks: w.namesakes.IntN(10) < acksShare, lag: w.namesakes.IntN(4), unseen: true}
 	if w.namesakes.IntN(3) == 0 {
 		p.declared = DeclaredSilent
 		if p.acks {
@@ -677,6 +685,12 @@ func (w *world) attack() {
 			w.note("record of %s rolled back to revision %d", epoch, old.Revision)
 		}
 	case 5: // the epoch switched: the record of the epoch it comes back to may be lost
+		if w.stale != [2]bool{} {
+			// Not while a ConfigMap holds an old document written back:
+			// the new division would count what the old one's record
+			// says the pods hold, but tell them what that document says.
+			break
+		}
 		w.cur = 1 - w.cur
 		if w.rng.IntN(2) == 0 && w.stale == [2]bool{} {
 			w.records[w.cur], w.lost[w.cur] = nil, true
@@ -688,13 +702,14 @@ func (w *world) attack() {
 			break
 		}
 		d := w.sent[c][w.rng.IntN(len(w.sent[c]))]
-		if e := slices.Index(w.epochs[:], d.epoch); w.rng.IntN(2) == 0 && !w.lost[e] && w.records[e] != nil && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
+		if e := slices.Index(w.epochs[:], d.epoch); w.rng.IntN(2) == 0 && e == w.cur && !w.lost[e] && w.records[e] != nil && w.docs[c] != nil && w.docs[c].epoch == d.epoch && w.ordered(c, d.epoch) {
 			// A deposed leader's late write, a restored backup, a GitOps
 			// copy: the ConfigMap holds it until the operator writes again.
-			// Only of the epoch the ConfigMap holds, and once every pod
-			// of the caller has read a document of that epoch: pods
-			// cannot order the documents of two epochs, and take an old
-			// one of an epoch they have not read yet.
+			// Only of the epoch the ConfigMap holds, the division's, and
+			// once every pod of the caller has read a document of that
+			// epoch: pods cannot order the documents of two epochs, and
+			// take an old one of an epoch they have not read yet; and a
+			// division of another epoch would tell them what it says.
 			w.docs[c], w.stale[c] = d, true
 			w.note("old document %s/%d written back for caller %d", d.epoch, d.revision, c)
 			break
@@ -709,7 +724,7 @@ func (w *world) attack() {
 			}
 		}
 	case 7: // a pod force-deleted, its process still running
-		if p := pod(); p != nil && p.object {
+		if p := pod(); p != nil && p.object && !p.unseen {
 			p.object = false
 			p.killAt = w.now.Add(time.Duration(w.rng.Int64N(int64(simDelay))))
 			w.note("%s force-deleted; its process ends at %v", p.key, p.killAt.Sub(w.now))
