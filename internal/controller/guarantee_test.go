@@ -531,21 +531,11 @@ func TestRelabelledPodStaysCounted(t *testing.T) {
 // pods enforce a newer revision, which the operator must publish above.
 func TestRolledBackRecordPublishesAboveTheDocument(t *testing.T) {
 	s := newInlineWorld(t, true)
-	old := &v1alpha1.DownstreamQuota{}
-	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineGate}, old); err != nil {
-		t.Fatal(err)
-	}
+	old := s.quota(t)
 	s.addPod(t)
 	s.rounds(t, 3, "third pod")
 	doc, _ := inlineDocument(t, s.env)
-	q := &v1alpha1.DownstreamQuota{}
-	if err := s.env.client.Get(context.Background(), client.ObjectKeyFromObject(old), q); err != nil {
-		t.Fatal(err)
-	}
-	q.Status = old.Status
-	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
-		t.Fatal(err)
-	}
+	s.restoreStatus(t, old)
 	setPodReady(t, s.env, "api-c", false)
 	s.rounds(t, 3, "record rolled back")
 	after, _ := inlineDocument(t, s.env)
@@ -565,10 +555,7 @@ func TestRolledBackRecordPublishesAboveTheDocument(t *testing.T) {
 // every document up to it. The division comes back above it.
 func TestDivisionBackFromAnotherEpochPublishesAboveWhatPodsRemember(t *testing.T) {
 	s := newInlineWorld(t, true)
-	old := &v1alpha1.DownstreamQuota{}
-	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineGate}, old); err != nil {
-		t.Fatal(err)
-	}
+	old := s.quota(t)
 	s.addPod(t)
 	s.rounds(t, 3, "third pod")
 	remembered, cm := inlineDocument(t, s.env)
@@ -589,14 +576,7 @@ func TestDivisionBackFromAnotherEpochPublishesAboveWhatPodsRemember(t *testing.T
 	s.w.settle("shop", inlineGate)
 
 	// Back, with the record of before the third pod.
-	q := &v1alpha1.DownstreamQuota{}
-	if err := s.env.client.Get(context.Background(), client.ObjectKeyFromObject(old), q); err != nil {
-		t.Fatal(err)
-	}
-	q.Status = old.Status
-	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
-		t.Fatal(err)
-	}
+	s.restoreStatus(t, old)
 	setPodReady(t, s.env, "api-c", false)
 	s.rounds(t, 3, "back from another epoch")
 	back, _ := inlineDocument(t, s.env)
@@ -691,6 +671,27 @@ func TestCallerLeavingAContractCountsWhatItsRecordSays(t *testing.T) {
 	}
 	if got := [2]int{s.w.permits("shop", "search-gateway-0", sharedGate), s.w.permits("shop", "search-gateway-1", sharedGate)}; got != [2]int{24, 24} {
 		t.Errorf("once search-gateway-0 let go: shop's pods enforce %v, want [24 24]", got)
+	}
+}
+
+// quota reads the quota shop/payments as it is now.
+func (s *inlineWorld) quota(t *testing.T) *v1alpha1.DownstreamQuota {
+	t.Helper()
+	q := &v1alpha1.DownstreamQuota{}
+	if err := s.env.client.Get(context.Background(), client.ObjectKey{Namespace: "shop", Name: inlineGate}, q); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// restoreStatus writes old's status back over the quota's (a backup, a
+// GitOps re-apply of an older copy).
+func (s *inlineWorld) restoreStatus(t *testing.T, old *v1alpha1.DownstreamQuota) {
+	t.Helper()
+	q := s.quota(t)
+	q.Status = old.Status
+	if err := s.env.client.Status().Update(context.Background(), q); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -74,8 +74,10 @@ type Resumed struct {
 	// Fresh is set when the record starts afresh.
 	Fresh bool
 	// Learned is set when a pod was taken to hold more than it is told,
-	// waiting for an acknowledgement of the next revision: that revision
-	// must be published even when no share changes (Input.Fresh).
+	// waiting for an acknowledgement of the next revision, or when the
+	// division comes back to pods reading another epoch's document
+	// (Trace.Elsewhere): that revision must be published even when no
+	// share changes (Input.Fresh).
 	Learned bool
 	// Restamped is set when a delay was started again: the record's clock
 	// was another's, or a record holding more than told lacked its time.
