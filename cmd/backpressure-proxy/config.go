@@ -147,7 +147,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
 	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the downstream's reserve from when the pod's own share is full, host:port; every call then gets the plan's deadline (empty: no borrowing)")
-	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow that must answer at once may take before the call goes on without it")
+	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
 	c.pod = getenv(backpressure.EnvPodName)
 
 	if err := fs.Parse(args); err != nil {

@@ -269,7 +269,7 @@ func writeAdmission(out io.Writer, usable int64, a admissionJSON) error {
 	}
 	z := a.SmallestReserve
 	if !z.Found {
-		_, err := fmt.Fprintf(out, "No reserve reaches %s of one gate with demand-following shares: all %d usable permits in the reserve reach %s (the pods' waiting rooms are sized by their permits).\n",
+		_, err := fmt.Fprintf(out, "No reserve reaches %s of one gate with demand-following shares: all %d usable permits in the reserve reach %s.\n",
 			percent(z.Target), usable, percent(z.RatioToGlobalGate))
 		return err
 	}

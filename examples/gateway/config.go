@@ -29,7 +29,7 @@ type config struct {
 	// reserveAddress is the permit server (backpressure-broker) the gate
 	// borrows from when the pod's own share is full; "" for none.
 	reserveAddress string
-	// reserveBudget bounds a borrow that must answer at once.
+	// reserveBudget bounds a borrow's round trip beyond its wait.
 	reserveBudget time.Duration
 	// pod is $POD_NAME: the name the permit server counts borrows by.
 	pod string
@@ -52,7 +52,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
 	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the quota's reserve from when the pod's own share is full, host:port (empty: no borrowing)")
-	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow that must answer at once may take before the call goes on without it")
+	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

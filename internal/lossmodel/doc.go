@@ -45,11 +45,13 @@
 //     waits there. Otherwise it is lent one of the R reserve permits if one
 //     is free. Otherwise it waits in its pod's FIFO waiting room, if there
 //     is room, for at most MaxQueueWait, and under BorrowWaiting (the
-//     library's rule) it waits for a reserve permit at the same time: a
-//     permit freed at its pod goes to the pod's first waiter, a reserve
-//     permit going back goes to the call that has waited longest in any
-//     pod, and the call runs on whichever comes first. Otherwise it is
-//     shed. Under BorrowOnce a call tries the reserve only on arrival.
+//     library's rule) and BorrowInRoom it waits for a reserve permit at
+//     the same time: a permit freed at its pod goes to the pod's first
+//     waiter, a reserve permit going back goes to the call that has waited
+//     longest, and the call runs on whichever comes first. Otherwise, under
+//     BorrowWaiting, it waits at the permit server alone for at most
+//     MaxQueueWait, and under BorrowInRoom it is shed. Under BorrowOnce a
+//     call tries the reserve only on arrival.
 //
 // What it leaves out: the token bucket, deadlines (DeadlineTooShort), the
 // borrow's round trip (a millisecond against latencies of hundreds), the

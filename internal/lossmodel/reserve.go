@@ -7,9 +7,11 @@ import "fmt"
 type Sizing struct {
 	// Reserve is the smallest R whose scenario admits at least the target
 	// fraction of what the global gate admits; Found is false when even
-	// R = A does not (a waiting room sized per pod holds no call of a pod
-	// without permits, so an all-reserve scenario can fall short of one
-	// gate with a waiting room of its own).
+	// R = A does not. Under BorrowWaiting an all-reserve scenario admits
+	// at least what one gate does, as the permit server's queue is bounded
+	// in time only, so that takes a target near 1 and sampling noise; under
+	// BorrowInRoom or BorrowOnce a pod without permits has no waiting room,
+	// and the all-reserve scenario can fall short of one gate with a room.
 	Reserve int
 	Found   bool
 	// Comparison is the scenario with that reserve (with R = A when not

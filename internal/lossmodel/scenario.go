@@ -45,11 +45,17 @@ type Borrowing string
 const (
 	// BorrowWaiting lends a call whose pod is full a reserve permit at once
 	// if one is free; otherwise the call waits for one at the permit server
-	// (first come, first served over all pods) for as long as it waits in
-	// its pod's waiting room, and runs on whichever permit comes first. A
-	// call its pod's waiting room cannot take is shed. This is what the
-	// library does.
+	// (first come, first served over all pods) for as long as its pod's
+	// waiting room would keep it (MaxQueueWait). A call the waiting room
+	// takes runs on whichever permit comes first, its pod's or the
+	// reserve's; a call it cannot take waits for the reserve's alone. This
+	// is what the library does.
 	BorrowWaiting Borrowing = "waiting"
+	// BorrowInRoom is BorrowWaiting for the calls the waiting room takes
+	// only: a call its pod's waiting room cannot take, and that finds no
+	// reserve permit free, is shed at once. The library did this before
+	// calls without a place in the room waited at the permit server.
+	BorrowInRoom Borrowing = "in-room"
 	// BorrowOnce lends a reserve permit only to a call that finds one free
 	// when it arrives; a call refused then waits for its pod's permits
 	// only.
@@ -140,8 +146,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("lossmodel: reserve: must be between 0 and the %d permits, got %d", s.Permits, s.Reserve)
 	case s.Sharing != "" && s.Sharing != EqualShares && s.Sharing != DemandShares:
 		return fmt.Errorf("lossmodel: sharing: must be %s or %s, got %q", EqualShares, DemandShares, s.Sharing)
-	case s.Borrowing != "" && s.Borrowing != BorrowWaiting && s.Borrowing != BorrowOnce:
-		return fmt.Errorf("lossmodel: borrowing: must be %s or %s, got %q", BorrowWaiting, BorrowOnce, s.Borrowing)
+	case s.Borrowing != "" && s.Borrowing != BorrowWaiting && s.Borrowing != BorrowInRoom && s.Borrowing != BorrowOnce:
+		return fmt.Errorf("lossmodel: borrowing: must be %s, %s or %s, got %q", BorrowWaiting, BorrowInRoom, BorrowOnce, s.Borrowing)
 	case s.Floor < 0:
 		return fmt.Errorf("lossmodel: floor: must be at least 0, got %d", s.Floor)
 	case !(s.Load > 0) || math.IsInf(s.Load, 1):

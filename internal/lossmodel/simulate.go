@@ -163,8 +163,12 @@ func (h *events) pop() event {
 }
 
 type simulation struct {
-	s        Scenario
-	shares   []int
+	s      Scenario
+	shares []int
+	// pods are the pods' gates, and one more whose queue holds the calls
+	// waiting at the permit server without a place in their pod's
+	// waiting room (BorrowWaiting); it has no permits and no calls are
+	// routed to it.
 	pods     []pod
 	cum      []float64 // cumulative weights, for Pinned
 	reserve  int       // reserve permits in use
@@ -181,12 +185,12 @@ func newSimulation(s Scenario, w []float64) *simulation {
 	sim := &simulation{
 		s:        s,
 		shares:   s.shares(w),
-		pods:     make([]pod, s.Pods),
+		pods:     make([]pod, s.Pods+1),
 		arrivals: rand.New(rand.NewPCG(s.Seed, streamArrivals)),
 		routing:  rand.New(rand.NewPCG(s.Seed, streamRouting)),
 		maxWait:  s.MaxQueueWait.Seconds(),
 	}
-	for i := range sim.pods {
+	for i := range sim.pods[:s.Pods] {
 		p := &sim.pods[i]
 		p.permits = sim.shares[i]
 		switch {
@@ -219,7 +223,7 @@ func (sim *simulation) latency() float64 {
 func (sim *simulation) route(i int) int {
 	switch sim.s.balancer() {
 	case Random:
-		return sim.routing.IntN(len(sim.pods))
+		return sim.routing.IntN(sim.s.Pods)
 	case Pinned:
 		u := sim.routing.Float64() * sim.cum[len(sim.cum)-1]
 		for p, c := range sim.cum {
@@ -229,7 +233,7 @@ func (sim *simulation) route(i int) int {
 		}
 		return len(sim.cum) - 1
 	default:
-		return i % len(sim.pods)
+		return i % sim.s.Pods
 	}
 }
 
@@ -278,13 +282,13 @@ func (sim *simulation) until(t float64) {
 	}
 }
 
-// giveBack returns a reserve permit to the reserve at t. Under
-// BorrowWaiting the reserve lends it at once to the call that has waited
-// longest in any pod's waiting room (every waiter also waits at the permit
-// server, in the order it came).
+// giveBack returns a reserve permit to the reserve at t. Unless
+// BorrowOnce, the reserve lends it at once to the call that has waited
+// longest (every waiter also waits at the permit server, in the order it
+// came), in a pod's waiting room or, under BorrowWaiting, without one.
 func (sim *simulation) giveBack(t float64) {
 	sim.reserve--
-	if sim.s.borrowing() != BorrowWaiting {
+	if sim.s.borrowing() == BorrowOnce {
 		return
 	}
 	best := -1
@@ -316,6 +320,10 @@ func (sim *simulation) arrive(t float64, i int, w waiter) {
 	case p.queue.len() < p.room:
 		p.queue.push(w)
 		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
+	case sim.s.borrowing() == BorrowWaiting && sim.s.Reserve > 0 && sim.maxWait > 0:
+		server := len(sim.pods) - 1
+		sim.pods[server].queue.push(w)
+		sim.events.push(event{t: t + sim.maxWait, pod: int32(server), kind: waitEnds})
 	}
 }
 

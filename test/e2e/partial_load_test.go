@@ -17,15 +17,17 @@ import (
 // _output/storm/report-partial-load.json.
 var partialReport = &storm.PartialLoadReport{}
 
-// The model's (internal/lossmodel) figures for the scenario, rounded down:
-// what the reserve and shares that follow demand win over equal shares
-// without a reserve. The model predicts 0.935 against 0.805 with a random
-// balancer and 0.923 against 0.698 with pinned connections.
+// The model's (internal/lossmodel) figures for the scenario: what the
+// reserve and shares that follow demand win over equal shares without a
+// reserve. The model predicts 0.962 against 0.805 with a random balancer
+// and 0.953 against 0.698 with pinned connections.
 const (
 	// partialRandomMargin and partialPinnedMargin are the least the
-	// operator's ratio must exceed the equal shares' by.
-	partialRandomMargin = 0.08
-	partialPinnedMargin = 0.15
+	// operator's ratio must exceed the equal shares' by: the model's
+	// margins (15.7 and 25.5 points) less the 3 points the measurement may
+	// stray from the model, rounded down.
+	partialRandomMargin = 0.12
+	partialPinnedMargin = 0.22
 	// partialPredictionTolerance is how far the measured ratio may be from
 	// the model's prediction.
 	partialPredictionTolerance = 0.03
@@ -77,6 +79,13 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 
 			It("admits what the model predicts, within 3 points", func() {
 				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically("~", r.PredictedRatio, partialPredictionTolerance))
+			})
+
+			It("admits more than the library's earlier rule would, which shed at once a call without a place in its waiting room", func() {
+				// The model says the earlier rule admits 0.935 and 0.923 of
+				// the global gate here; those runs measured 0.934 and 0.922.
+				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically(">", r.PredictedInRoomRatio),
+					"operator %.3f, the earlier rule's model %.3f", r.AdmittedRatioToGlobalGate, r.PredictedInRoomRatio)
 			})
 
 			It("admits more than equal shares without a reserve, by the model's margin", func() {

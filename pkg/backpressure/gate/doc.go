@@ -49,13 +49,15 @@
 // A gate may be given a Lender (SetLender): the permits of a reserve that
 // the operator pools over the pods, lent per call by a permit server
 // (package reserve). A call with a deadline that finds every permit of
-// the gate taken borrows one: at once when the waiting room has no place
-// for it, else while it waits, taking whichever permit comes first. A lent
-// permit is released like any other (Release gives it back to the Lender)
-// and is not counted in InFlight: the gate's own permits, its share, are
-// what it acknowledges. A Lender that is unreachable or slow costs a call
-// no more than its budget, and only when the call would otherwise be shed
-// at once. The fast path does not look at the Lender.
+// the gate taken borrows one: while it waits in the waiting room, taking
+// whichever permit comes first; or, when the room has no place for it,
+// waiting for a lent permit alone as long as the room would have kept it.
+// A lent permit is released like any other (Release gives it back to the
+// Lender) and is not counted in InFlight: the gate's own permits, its
+// share, are what it acknowledges. A Lender that is unreachable or slow
+// keeps a call no longer than the waiting room would, and its budget,
+// and only when the call would otherwise wait or be shed. The fast path
+// does not look at the Lender.
 //
 // # Permits and speed
 //

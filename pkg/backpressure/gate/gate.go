@@ -184,15 +184,6 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		g.mu.Unlock()
 		return g.reject(Closed, 0)
 	}
-	if !wait || g.room.Len() >= g.limits.QueueCapacity {
-		g.mu.Unlock()
-		if wait {
-			if loan := g.lendNow(ctx, deadline, hasDeadline); loan != nil {
-				return lentPermit(loan), nil
-			}
-		}
-		return g.reject(QueueFull, 0)
-	}
 	if now.IsZero() {
 		now = time.Now()
 	}
@@ -202,6 +193,22 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		if d := deadline.Sub(now) - latency; !bounded || d < bound {
 			bound, bounded, reason = d, true, DeadlineTooShort
 		}
+	}
+	if !wait || g.room.Len() >= g.limits.QueueCapacity {
+		g.mu.Unlock()
+		if wait {
+			// The call may wait for a lent permit as long as the waiting
+			// room would have kept it, had it had a place there: a
+			// permit going back to the reserve in that time serves it.
+			var lendWait time.Duration
+			if bounded {
+				lendWait = max(bound, 0)
+			}
+			if loan := g.lendNow(ctx, deadline, hasDeadline, lendWait); loan != nil {
+				return lentPermit(loan), nil
+			}
+		}
+		return g.reject(QueueFull, 0)
 	}
 	if bounded && bound <= 0 {
 		g.mu.Unlock()

@@ -49,14 +49,19 @@ func lentPermit(loan Loan) Permit {
 // SetLender makes g borrow from l, or stop borrowing when l is nil.
 //
 // A call that finds every permit of the gate taken, and has a deadline,
-// borrows before it is shed or while it waits: when the waiting room has
-// no place for it, it asks l for a permit at once (waiting nothing) and is
-// admitted on the loan or rejected with QueueFull as before; when it waits
-// in the waiting room, it asks l at the same time, to wait for a lent
-// permit as long as it waits for one of the gate's, and takes whichever
-// comes first, giving the other back. A call is never kept longer than it
-// would be without a Lender, except for the time l takes to refuse a call
-// the waiting room cannot take (l's budget). TryAcquire never borrows.
+// borrows before it is shed or while it waits. When it waits in the
+// waiting room, it asks l at the same time, to wait for a lent permit as
+// long as it waits for one of the gate's, and takes whichever comes first,
+// giving the other back. When the waiting room has no place for it, it
+// asks l for a permit, waiting for one as long as the waiting room would
+// have kept it (the bound of MaxQueueWait, AcquireTimeout and the
+// deadline; nothing when none bounds it), and is admitted on the loan or
+// rejected with QueueFull as before. So a call is kept no longer than a
+// call in the waiting room is, and the permits going back to the reserve
+// within a wait serve the calls of every pod whose own permits and room
+// are taken, in the order they asked, as one gate's waiting room would.
+// Beyond that, a call waits only for the time l takes to answer (l's
+// budget). TryAcquire never borrows.
 //
 // A lent permit is not one of the gate's: it does not count in InFlight or
 // Stats.InFlight and Admitted (Stats.Borrowed counts it), and its Permit's
@@ -69,14 +74,15 @@ func (g *Gate) SetLender(l Lender) {
 	g.lender.Store(&lenderRef{l})
 }
 
-// lendNow asks the Lender, if any, for a permit at once, for a call that
-// the waiting room cannot take; nil when none is lent.
-func (g *Gate) lendNow(ctx context.Context, deadline time.Time, hasDeadline bool) Loan {
+// lendNow asks the Lender, if any, for a permit for a call that the
+// waiting room cannot take, waiting up to wait for one; nil when none is
+// lent.
+func (g *Gate) lendNow(ctx context.Context, deadline time.Time, hasDeadline bool, wait time.Duration) Loan {
 	ref, hold := g.lenderFor(deadline, hasDeadline)
 	if ref == nil {
 		return nil
 	}
-	loan, err := ref.Lend(ctx, hold, 0)
+	loan, err := ref.Lend(ctx, hold, min(wait, hold))
 	if !g.countLend(ctx, loan, err) {
 		return nil
 	}

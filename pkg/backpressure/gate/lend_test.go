@@ -137,6 +137,57 @@ func TestLendWhenTheWaitingRoomIsFull(t *testing.T) {
 	}
 }
 
+// TestLendWithoutARoomWaitsAsTheRoomWould: a call the waiting room cannot
+// take waits for a lent permit as long as the room would have kept it
+// (MaxQueueWait, AcquireTimeout, or the deadline less the typical latency,
+// whichever is shortest), so that a permit going back to the reserve
+// within that time serves it; then it is shed as before.
+func TestLendWithoutARoomWaitsAsTheRoomWould(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		limits        gate.Limits
+		deadline      time.Duration
+		minWait, wait time.Duration
+	}{
+		{"a room of no place", gate.Limits{Permits: 1, MaxQueueWait: 40 * time.Millisecond}, 2 * time.Second, 40 * time.Millisecond, 40 * time.Millisecond},
+		{"the room full", gate.Limits{Permits: 1, QueueCapacity: 1, MaxQueueWait: 40 * time.Millisecond}, 2 * time.Second, 40 * time.Millisecond, 40 * time.Millisecond},
+		{"an acquire timeout", gate.Limits{Permits: 1, AcquireTimeout: 30 * time.Millisecond}, 2 * time.Second, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"the deadline nearer", gate.Limits{Permits: 1, MaxQueueWait: time.Second, TypicalLatency: 800 * time.Millisecond}, time.Second, 50 * time.Millisecond, 200 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := mustNew(t, c.limits)
+			defer holdAll(t, g)()
+			if c.limits.QueueCapacity > 0 {
+				// A call without a deadline fills the room; it asks no lender.
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				go func() { _, _ = g.Acquire(ctx) }()
+				eventually(t, "the room is full", func() bool { return g.Stats().Queued == 1 })
+			}
+			l := newLender()
+			g.SetLender(l)
+
+			l.answers <- nil
+			p, err := g.Acquire(withDeadline(t, c.deadline))
+			if err != nil || !p.Borrowed() {
+				t.Fatalf("%v (borrowed %v), want a lent permit", err, p.Borrowed())
+			}
+			p.Release()
+			if a := l.nextAsk(t); a.wait < c.minWait || a.wait > c.wait {
+				t.Errorf("asked to wait %s, want within [%s, %s]", a.wait, c.minWait, c.wait)
+			}
+
+			l.answers <- gate.ErrNotLent
+			_, err = g.Acquire(withDeadline(t, c.deadline))
+			wantRejection(t, err, gate.QueueFull)
+			// Admitted counts the gate's own permit taken above, not the loan.
+			if st := g.Stats(); st.Borrowed != 1 || st.NotLent != 1 || st.Admitted != 1 {
+				t.Errorf("stats: borrowed %d, not lent %d, admitted %d: want 1, 1, 1", st.Borrowed, st.NotLent, st.Admitted)
+			}
+		})
+	}
+}
+
 // TestLendWhileWaiting: a call that waits in the waiting room asks the
 // lender at the same time, to wait as long, and takes whichever permit
 // comes first.

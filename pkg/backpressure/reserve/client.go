@@ -18,9 +18,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultBudget is the longest a borrow that must answer at once takes:
-	// a round trip to a permit server in the same cluster takes a fraction
-	// of it, and a call the gate would shed waits no longer.
+	// DefaultBudget is the time a borrow's round trip may take beyond the
+	// wait for a permit: a round trip to a permit server in the same
+	// cluster takes a fraction of it. A call of a gate without a waiting
+	// room, which would be shed at once, waits no longer.
 	DefaultBudget = time.Millisecond
 	// DefaultBackoff is how long a Lender does not ask an unreachable
 	// server, so that calls do not each pay the budget while it is down.
@@ -37,8 +38,8 @@ type Options struct {
 	// Pod names this pod to the server, which counts borrows per pod (the
 	// demand signal of shares that follow demand). Required.
 	Pod string
-	// Budget bounds a borrow that must answer at once; DefaultBudget when
-	// zero.
+	// Budget bounds a borrow's round trip beyond its wait for a permit;
+	// DefaultBudget when zero.
 	Budget time.Duration
 	// Backoff is how long a Lender does not ask after the server was
 	// unreachable; DefaultBackoff when zero.

@@ -7,15 +7,19 @@
 // (gate.Gate.SetLender, or Options.Reserve of package backpressure, which
 // does it for every gate), it is asked only when the pod's own permits are
 // all taken, and only for calls with a deadline. The gate's documentation
-// says when: at once, for a call its waiting room cannot take; and beside
-// the wait, for a call that waits.
+// says when: beside the wait, for a call that waits in its waiting room;
+// and alone, as long as the room would have kept it, for a call the room
+// cannot take.
 //
 // # Never worse than the pod's own share
 //
-// A borrow that must answer at once gets Options.Budget (1ms by default) in
-// all: past it, or when the server is unreachable, the call goes on as if
-// there were no reserve. A borrow beside a wait is bounded by that wait and
-// costs the call nothing. After the server says it is learning (restarted,
+// A borrow gets the time it may wait for a permit (the call's wait, or 0
+// when the gate has no waiting room) and Options.Budget (1ms by default)
+// for the round trip: past it, or when the server is unreachable, the call
+// goes on as if there were no reserve. Only a gate without a waiting room
+// answers at once, so the budget bounds what a slow server costs its
+// calls; a call that may wait anyway is not shed for a round trip that
+// misses it. After the server says it is learning (restarted,
 // waiting out its earlier leases) or does not know the gate, the Lender
 // does not ask again for the time it said, or a second; after the server
 // was unreachable, for Options.Backoff. Every outcome is counted by the

@@ -68,13 +68,6 @@ const (
 	// PartialDeadline is the quota's deadline: far above the calls'
 	// latency, so that no call is cut short.
 	PartialDeadline = 2 * time.Second
-	// PartialReserveBudget bounds a borrow that must answer at once
-	// (examples/gateway's --reserve-budget). The default, 1ms, is missed
-	// by about half of the borrows on the storm's machine (2 cores shared
-	// with the control plane, 9 pods and other work, a load average near
-	// 10), 5ms by about 1 %: the run would measure the machine's scheduler
-	// rather than the reserve. 10ms is still a twentieth of the latency.
-	PartialReserveBudget = 10 * time.Millisecond
 	// BrokerName is the permit server's Deployment.
 	BrokerName = WorkloadName + "-broker"
 )
@@ -444,7 +437,7 @@ func (st *partialStage) gatewayRunner() cluster.PodRunner {
 			args = append(args, "--acknowledge")
 		}
 		if st.reserve() > 0 {
-			args = append(args, "--reserve-address", st.brokerAddr, "--reserve-budget", PartialReserveBudget.String())
+			args = append(args, "--reserve-address", st.brokerAddr)
 		}
 		return st.h.startObservedPod(st.obs, pod, st.h.gateway, args, st.logDir, onLog)
 	}

@@ -84,6 +84,10 @@ type PartialLoadRun struct {
 	PredictedRatio            float64 `json:"predictedRatio"`
 	PredictedEqualSharesRatio float64 `json:"predictedEqualSharesRatio"`
 	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
+	// PredictedInRoomRatio is the model's ratio under the library's
+	// earlier rule, which shed at once a call its pod's waiting room could
+	// not take when no reserve permit was free (lossmodel.BorrowInRoom).
+	PredictedInRoomRatio float64 `json:"predictedInRoomRatio"`
 	// DivisionChanges counts the moves of the division after the warm-up:
 	// a plan that lowers a share starts one, and the plan that raises the
 	// others as the lowered pods let go completes it (see divisionMoves).
@@ -104,6 +108,8 @@ type PartialPrediction struct {
 	// BorrowedFraction is the operator's calls admitted on a borrowed
 	// permit over its admitted calls.
 	BorrowedFraction float64
+	// InRoomRatio is Ratio under the earlier rule (lossmodel.BorrowInRoom).
+	InRoomRatio float64
 }
 
 // PredictPartialLoad runs internal/lossmodel with the scenario's
@@ -134,7 +140,13 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	if err != nil {
 		return PartialPrediction{}, err
 	}
-	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction()}, nil
+	s.Borrowing = lossmodel.BorrowInRoom
+	inRoom, err := lossmodel.Compare(s)
+	if err != nil {
+		return PartialPrediction{}, err
+	}
+	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction(),
+		InRoomRatio: inRoom.Ratio()}, nil
 }
 
 // BrokerKillRun is the run with the permit server killed. Offsets are

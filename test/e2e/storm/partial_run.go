@@ -219,6 +219,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		return nil, err
 	}
 	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
+	r.PredictedInRoomRatio = pred.InRoomRatio
 	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
 		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.PeakInFlight, r.Downstream429)
