@@ -23,6 +23,10 @@ func sample() lossmodel.Scenario {
 	}
 }
 
+// operatorRooms sizes a pod's waiting room as the operator does for the
+// sample: floor(permits × 40ms / 220ms).
+func operatorRooms(permits int) int { return permits * 40 / 220 }
+
 // erlangB is Erlang's loss formula by its recursion, the oracle for one
 // pool without a waiting room under Poisson arrivals (whatever the latency
 // distribution).
@@ -290,7 +294,7 @@ func TestBorrowWithoutARoomAdmitsMore(t *testing.T) {
 	for _, b := range []lossmodel.Balancer{lossmodel.Random, lossmodel.Pinned} {
 		s := sample()
 		s.Balancer, s.Skew, s.Seed, s.Reserve, s.Sharing, s.Floor, s.Calls = b, 0.8, 1, 16, lossmodel.DemandShares, 1, 100_000
-		s.QueueCapacity = func(permits int) int { return permits * 40 / 220 }
+		s.QueueCapacity = operatorRooms
 		inRoom := s
 		inRoom.Borrowing = lossmodel.BorrowInRoom
 		waiting, room := compare(t, s), compare(t, inRoom)
@@ -313,7 +317,7 @@ func TestReserveOfEveryPermitIsOneGate(t *testing.T) {
 	t.Parallel()
 	s := sample()
 	s.Reserve, s.Calls, s.Load = 40, 50_000, 0.95
-	s.QueueCapacity = func(permits int) int { return permits * 40 / 220 }
+	s.QueueCapacity = operatorRooms
 	pooled := simulate(t, s)
 	one := s.GlobalGate()
 	one.QueueCapacity = nil // bounded by MaxQueueWait only, as the server's queue
@@ -382,7 +386,6 @@ func TestValidate(t *testing.T) {
 // reserve stay below both ratios.
 func TestReserveForTheIssueGoals(t *testing.T) {
 	t.Parallel()
-	operatorRooms := func(permits int) int { return permits * 40 / 220 }
 	for _, c := range []struct {
 		balancer lossmodel.Balancer
 		seed     uint64
