@@ -184,9 +184,9 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 		g.mu.Unlock()
 		return g.reject(Closed, 0)
 	}
-	if now.IsZero() {
-		now = time.Now()
-	}
+	// now was read above if the deadline check needs it; a call that
+	// waits reads it below, so the path that sheds or lends reads no clock
+	// under the lock.
 	bound, bounded := g.limits.waitBound()
 	reason := WaitTimeout
 	if checkDeadline {
@@ -209,6 +209,9 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 			}
 		}
 		return g.reject(QueueFull, 0)
+	}
+	if now.IsZero() {
+		now = time.Now()
 	}
 	if bounded && bound <= 0 {
 		g.mu.Unlock()
