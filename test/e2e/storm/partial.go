@@ -162,6 +162,9 @@ type partialStage struct {
 	brokersMu    sync.Mutex
 	brokers      []*cluster.Process
 	brokerStarts []time.Time
+	// brokerMetrics is the /metrics address of the replica that logged
+	// it last.
+	brokerMetrics string
 	// loadStart is when the load started; kill watches the permit server
 	// killed, when killAt is set.
 	loadStart time.Time
@@ -403,7 +406,14 @@ func (st *partialStage) brokerRunner() cluster.PodRunner {
 				"--metrics-listen", "127.0.0.1:0", "--max-lease", PartialMaxLease.String()},
 			Env:     []string{"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace},
 			LogPath: podLogPath(st.logDir, pod),
-			OnLog:   onLog,
+			OnLog: func(l cluster.LogLine) {
+				if l.Msg == cluster.MsgServing && l.Metrics != "" {
+					st.brokersMu.Lock()
+					st.brokerMetrics = l.Metrics
+					st.brokersMu.Unlock()
+				}
+				onLog(l)
+			},
 		})
 		if err == nil {
 			st.brokersMu.Lock()

@@ -1,6 +1,7 @@
 package storm
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -52,6 +53,25 @@ func TestShortestGap(t *testing.T) {
 	} {
 		if got := shortestGap(tc.at); got != tc.want {
 			t.Errorf("shortestGap(%v) = %v, want %v", tc.at, got, tc.want)
+		}
+	}
+}
+
+func TestMeanShares(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1000, 0).Add(time.Duration(s) * time.Second) }
+	plan := func(s int, a, b int) observe.Published {
+		return observe.Published{Seen: at(s), Permits: 3, Pods: map[string]int{"a": a, "b": b}}
+	}
+	// Measured from 10 to 110: a holds 4 until 60 and 2 after, b 4 then
+	// 6; the plan seen at 0 is in force from 10, the one at 120 never.
+	// c is named by no plan and holds the base share, 3.
+	pub := []observe.Published{plan(0, 4, 4), plan(60, 2, 6), plan(120, 9, 9)}
+	got := meanShares(pub, []string{"a", "b", "c"}, at(10), at(110))
+	want := []float64{3, 5, 3}
+	for i := range want {
+		if math.Abs(got[i]-want[i]) > 1e-9 {
+			t.Errorf("meanShares() = %v, want %v", got, want)
+			break
 		}
 	}
 }

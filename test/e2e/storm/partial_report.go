@@ -78,6 +78,12 @@ type PartialLoadRun struct {
 	// (nothing to lend) and those it did not answer within the budget.
 	NotLent      int64 `json:"notLent"`
 	BorrowFailed int64 `json:"borrowFailed"`
+	// LeasesExpired counts the permit server's leases that ended at the
+	// end of their time, not returned: a permit lent to nobody until then
+	// (a grant whose answer reached the pod after the pod gave up). Not
+	// set for the run with the server killed, whose first replica's
+	// counts go with it.
+	LeasesExpired *int64 `json:"leasesExpired,omitempty"`
 	// PredictedRatio, PredictedEqualSharesRatio and
 	// PredictedBorrowedFraction are internal/lossmodel's for the same
 	// parameters (the operator's with shares that follow demand).
@@ -96,6 +102,13 @@ type PartialLoadRun struct {
 	// ShortestMoveGapSeconds is the shortest time between two of those
 	// moves; 0 with fewer than two.
 	ShortestMoveGapSeconds float64 `json:"shortestMoveGapSeconds,omitempty"`
+	// MeanShares are the permits the plans gave each pod, averaged over
+	// the measured time, in the balancer's order (pod i receives the i-th
+	// part of the calls); PredictedShares the model's shares, in the same
+	// order. A gap between the two is the demand-following the model
+	// assumes and the operator's reading of the pods' demand did not give.
+	MeanShares      []float64 `json:"meanShares,omitempty"`
+	PredictedShares []int     `json:"predictedShares,omitempty"`
 }
 
 // PartialPrediction is the model's prediction for the partial-load
@@ -110,6 +123,8 @@ type PartialPrediction struct {
 	BorrowedFraction float64
 	// InRoomRatio is Ratio under the earlier rule (lossmodel.BorrowInRoom).
 	InRoomRatio float64
+	// Shares are the permits the model gives each pod.
+	Shares []int
 }
 
 // PredictPartialLoad runs internal/lossmodel with the scenario's
@@ -146,7 +161,7 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 		return PartialPrediction{}, err
 	}
 	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction(),
-		InRoomRatio: inRoom.Ratio()}, nil
+		InRoomRatio: inRoom.Ratio(), Shares: s.Shares()}, nil
 }
 
 // BrokerKillRun is the run with the permit server killed. Offsets are

@@ -126,6 +126,8 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	var n partialCounts
 	var wg sync.WaitGroup
 	var atWarmup, atEnd gateCounters
+	var expiredAtWarmup int64
+	var expiredErr error
 	outcomes := make([]traffic.Outcome, len(calls))
 	start := time.Now()
 	st.loadStart = start
@@ -139,6 +141,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		select {
 		case <-time.After(st.warmup):
 			atWarmup = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
+			expiredAtWarmup, expiredErr = st.scrapeExpiredLeases(ctx)
 		case <-ctx.Done():
 		}
 	}()
@@ -191,6 +194,10 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	}
 	<-warmupDone
 	atEnd = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
+	expiredAtEnd, err := st.scrapeExpiredLeases(ctx)
+	if expiredErr == nil {
+		expiredErr = err
+	}
 	end := time.Now()
 	final := st.downstream.Sample()
 
@@ -211,6 +218,13 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
 	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
+	if st.reserve() > 0 && st.killAt == 0 {
+		if expiredErr != nil {
+			return nil, fmt.Errorf("storm: partial load: scraping the permit server: %w", expiredErr)
+		}
+		expired := expiredAtEnd - expiredAtWarmup
+		r.LeasesExpired = &expired
+	}
 	moves := divisionMoves(st.obs.Published(), start.Add(st.warmup), end)
 	r.DivisionChanges, r.ShortestMoveGapSeconds = len(moves), shortestGap(moves).Seconds()
 	r.DivisionChangesPerMinute = float64(r.DivisionChanges) / end.Sub(start.Add(st.warmup)).Minutes()
@@ -219,10 +233,15 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		return nil, err
 	}
 	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
-	r.PredictedInRoomRatio = pred.InRoomRatio
+	r.PredictedInRoomRatio, r.PredictedShares = pred.InRoomRatio, pred.Shares
+	r.MeanShares = meanShares(st.obs.Published(), st.podNames(urls), start.Add(st.warmup), end)
 	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
 		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.PeakInFlight, r.Downstream429)
+	if r.LeasesExpired != nil {
+		st.h.logf("[%s] the permit server's leases that expired unreturned after the warm-up: %d", st.name, *r.LeasesExpired)
+	}
+	st.h.logf("[%s] shares over the measured time, in the balancer's order: %s (model %v)", st.name, formatShares(r.MeanShares), r.PredictedShares)
 	return r, nil
 }
 
@@ -270,7 +289,6 @@ type gateCounters struct {
 // over the pods of addrs.
 func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounters {
 	var out gateCounters
-	cl := &http.Client{Timeout: 5 * time.Second}
 	admitted := fmt.Sprintf("backpressure_gate_admitted_total{gate=%q} ", QuotaName)
 	borrows := func(result string) string {
 		return fmt.Sprintf("backpressure_gate_borrows_total{gate=%q,result=%q} ", QuotaName, result)
@@ -278,37 +296,69 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 	counters := map[string]*int64{admitted: &out.admitted, borrows("borrowed"): &out.borrowed,
 		borrows("not_lent"): &out.notLent, borrows("failed"): &out.failed}
 	for _, pod := range slices.Sorted(maps.Keys(addrs)) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addrs[pod]+"/metrics", nil)
-		if err != nil {
+		if err := addCounters(ctx, pod, addrs[pod], counters); err != nil {
 			out.err = err
 			return out
-		}
-		resp, err := cl.Do(req)
-		if err != nil {
-			out.err = err
-			return out
-		}
-		found := 0
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			line := sc.Text()
-			for prefix, sum := range counters {
-				if v, ok := strings.CutPrefix(line, prefix); ok {
-					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-					if err != nil {
-						out.err = fmt.Errorf("%s: %q: %w", pod, line, err)
-					}
-					*sum += int64(f)
-					found++
-				}
-			}
-		}
-		_ = resp.Body.Close()
-		if found != len(counters) && out.err == nil {
-			out.err = fmt.Errorf("%s: found %d of the gate's admitted and borrows counters, want %d", pod, found, len(counters))
 		}
 	}
 	return out
+}
+
+// scrapeExpiredLeases reads the permit server's leases of the quota's gate
+// that ended at the end of their time rather than by a return: each is a
+// permit of the reserve that a borrower never used or never gave back,
+// lent to nobody until it expired.
+func (st *partialStage) scrapeExpiredLeases(ctx context.Context) (int64, error) {
+	if st.reserve() == 0 {
+		return 0, nil
+	}
+	st.brokersMu.Lock()
+	addr := st.brokerMetrics
+	st.brokersMu.Unlock()
+	if addr == "" {
+		return 0, errors.New("the permit server logged no metrics address")
+	}
+	var expired int64
+	name := fmt.Sprintf("backpressure_broker_leases_ended_total{gate=%q,how=\"expired\"} ", QuotaName)
+	return expired, addCounters(ctx, BrokerName, addr, map[string]*int64{name: &expired})
+}
+
+// addCounters adds to each of counters the value of the series its key
+// (a series' name and labels, then a space) names on the /metrics of one
+// process, which must expose every one of them.
+func addCounters(ctx context.Context, who, addr string, counters map[string]*int64) error {
+	cl := &http.Client{Timeout: 5 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		for prefix, sum := range counters {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				if err != nil {
+					return fmt.Errorf("%s: %q: %w", who, line, err)
+				}
+				*sum += int64(f)
+				found++
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", who, err)
+	}
+	if found != len(counters) {
+		return fmt.Errorf("%s: found %d of the counters %v, want %d", who, found, slices.Collect(maps.Keys(counters)), len(counters))
+	}
+	return nil
 }
 
 // shortestGap returns the shortest time between two of the moves at, and
@@ -352,6 +402,59 @@ func divisionMoves(pub []observe.Published, from, to time.Time) []time.Time {
 		}
 	}
 	return moves
+}
+
+// meanShares returns, for each of pods, the permits the plans in pub gave
+// it averaged over [from, to): a plan counts from when it was seen until
+// the next one was, the last one seen before from counts from from.
+func meanShares(pub []observe.Published, pods []string, from, to time.Time) []float64 {
+	out := make([]float64, len(pods))
+	span := to.Sub(from)
+	if span <= 0 {
+		return out
+	}
+	for i, p := range pub {
+		start, end := p.Seen, to
+		if start.Before(from) {
+			start = from
+		}
+		if i+1 < len(pub) && pub[i+1].Seen.Before(to) {
+			end = pub[i+1].Seen
+		}
+		if !end.After(start) {
+			continue
+		}
+		w := end.Sub(start).Seconds() / span.Seconds()
+		for j, pod := range pods {
+			out[j] += w * float64(p.PermitsOf(pod))
+		}
+	}
+	return out
+}
+
+// formatShares writes shares with one decimal.
+func formatShares(shares []float64) string {
+	out := make([]string, len(shares))
+	for i, v := range shares {
+		out[i] = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return "[" + strings.Join(out, " ") + "]"
+}
+
+// podNames returns the names of the workload's pods at urls, in their
+// order; "" for a URL no pod of the workload had.
+func (st *partialStage) podNames(urls []string) []string {
+	byURL := map[string]string{}
+	for _, l := range st.gateways.Lives() {
+		if l.URL != "" {
+			byURL[l.URL] = l.Name
+		}
+	}
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = byURL[u]
+	}
+	return out
 }
 
 // podsOf returns the pods either plan names.

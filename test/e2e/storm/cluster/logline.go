@@ -25,6 +25,9 @@ type LogLine struct {
 	Level   string    `json:"level"`
 	Msg     string    `json:"msg"`
 	Address string    `json:"address,omitempty"`
+	// Metrics is the /metrics listener's address, where a program logs it
+	// with MsgServing (the permit server does).
+	Metrics string `json:"metrics,omitempty"`
 	Gate    string    `json:"gate,omitempty"`
 	Hash    string    `json:"hash,omitempty"`
 	Permits *int      `json:"permits,omitempty"`
