@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +62,9 @@ type Request struct {
 	Hold time.Duration
 	// Wait is how long the borrow may wait for a permit; 0 answers at once.
 	Wait time.Duration
+	// Ticket, when not zero, is the borrower's name for the borrow: Withdraw
+	// with it takes the borrow back.
+	Ticket uint64
 }
 
 // Lease is a permit lent: it must be returned with its Incarnation and ID,
@@ -222,8 +224,22 @@ func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
 		return Lease{}, b.refuse(reservev1.Reason_REASON_HOLD_TOO_LONG, 0, "hold %s plus margin %s exceeds the longest lease %s", r.Hold, b.opts.Margin, b.opts.MaxLease)
 	}
 	p.expireLocked(now)
-	if p.freeLocked() && p.waiting.Len() == 0 {
-		l := p.grantLocked(r.Pod, now, ttl)
+	switch {
+	case p.isWithdrawnLocked(r.Ticket, now):
+		p.mu.Unlock()
+		return Lease{}, b.withdrawn()
+	case r.Ticket != 0 && (p.ticketed[r.Ticket] != nil || p.ticketWaiting[r.Ticket] != nil):
+		// A ticket is used once: a Return could not tell two borrows
+		// with the same one apart.
+		p.mu.Unlock()
+		return Lease{}, fmt.Errorf("%w: ticket %d: a borrow with it is outstanding", ErrInvalid, r.Ticket)
+	case ctx.Err() != nil:
+		// The borrower gave up before the server began: a lease now
+		// would reach nobody.
+		p.mu.Unlock()
+		return Lease{}, ctx.Err()
+	case p.freeLocked() && p.waiting.Len() == 0:
+		l := p.grantLocked(r.Pod, r.Ticket, now, ttl)
 		p.mu.Unlock()
 		return b.leaseOf(l, ttl), nil
 	}
@@ -233,41 +249,50 @@ func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
 		p.mu.Unlock()
 		return Lease{}, b.exhausted(p)
 	}
-	w := &waiter{pod: r.Pod, ttl: ttl, ready: make(chan struct{})}
-	e := p.waiting.PushBack(w)
+	w := &waiter{pod: r.Pod, ticket: r.Ticket, ttl: ttl, ready: make(chan struct{})}
+	p.queueLocked(w)
 	p.mu.Unlock()
-	return b.await(ctx, p, w, e, wait)
+	return b.await(ctx, p, w, wait)
 }
 
-// await blocks until w is granted, its wait ends or ctx ends.
-func (b *Broker) await(ctx context.Context, p *pool, w *waiter, e *list.Element, wait time.Duration) (Lease, error) {
+// await blocks until w is granted or withdrawn, its wait ends or ctx ends.
+func (b *Broker) await(ctx context.Context, p *pool, w *waiter, wait time.Duration) (Lease, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case <-w.ready:
-		return b.leaseOf(w.lease, w.ttl), nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if w.lease != nil {
-		// Granted as the wait ended. A caller that gave up never sees the
-		// lease: end it now rather than when it expires.
+		// A caller that gave up never sees the lease (granted as its
+		// wait ended, or as it gave up): end it now rather than when it
+		// expires.
 		if ctx.Err() != nil {
-			p.endLocked(w.lease)
-			p.returned++
-			p.dispatchLocked(b.clock.Now())
+			if p.leases[w.lease.id] == w.lease {
+				p.endLocked(w.lease)
+				p.returned++
+				p.dispatchLocked(b.clock.Now())
+			}
 			return Lease{}, ctx.Err()
 		}
 		return b.leaseOf(w.lease, w.ttl), nil
 	}
-	p.waiting.Remove(e)
+	p.unqueueLocked(w)
+	if w.withdrawn {
+		return Lease{}, b.withdrawn()
+	}
 	p.tallyLocked(w.pod, b.clock.Now()).refused++
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
 	}
 	return Lease{}, b.exhausted(p)
+}
+
+func (b *Broker) withdrawn() error {
+	return b.refuse(reservev1.Reason_REASON_WITHDRAWN, 0, "withdrawn by its borrower before a permit was lent")
 }
 
 func (b *Broker) exhausted(p *pool) error {
@@ -308,6 +333,25 @@ func (b *Broker) Return(gate string, incarnation, id uint64) bool {
 	return true
 }
 
+// Withdraw takes back the borrow of gate that carried ticket, for a
+// borrower that gave up on its answer: it ends the borrow's lease, or
+// withdraws it while it waits, or, when the borrow has not arrived,
+// refuses it when it does (for Options.MaxLease). It reports whether a
+// lease ended or a waiting borrow was withdrawn. A zero ticket names
+// nothing.
+func (b *Broker) Withdraw(gate string, ticket uint64) bool {
+	p := b.pool(gate)
+	if p == nil || ticket == 0 {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := b.clock.Now()
+	p.expireLocked(now)
+	defer p.dispatchLocked(now)
+	return p.withdrawLocked(ticket, now, now.Add(b.opts.MaxLease))
+}
+
 // Expire ends every lease whose time is up, lending the permits it frees
 // to the borrows waiting, and forgets the pods that have not borrowed for
 // Options.PodRetention. Borrow expires leases itself before it decides;
@@ -319,6 +363,7 @@ func (b *Broker) Expire() {
 		p.expireLocked(now)
 		p.dispatchLocked(now)
 		p.forgetLocked(now.Add(-b.opts.PodRetention))
+		p.forgetWithdrawnLocked(now)
 	})
 }
 

@@ -15,6 +15,14 @@
 // ttl has passed since it asked. A hold whose lease would exceed
 // Options.MaxLease is refused.
 //
+// A borrow may carry a ticket, the borrower's random name for it. A
+// borrower that gave up on the answer cannot tell whether a lease was
+// granted meanwhile; Withdraw with the ticket ends that lease, withdraws
+// the borrow while it waits (it is refused REASON_WITHDRAWN), or, when
+// it comes first, makes the borrow refused on arrival (the ticket is kept
+// for Options.MaxLease, at most 4,096 per gate). A borrow whose caller
+// has already gone when the server takes it up is not lent.
+//
 // A borrow that finds no permit free may wait for one (Request.Wait, at
 // most Options.MaxWait): the waiting borrows of a gate are served first
 // come, first served as permits come back. A caller waits only while its

@@ -12,7 +12,7 @@ import (
 // refusalCounts counts refusals by reason, for every gate together: an
 // unknown gate's name comes from the caller and would make a label of
 // unbounded values.
-type refusalCounts [reservev1.Reason_REASON_HOLD_TOO_LONG + 1]atomic.Uint64
+type refusalCounts [reservev1.Reason_REASON_WITHDRAWN + 1]atomic.Uint64
 
 func (c *refusalCounts) add(r reservev1.Reason) {
 	if int(r) < len(c) {

@@ -55,6 +55,7 @@ backpressure_broker_refusals_total{reason="exhausted"} 1
 backpressure_broker_refusals_total{reason="hold_too_long"} 0
 backpressure_broker_refusals_total{reason="learning"} 1
 backpressure_broker_refusals_total{reason="unknown_gate"} 1
+backpressure_broker_refusals_total{reason="withdrawn"} 0
 # HELP backpressure_broker_waiting Borrows waiting for a permit.
 # TYPE backpressure_broker_waiting gauge
 backpressure_broker_waiting{gate="g"} 0

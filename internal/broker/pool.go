@@ -21,6 +21,17 @@ type pool struct {
 	pods     map[string]*podTally // guarded by mu
 	returned uint64               // guarded by mu
 	expired  uint64               // guarded by mu
+	// ticketed are the leases whose borrow carried a ticket, and
+	// ticketWaiting the borrows with one still waiting, by ticket: a
+	// Return by ticket ends or withdraws them.
+	ticketed      map[uint64]*lease  // guarded by mu
+	ticketWaiting map[uint64]*waiter // guarded by mu
+	// withdrawn are the tickets returned before their borrow arrived, and
+	// until when a borrow carrying one is refused; withdrawnOrder holds
+	// them oldest first, so that they are forgotten in order and at most
+	// maxWithdrawn are kept.
+	withdrawn      map[uint64]time.Time // guarded by mu
+	withdrawnOrder []uint64             // guarded by mu
 	// onGrant, when set (by tests), is called under mu after every grant
 	// with the leases outstanding and the capacity in force.
 	onGrant func(leases, capacity int)
@@ -29,6 +40,7 @@ type pool struct {
 // lease is one permit lent.
 type lease struct {
 	id      uint64
+	ticket  uint64 // the borrow's, or 0
 	pod     string
 	expires time.Time
 	index   int // in pool.expiry
@@ -37,11 +49,21 @@ type lease struct {
 // waiter is a borrow waiting for a permit. Once granted it holds its lease
 // and ready is closed.
 type waiter struct {
-	pod   string
-	ttl   time.Duration
-	ready chan struct{}
-	lease *lease // guarded by pool.mu; set when granted
+	pod    string
+	ticket uint64 // the borrow's, or 0
+	ttl    time.Duration
+	ready  chan struct{}
+	elem   *list.Element // in pool.waiting
+	lease  *lease        // guarded by pool.mu; set when granted
+	// withdrawn is set, guarded by pool.mu, when a Return by ticket took
+	// the borrow back while it waited; ready is then closed too.
+	withdrawn bool
 }
+
+// maxWithdrawn bounds the tickets a pool remembers as withdrawn before
+// their borrow arrived: a borrower can make the server remember no more
+// than that, whatever tickets it returns.
+const maxWithdrawn = 4096
 
 // podTally is what one pod asked of one gate.
 type podTally struct {
@@ -50,7 +72,8 @@ type podTally struct {
 }
 
 func newPool(gate string) *pool {
-	return &pool{gate: gate, leases: map[uint64]*lease{}, pods: map[string]*podTally{}}
+	return &pool{gate: gate, leases: map[uint64]*lease{}, pods: map[string]*podTally{},
+		ticketed: map[uint64]*lease{}, ticketWaiting: map[uint64]*waiter{}, withdrawn: map[uint64]time.Time{}}
 }
 
 // freeLocked reports whether a lease may be granted now: fewer leases
@@ -60,13 +83,16 @@ func (p *pool) freeLocked() bool { return len(p.leases) < p.capacity }
 // grantLocked lends one permit to pod until now + ttl. The lease's id is
 // random, so that a pod cannot return another's lease by guessing it (and
 // so free a permit whose call still runs).
-func (p *pool) grantLocked(pod string, now time.Time, ttl time.Duration) *lease {
+func (p *pool) grantLocked(pod string, ticket uint64, now time.Time, ttl time.Duration) *lease {
 	id := rand.Uint64()
 	for p.leases[id] != nil || id == 0 {
 		id = rand.Uint64()
 	}
-	l := &lease{id: id, pod: pod, expires: now.Add(ttl)}
+	l := &lease{id: id, ticket: ticket, pod: pod, expires: now.Add(ttl)}
 	p.leases[id] = l
+	if ticket != 0 {
+		p.ticketed[ticket] = l
+	}
 	heap.Push(&p.expiry, l)
 	p.tallyLocked(pod, now).granted++
 	if p.onGrant != nil {
@@ -78,6 +104,9 @@ func (p *pool) grantLocked(pod string, now time.Time, ttl time.Duration) *lease 
 // endLocked takes l out of the leases, its permit free again.
 func (p *pool) endLocked(l *lease) {
 	delete(p.leases, l.id)
+	if l.ticket != 0 && p.ticketed[l.ticket] == l {
+		delete(p.ticketed, l.ticket)
+	}
 	heap.Remove(&p.expiry, l.index)
 }
 
@@ -93,10 +122,84 @@ func (p *pool) expireLocked(now time.Time) {
 // first served.
 func (p *pool) dispatchLocked(now time.Time) {
 	for p.freeLocked() && p.waiting.Len() > 0 {
-		w := p.waiting.Remove(p.waiting.Front()).(*waiter)
-		w.lease = p.grantLocked(w.pod, now, w.ttl)
+		w := p.waiting.Front().Value.(*waiter)
+		p.unqueueLocked(w)
+		w.lease = p.grantLocked(w.pod, w.ticket, now, w.ttl)
 		close(w.ready)
 	}
+}
+
+// queueLocked puts w at the end of the borrows waiting.
+func (p *pool) queueLocked(w *waiter) {
+	w.elem = p.waiting.PushBack(w)
+	if w.ticket != 0 {
+		p.ticketWaiting[w.ticket] = w
+	}
+}
+
+// unqueueLocked takes w out of the borrows waiting, if it is there.
+func (p *pool) unqueueLocked(w *waiter) {
+	p.waiting.Remove(w.elem) // a no-op when w is no longer in the list
+	if w.ticket != 0 && p.ticketWaiting[w.ticket] == w {
+		delete(p.ticketWaiting, w.ticket)
+	}
+}
+
+// withdrawLocked takes back the borrow with ticket: it ends its lease, or
+// withdraws it while it waits, or, when it has not arrived, remembers the
+// ticket until until so that it is refused when it does. It reports
+// whether a lease ended or a borrow was withdrawn.
+func (p *pool) withdrawLocked(ticket uint64, now, until time.Time) bool {
+	if l := p.ticketed[ticket]; l != nil {
+		p.endLocked(l)
+		p.returned++
+		p.dispatchLocked(now)
+		return true
+	}
+	if w := p.ticketWaiting[ticket]; w != nil {
+		p.unqueueLocked(w)
+		w.withdrawn = true
+		close(w.ready)
+		return true
+	}
+	p.forgetWithdrawnLocked(now)
+	if _, ok := p.withdrawn[ticket]; !ok {
+		if len(p.withdrawnOrder) >= maxWithdrawn {
+			delete(p.withdrawn, p.withdrawnOrder[0])
+			p.withdrawnOrder = p.withdrawnOrder[1:]
+		}
+		p.withdrawnOrder = append(p.withdrawnOrder, ticket)
+	}
+	p.withdrawn[ticket] = until
+	return false
+}
+
+// isWithdrawnLocked reports whether ticket was returned before its borrow
+// arrived, and forgets it: a ticket is used once.
+func (p *pool) isWithdrawnLocked(ticket uint64, now time.Time) bool {
+	if ticket == 0 {
+		return false
+	}
+	until, ok := p.withdrawn[ticket]
+	if !ok {
+		return false
+	}
+	delete(p.withdrawn, ticket)
+	return now.Before(until)
+}
+
+// forgetWithdrawnLocked forgets the withdrawn tickets remembered until
+// before now, and those whose borrow came (no longer in withdrawn).
+func (p *pool) forgetWithdrawnLocked(now time.Time) {
+	i := 0
+	for ; i < len(p.withdrawnOrder); i++ {
+		until, ok := p.withdrawn[p.withdrawnOrder[i]]
+		if ok && now.Before(until) {
+			break
+		}
+		delete(p.withdrawn, p.withdrawnOrder[i])
+	}
+	p.withdrawnOrder = p.withdrawnOrder[i:]
 }
 
 func (p *pool) tallyLocked(pod string, now time.Time) *podTally {

@@ -27,10 +27,11 @@ func NewService(b *Broker) *Service { return &Service{b: b} }
 // gets its context's status.
 func (s *Service) Borrow(ctx context.Context, req *reservev1.BorrowRequest) (*reservev1.BorrowResponse, error) {
 	l, err := s.b.Borrow(ctx, Request{
-		Gate: req.GetGate(),
-		Pod:  req.GetPod(),
-		Hold: req.GetHold().AsDuration(),
-		Wait: req.GetWait().AsDuration(),
+		Gate:   req.GetGate(),
+		Pod:    req.GetPod(),
+		Hold:   req.GetHold().AsDuration(),
+		Wait:   req.GetWait().AsDuration(),
+		Ticket: req.GetTicket(),
 	})
 	var refusal *Refusal
 	switch {
@@ -51,7 +52,11 @@ func (s *Service) Borrow(ctx context.Context, req *reservev1.BorrowRequest) (*re
 	}
 }
 
-// Return ends a lease.
+// Return ends a lease, or, with no id, takes back the borrow with the
+// request's ticket.
 func (s *Service) Return(_ context.Context, req *reservev1.ReturnRequest) (*reservev1.ReturnResponse, error) {
+	if req.GetId() == 0 && req.GetTicket() != 0 {
+		return &reservev1.ReturnResponse{Returned: s.b.Withdraw(req.GetGate(), req.GetTicket())}, nil
+	}
 	return &reservev1.ReturnResponse{Returned: s.b.Return(req.GetGate(), req.GetIncarnation(), req.GetId())}, nil
 }

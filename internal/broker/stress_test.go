@@ -20,7 +20,8 @@ import (
 // follows since it cannot know when the lease was granted).
 type use struct{ from, to time.Time }
 
-// TestStress runs borrowers that hold, return, lose their returns and wait,
+// TestStress runs borrowers that hold, return, lose their returns, wait and
+// give up on answers (taking the borrow back by ticket),
 // a capacity that moves up and down, and returns forged and replayed, on a
 // Broker that starts learning. It checks at every grant that the leases
 // outstanding are within the capacity in force and that nothing is lent
@@ -70,7 +71,29 @@ func TestStress(t *testing.T) {
 			for ctx.Err() == nil {
 				hold := time.Duration(5+r.IntN(45)) * time.Millisecond
 				asked := time.Now()
-				l, err := b.Borrow(ctx, broker.Request{Gate: "g", Pod: "pod", Hold: hold, Wait: time.Duration(r.IntN(20)) * time.Millisecond})
+				// Every borrow carries a ticket; one borrower in three
+				// gives up on the answer after a random budget, as the
+				// library's client does, and takes the borrow back by its
+				// ticket, from another goroutine, while the server may be
+				// granting it.
+				ticket := uint64(i+1)<<40 | r.Uint64()>>24
+				bctx, cancel := ctx, context.CancelFunc(func() {})
+				if i%3 == 0 {
+					bctx, cancel = context.WithTimeout(ctx, time.Duration(r.IntN(15))*time.Millisecond)
+				}
+				l, err := b.Borrow(bctx, broker.Request{Gate: "g", Pod: "pod", Hold: hold, Wait: time.Duration(r.IntN(20)) * time.Millisecond, Ticket: ticket})
+				gaveUp := bctx.Err() != nil && ctx.Err() == nil
+				cancel()
+				if gaveUp {
+					delay := time.Duration(r.IntN(3)) * time.Millisecond
+					wg.Go(func() {
+						time.Sleep(delay)
+						b.Withdraw("g", ticket)
+					})
+					if err == nil {
+						continue // an answer after giving up is not used
+					}
+				}
 				var refusal *broker.Refusal
 				switch {
 				case errors.As(err, &refusal):

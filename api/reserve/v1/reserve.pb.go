@@ -45,6 +45,9 @@ const (
 	// REASON_HOLD_TOO_LONG: hold plus the server's margin exceeds its longest
 	// lease.
 	Reason_REASON_HOLD_TOO_LONG Reason = 4
+	// REASON_WITHDRAWN: the borrower took the borrow back by its ticket
+	// before it was lent (a Return naming the ticket came first).
+	Reason_REASON_WITHDRAWN Reason = 5
 )
 
 // Enum value maps for Reason.
@@ -55,6 +58,7 @@ var (
 		2: "REASON_LEARNING",
 		3: "REASON_UNKNOWN_GATE",
 		4: "REASON_HOLD_TOO_LONG",
+		5: "REASON_WITHDRAWN",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":   0,
@@ -62,6 +66,7 @@ var (
 		"REASON_LEARNING":      2,
 		"REASON_UNKNOWN_GATE":  3,
 		"REASON_HOLD_TOO_LONG": 4,
+		"REASON_WITHDRAWN":     5,
 	}
 )
 
@@ -106,7 +111,16 @@ type BorrowRequest struct {
 	// wait is how long the request may wait for a permit when none is free:
 	// the time the call would wait for its own pod's permits anyway. Zero
 	// answers at once. The server may wait less.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// ticket, when not zero, is the borrower's name for this borrow, drawn
+	// at random and used once. A borrower that gives up on the answer (its
+	// budget ran out, or its call found a permit of its own first) cannot
+	// tell whether a lease was granted meanwhile, on its way back; without
+	// the ticket such a lease would keep a permit from every pod until its
+	// time is up. A Return that names the ticket ends that lease at once,
+	// withdraws the borrow while it waits, and, when it comes before the
+	// borrow, makes the server refuse the borrow when it arrives.
+	Ticket        uint64 `protobuf:"fixed64,5,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -167,6 +181,13 @@ func (x *BorrowRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *BorrowRequest) GetTicket() uint64 {
+	if x != nil {
+		return x.Ticket
+	}
+	return 0
 }
 
 type BorrowResponse struct {
@@ -382,11 +403,16 @@ func (x *Refusal) GetMessage() string {
 	return ""
 }
 
+// ReturnRequest names a lease by incarnation and id, or, with id zero, a
+// borrow by its ticket.
 type ReturnRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Gate          string                 `protobuf:"bytes,1,opt,name=gate,proto3" json:"gate,omitempty"`
-	Incarnation   uint64                 `protobuf:"fixed64,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	Id            uint64                 `protobuf:"fixed64,3,opt,name=id,proto3" json:"id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Gate        string                 `protobuf:"bytes,1,opt,name=gate,proto3" json:"gate,omitempty"`
+	Incarnation uint64                 `protobuf:"fixed64,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Id          uint64                 `protobuf:"fixed64,3,opt,name=id,proto3" json:"id,omitempty"`
+	// ticket names the borrow to take back when id is zero: the
+	// BorrowRequest's ticket.
+	Ticket        uint64 `protobuf:"fixed64,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,10 +468,18 @@ func (x *ReturnRequest) GetId() uint64 {
 	return 0
 }
 
+func (x *ReturnRequest) GetTicket() uint64 {
+	if x != nil {
+		return x.Ticket
+	}
+	return 0
+}
+
 type ReturnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// returned is false when the lease had already ended: returned before,
-	// expired, or granted by another run of the server.
+	// expired, or granted by another run of the server. By ticket, it is
+	// true when a lease ended or a waiting borrow was withdrawn.
 	Returned      bool `protobuf:"varint,1,opt,name=returned,proto3" json:"returned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -492,12 +526,13 @@ var File_backpressure_reserve_v1_reserve_proto protoreflect.FileDescriptor
 
 const file_backpressure_reserve_v1_reserve_proto_rawDesc = "" +
 	"\n" +
-	"%backpressure/reserve/v1/reserve.proto\x12\x17backpressure.reserve.v1\x1a\x1egoogle/protobuf/duration.proto\"\x93\x01\n" +
+	"%backpressure/reserve/v1/reserve.proto\x12\x17backpressure.reserve.v1\x1a\x1egoogle/protobuf/duration.proto\"\xab\x01\n" +
 	"\rBorrowRequest\x12\x12\n" +
 	"\x04gate\x18\x01 \x01(\tR\x04gate\x12\x10\n" +
 	"\x03pod\x18\x02 \x01(\tR\x03pod\x12-\n" +
 	"\x04hold\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04hold\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x91\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
+	"\x06ticket\x18\x05 \x01(\x06R\x06ticket\"\x91\x01\n" +
 	"\x0eBorrowResponse\x126\n" +
 	"\x05lease\x18\x01 \x01(\v2\x1e.backpressure.reserve.v1.LeaseH\x00R\x05lease\x12<\n" +
 	"\arefusal\x18\x02 \x01(\v2 .backpressure.reserve.v1.RefusalH\x00R\arefusalB\t\n" +
@@ -510,19 +545,21 @@ const file_backpressure_reserve_v1_reserve_proto_rawDesc = "" +
 	"\x06reason\x18\x01 \x01(\x0e2\x1f.backpressure.reserve.v1.ReasonR\x06reason\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"U\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"m\n" +
 	"\rReturnRequest\x12\x12\n" +
 	"\x04gate\x18\x01 \x01(\tR\x04gate\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x06R\vincarnation\x12\x0e\n" +
-	"\x02id\x18\x03 \x01(\x06R\x02id\",\n" +
+	"\x02id\x18\x03 \x01(\x06R\x02id\x12\x16\n" +
+	"\x06ticket\x18\x04 \x01(\x06R\x06ticket\",\n" +
 	"\x0eReturnResponse\x12\x1a\n" +
-	"\breturned\x18\x01 \x01(\bR\breturned*~\n" +
+	"\breturned\x18\x01 \x01(\bR\breturned*\x94\x01\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REASON_EXHAUSTED\x10\x01\x12\x13\n" +
 	"\x0fREASON_LEARNING\x10\x02\x12\x17\n" +
 	"\x13REASON_UNKNOWN_GATE\x10\x03\x12\x18\n" +
-	"\x14REASON_HOLD_TOO_LONG\x10\x042\xbf\x01\n" +
+	"\x14REASON_HOLD_TOO_LONG\x10\x04\x12\x14\n" +
+	"\x10REASON_WITHDRAWN\x10\x052\xbf\x01\n" +
 	"\aReserve\x12Y\n" +
 	"\x06Borrow\x12&.backpressure.reserve.v1.BorrowRequest\x1a'.backpressure.reserve.v1.BorrowResponse\x12Y\n" +
 	"\x06Return\x12&.backpressure.reserve.v1.ReturnRequest\x1a'.backpressure.reserve.v1.ReturnResponseBLZJgithub.com/backpressure-dev/backpressure-operator/api/reserve/v1;reservev1b\x06proto3"

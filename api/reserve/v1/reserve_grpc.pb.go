@@ -41,8 +41,9 @@ type ReserveClient interface {
 	// or a server that could not answer, which the caller treats as a
 	// refusal.
 	Borrow(ctx context.Context, in *BorrowRequest, opts ...grpc.CallOption) (*BorrowResponse, error)
-	// Return gives a leased permit back before its lease ends. It goes to
-	// the server that granted the lease.
+	// Return gives a leased permit back before its lease ends, by the
+	// lease's id, or takes a borrow back by its ticket. It goes to the
+	// server that granted the lease, or was asked for it.
 	Return(ctx context.Context, in *ReturnRequest, opts ...grpc.CallOption) (*ReturnResponse, error)
 }
 
@@ -86,8 +87,9 @@ type ReserveServer interface {
 	// or a server that could not answer, which the caller treats as a
 	// refusal.
 	Borrow(context.Context, *BorrowRequest) (*BorrowResponse, error)
-	// Return gives a leased permit back before its lease ends. It goes to
-	// the server that granted the lease.
+	// Return gives a leased permit back before its lease ends, by the
+	// lease's id, or takes a borrow back by its ticket. It goes to the
+	// server that granted the lease, or was asked for it.
 	Return(context.Context, *ReturnRequest) (*ReturnResponse, error)
 	mustEmbedUnimplementedReserveServer()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -118,10 +119,18 @@ func (l lender) Lend(ctx context.Context, hold, wait time.Duration) (gate.Loan, 
 	}
 	rctx, cancel := context.WithTimeout(ctx, wait+c.opts.Budget)
 	defer cancel()
+	ticket := newTicket()
 	resp, err := c.rpc.Borrow(rctx, &reservev1.BorrowRequest{
-		Gate: l.gate, Pod: c.opts.Pod, Hold: durationpb.New(hold), Wait: durationpb.New(wait),
+		Gate: l.gate, Pod: c.opts.Pod, Hold: durationpb.New(hold), Wait: durationpb.New(wait), Ticket: ticket,
 	})
 	if err != nil {
+		if rctx.Err() != nil {
+			// Given up on (the budget ran out, or the call went on
+			// without it): a lease granted meanwhile may be on its way,
+			// and would keep a permit from every pod until its time is
+			// up. Take the borrow back by its ticket.
+			c.withdraw(l.gate, ticket)
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -153,6 +162,28 @@ func (c *Client) quietFor(gate string, t time.Time, err error) {
 	if t.After(c.quiet[gate].until) {
 		c.quiet[gate] = quiet{until: t, err: err}
 	}
+}
+
+// newTicket draws a borrow's ticket: random, so that another pod cannot
+// take the borrow back by guessing it, and never 0, which names none.
+func newTicket() uint64 {
+	for {
+		if t := rand.Uint64(); t != 0 {
+			return t
+		}
+	}
+}
+
+// withdraw takes back, in the background, the borrow for gate with
+// ticket, whatever became of it.
+func (c *Client) withdraw(gate string, ticket uint64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), returnTimeout)
+		defer cancel()
+		// One that fails leaves a lease granted meanwhile to end on its
+		// own, as before tickets.
+		_, _ = c.rpc.Return(ctx, &reservev1.ReturnRequest{Gate: gate, Ticket: ticket})
+	}()
 }
 
 // loan is a lease the server granted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +30,9 @@ type server struct {
 	asked    atomic.Int64
 	returned atomic.Int64
 	last     *reservev1.BorrowRequest
+	// tickets are the borrows' tickets, in order; withdrawn the tickets
+	// of the Returns that named one.
+	tickets, withdrawn []uint64
 }
 
 func (s *server) Borrow(ctx context.Context, req *reservev1.BorrowRequest) (*reservev1.BorrowResponse, error) {
@@ -36,6 +40,7 @@ func (s *server) Borrow(ctx context.Context, req *reservev1.BorrowRequest) (*res
 	s.mu.Lock()
 	delay := s.delay
 	s.last = req
+	s.tickets = append(s.tickets, req.GetTicket())
 	s.mu.Unlock()
 	select {
 	case <-time.After(delay):
@@ -56,6 +61,11 @@ func (s *server) Borrow(ctx context.Context, req *reservev1.BorrowRequest) (*res
 
 func (s *server) Return(_ context.Context, req *reservev1.ReturnRequest) (*reservev1.ReturnResponse, error) {
 	s.mu.Lock()
+	if req.GetId() == 0 {
+		s.withdrawn = append(s.withdrawn, req.GetTicket())
+		s.mu.Unlock()
+		return &reservev1.ReturnResponse{}, nil
+	}
 	s.permits++
 	s.mu.Unlock()
 	s.returned.Add(1)
@@ -171,6 +181,53 @@ func TestBudget(t *testing.T) {
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("the borrow took %s against a server that answers in 5s and a budget of 20ms", took)
+	}
+}
+
+// TestTickets: every borrow carries a ticket of its own; one given up on
+// (the budget ran out, or the call went on without it) is taken back by
+// its ticket, since a lease may have been granted meanwhile; one answered
+// in time is not.
+func TestTickets(t *testing.T) {
+	s := &server{permits: 1}
+	c := start(t, s, reserve.Options{Budget: 20 * time.Millisecond})
+	l := c.Lender("g")
+	loan, err := l.Lend(context.Background(), time.Second, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lend(context.Background(), time.Second, 0); !errors.Is(err, gate.ErrNotLent) {
+		t.Fatalf("with nothing to lend: %v, want a refusal", err)
+	}
+	loan.Return()
+	s.set(func(s *server) { s.delay = 5 * time.Second })
+	if _, err := l.Lend(context.Background(), time.Second, 0); err == nil || errors.Is(err, gate.ErrNotLent) {
+		t.Fatalf("a server slower than the budget: %v, want a failure", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(5 * time.Millisecond); cancel() }()
+	if _, err := l.Lend(ctx, time.Second, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a borrow whose call went on without it: %v, want context.Canceled", err)
+	}
+	eventually(t, "both borrows given up on are taken back", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.withdrawn) == 2
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.tickets) != 4 {
+		t.Fatalf("tickets %v: want 4 borrows", s.tickets)
+	}
+	seen := map[uint64]bool{}
+	for _, ticket := range s.tickets {
+		if ticket == 0 || seen[ticket] {
+			t.Errorf("tickets %v: want each borrow's its own, none 0", s.tickets)
+		}
+		seen[ticket] = true
+	}
+	if want := []uint64{s.tickets[2], s.tickets[3]}; !slices.Equal(slices.Sorted(slices.Values(s.withdrawn)), slices.Sorted(slices.Values(want))) {
+		t.Errorf("withdrawn %v, want the last two borrows' tickets %v", s.withdrawn, want)
 	}
 }
 

@@ -35,6 +35,13 @@
 // for the call's remaining time: the call ends by its deadline, and so
 // within the lease, whatever the clocks say.
 //
+// Every borrow carries a random ticket. A Lend that gives up on its answer
+// (the budget ran out, or the call's context ended while it waited) cannot
+// tell whether the server lent meanwhile, its answer on the way, so it
+// returns the borrow by its ticket in the background: the server ends
+// such a lease at once, rather than keeping the permit from every pod
+// until the lease's time is up.
+//
 // A Client uses one connection; every Return goes back on it. Behind a
 // Service of several permit servers, connect so that one connection
 // reaches one server (the default pick_first over a ClusterIP Service
