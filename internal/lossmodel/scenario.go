@@ -103,6 +103,11 @@ type Scenario struct {
 	Reserve int
 	// Sharing divides the A − R other permits over the pods.
 	Sharing Sharing
+	// PodShares, when set, are the permits each pod holds, in place of
+	// Sharing's division: a division measured elsewhere (the operator's,
+	// in the storm) to see what the model makes of it. They must be one
+	// per pod, none negative, and sum to A − R.
+	PodShares []int
 	// Floor is the fewest permits DemandShares gives a pod, so that an
 	// idle pod can still serve its next call; it is lowered when A − R
 	// cannot give every pod that many.
@@ -167,6 +172,18 @@ func (s Scenario) Validate() error {
 	case s.Calls < 0:
 		return fmt.Errorf("lossmodel: calls: must be at least 0, got %d", s.Calls)
 	}
+	if s.PodShares != nil {
+		sum := 0
+		for _, p := range s.PodShares {
+			if p < 0 {
+				return fmt.Errorf("lossmodel: pod shares: must not be negative, got %v", s.PodShares)
+			}
+			sum += p
+		}
+		if len(s.PodShares) != s.Pods || sum != s.Permits-s.Reserve {
+			return fmt.Errorf("lossmodel: pod shares: must be one per pod (%d) summing to the %d permits outside the reserve, got %v", s.Pods, s.Permits-s.Reserve, s.PodShares)
+		}
+	}
 	return nil
 }
 
@@ -175,7 +192,7 @@ func (s Scenario) Validate() error {
 // same calls with the same latencies.
 func (s Scenario) GlobalGate() Scenario {
 	g := s
-	g.Pods, g.Reserve, g.Sharing, g.Balancer, g.Skew = 1, 0, EqualShares, RoundRobin, 0
+	g.Pods, g.Reserve, g.Sharing, g.Balancer, g.Skew, g.PodShares = 1, 0, EqualShares, RoundRobin, 0, nil
 	return g
 }
 

@@ -48,7 +48,8 @@ func (s Scenario) weights() []float64 {
 }
 
 // Shares returns the permits each pod holds in s: the A − R permits outside
-// the reserve, divided as s.Sharing says. They sum to A − R.
+// the reserve, divided as s.Sharing says, or s.PodShares when set. They
+// sum to A − R.
 func (s Scenario) Shares() []int {
 	if err := s.Validate(); err != nil {
 		return nil
@@ -57,6 +58,9 @@ func (s Scenario) Shares() []int {
 }
 
 func (s Scenario) shares(w []float64) []int {
+	if s.PodShares != nil {
+		return slices.Clone(s.PodShares)
+	}
 	total := s.Permits - s.Reserve
 	if s.Sharing != DemandShares {
 		out := make([]int, s.Pods)

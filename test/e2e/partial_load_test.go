@@ -93,6 +93,15 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 					"operator %.3f, equal shares %.3f", r.AdmittedRatioToGlobalGate, r.EqualSharesRatioToGlobalGate)
 			})
 
+			It("takes back every lease whose answer came too late: none expires unreturned", func() {
+				// Without tickets, a lease granted as a pod gave up on the
+				// answer kept a reserve permit from every pod for the
+				// call's whole 2 s deadline: 6 (random) and 31 (pinned) in
+				// the measured 90 s on this machine.
+				Expect(r.LeasesExpired).NotTo(BeNil(), "the permit server's leases were not read")
+				Expect(*r.LeasesExpired).To(BeZero(), "leases that ended at the end of their time, not returned")
+			})
+
 			It("decides at least half of its admitted calls inside the pods", func() {
 				Expect(r.Borrowed).To(BeNumerically(">", 0), "no call borrowed: the reserve was not lent")
 				Expect(r.BorrowedFraction).To(BeNumerically("<=", 0.5))
