@@ -2,8 +2,8 @@ package lossmodel_test
 
 import (
 	"math"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 

@@ -28,9 +28,9 @@ type LogLine struct {
 	// Metrics is the /metrics listener's address, where a program logs it
 	// with MsgServing (the permit server does).
 	Metrics string `json:"metrics,omitempty"`
-	Gate    string    `json:"gate,omitempty"`
-	Hash    string    `json:"hash,omitempty"`
-	Permits *int      `json:"permits,omitempty"`
+	Gate    string `json:"gate,omitempty"`
+	Hash    string `json:"hash,omitempty"`
+	Permits *int   `json:"permits,omitempty"`
 }
 
 // ParseLogLine parses one line; ok is false for a line that is not a JSON
