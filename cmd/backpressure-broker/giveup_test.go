@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
@@ -52,12 +51,7 @@ func TestAGrantTheBorrowerGaveUpOnIsTakenBack(t *testing.T) {
 	reservev1.RegisterReserveServer(srv, broker.NewService(b))
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c, err := reserve.New(conn, reserve.Options{Pod: "pod-a", Budget: 50 * time.Millisecond})
+	c, err := reserve.New(dial(t, lis.Addr().String()), reserve.Options{Pod: "pod-a", Budget: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
