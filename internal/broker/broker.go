@@ -246,8 +246,9 @@ func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
 	wait := min(r.Wait, b.opts.MaxWait)
 	if wait <= 0 {
 		p.tallyLocked(r.Pod, now).refused++
+		err := b.exhaustedLocked(p)
 		p.mu.Unlock()
-		return Lease{}, b.exhausted(p)
+		return Lease{}, err
 	}
 	w := &waiter{pod: r.Pod, ticket: r.Ticket, ttl: ttl, ready: make(chan struct{})}
 	p.queueLocked(w)
@@ -288,14 +289,16 @@ func (b *Broker) await(ctx context.Context, p *pool, w *waiter, wait time.Durati
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
 	}
-	return Lease{}, b.exhausted(p)
+	return Lease{}, b.exhaustedLocked(p)
 }
 
 func (b *Broker) withdrawn() error {
 	return b.refuse(reservev1.Reason_REASON_WITHDRAWN, 0, "withdrawn by its borrower before a permit was lent")
 }
 
-func (b *Broker) exhausted(p *pool) error {
+// exhaustedLocked is the refusal of a borrow p had no permit for; p.mu is
+// held (the message reads the capacity in force).
+func (b *Broker) exhaustedLocked(p *pool) error {
 	return b.refuse(reservev1.Reason_REASON_EXHAUSTED, 0, "every permit of gate %q's reserve here is lent (%d)", p.gate, p.capacity)
 }
 
