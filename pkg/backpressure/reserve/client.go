@@ -177,12 +177,17 @@ func newTicket() uint64 {
 // withdraw takes back, in the background, the borrow for gate with
 // ticket, whatever became of it.
 func (c *Client) withdraw(gate string, ticket uint64) {
+	c.returnInBackground(&reservev1.ReturnRequest{Gate: gate, Ticket: ticket})
+}
+
+// returnInBackground sends req without making the caller wait for the
+// round trip. A Return that fails leaves the lease it names to end on its
+// own.
+func (c *Client) returnInBackground(req *reservev1.ReturnRequest) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), returnTimeout)
 		defer cancel()
-		// One that fails leaves a lease granted meanwhile to end on its
-		// own, as before tickets.
-		_, _ = c.rpc.Return(ctx, &reservev1.ReturnRequest{Gate: gate, Ticket: ticket})
+		_, _ = c.rpc.Return(ctx, req)
 	}()
 }
 
@@ -195,10 +200,5 @@ type loan struct {
 
 // Return gives the permit back in the background.
 func (x *loan) Return() {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), returnTimeout)
-		defer cancel()
-		// A Return that fails leaves the lease to end on its own.
-		_, _ = x.c.rpc.Return(ctx, &reservev1.ReturnRequest{Gate: x.gate, Incarnation: x.incarnation, Id: x.id})
-	}()
+	x.c.returnInBackground(&reservev1.ReturnRequest{Gate: x.gate, Incarnation: x.incarnation, Id: x.id})
 }
