@@ -273,8 +273,7 @@ func (b *Broker) await(ctx context.Context, p *pool, w *waiter, wait time.Durati
 		// expires.
 		if ctx.Err() != nil {
 			if p.leases[w.lease.id] == w.lease {
-				p.endLocked(w.lease)
-				p.returned++
+				p.returnLocked(w.lease)
 				p.dispatchLocked(b.clock.Now())
 			}
 			return Lease{}, ctx.Err()
@@ -331,8 +330,7 @@ func (b *Broker) Return(gate string, incarnation, id uint64) bool {
 	if l == nil {
 		return false
 	}
-	p.endLocked(l)
-	p.returned++
+	p.returnLocked(l)
 	return true
 }
 

@@ -110,6 +110,13 @@ func (p *pool) endLocked(l *lease) {
 	heap.Remove(&p.expiry, l.index)
 }
 
+// returnLocked ends l before its time, given back by its borrower (or on
+// its behalf).
+func (p *pool) returnLocked(l *lease) {
+	p.endLocked(l)
+	p.returned++
+}
+
 // expireLocked ends the leases whose time is up by now.
 func (p *pool) expireLocked(now time.Time) {
 	for len(p.expiry) > 0 && !p.expiry[0].expires.After(now) {
@@ -148,12 +155,11 @@ func (p *pool) unqueueLocked(w *waiter) {
 // withdrawLocked takes back the borrow with ticket: it ends its lease, or
 // withdraws it while it waits, or, when it has not arrived, remembers the
 // ticket until until so that it is refused when it does. It reports
-// whether a lease ended or a borrow was withdrawn.
+// whether a lease ended or a borrow was withdrawn. The caller lends a
+// permit it freed to the borrows waiting.
 func (p *pool) withdrawLocked(ticket uint64, now, until time.Time) bool {
 	if l := p.ticketed[ticket]; l != nil {
-		p.endLocked(l)
-		p.returned++
-		p.dispatchLocked(now)
+		p.returnLocked(l)
 		return true
 	}
 	if w := p.ticketWaiting[ticket]; w != nil {
