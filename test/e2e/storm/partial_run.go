@@ -320,7 +320,8 @@ func (st *partialStage) scrapeExpiredLeases(ctx context.Context) (int64, error) 
 	}
 	var expired int64
 	name := fmt.Sprintf("backpressure_broker_leases_ended_total{gate=%q,how=\"expired\"} ", QuotaName)
-	return expired, addCounters(ctx, BrokerName, addr, map[string]*int64{name: &expired})
+	err := addCounters(ctx, BrokerName, addr, map[string]*int64{name: &expired})
+	return expired, err
 }
 
 // addCounters adds to each of counters the value of the series its key
