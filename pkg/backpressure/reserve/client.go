@@ -124,11 +124,12 @@ func (l lender) Lend(ctx context.Context, hold, wait time.Duration) (gate.Loan, 
 		Gate: l.gate, Pod: c.opts.Pod, Hold: durationpb.New(hold), Wait: durationpb.New(wait), Ticket: ticket,
 	})
 	if err != nil {
-		if rctx.Err() != nil {
+		if code := status.Code(err); rctx.Err() != nil || code == codes.DeadlineExceeded || code == codes.Canceled {
 			// Given up on (the budget ran out, or the call went on
 			// without it): a lease granted meanwhile may be on its way,
 			// and would keep a permit from every pod until its time is
-			// up. Take the borrow back by its ticket.
+			// up. Take the borrow back by its ticket. The server may
+			// report the deadline before this side's timer has fired.
 			c.withdraw(l.gate, ticket)
 		}
 		if ctx.Err() != nil {
