@@ -59,8 +59,6 @@ type sharer struct {
 	// reserve is its spec.reserve, which comes out of its part; nil when
 	// it asks for none.
 	reserve *reserve
-	// follows is set when its pods' shares follow their demand.
-	follows bool
 }
 
 // Reconcile splits one contract over its callers, steps the handover,
@@ -97,6 +95,7 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		if err := p.prepare(ctx, &s.quotaPart, h.callers[i]); err != nil {
 			return reconcile.Result{}, err
 		}
+		p.watchDemand(&s.quotaPart, &v1alpha1.DownstreamContract{ObjectMeta: metav1.ObjectMeta{Name: dc.Name}})
 		if s.part != nil || s.reserve == nil {
 			s.reportReserve(s.reserve)
 		}
@@ -132,10 +131,6 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 		}
 		if s.in.conflict != "" {
 			result.RequeueAfter = handover.Sooner(result.RequeueAfter, p.conflictRecheck)
-		}
-		if s.follows {
-			// No watch says that demand moved.
-			result.RequeueAfter = handover.Sooner(result.RequeueAfter, p.demand.interval)
 		}
 		err := r.writeCaller(ctx, s)
 		if errors.Is(err, errStale) {
@@ -270,7 +265,7 @@ func (r *DownstreamContractReconciler) sharers(ctx context.Context, dc *v1alpha1
 			if s.reserve != nil {
 				s.reserve.join(s.caller, epoch, q.Status.Reserve)
 			}
-			s.follows = p.shareDemand(ctx, &s.quotaPart)
+			p.shareDemand(ctx, &s.quotaPart)
 		}
 		if err := p.gather(ctx, &s.quotaPart, epoch, recordedRevision(dc.Status.Division, epoch), q.Status.Division); err != nil {
 			return nil, err

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/demand"
@@ -72,6 +73,14 @@ type demandReads struct {
 	good map[types.NamespacedName]demandReading
 	// moved is when every quota's division last moved on demand.
 	moved map[types.NamespacedName]time.Time
+	// reading locks the read of each quota's demand (see read).
+	reading map[types.NamespacedName]*sync.Mutex
+	// watched is what every quota that follows demand last divided on
+	// it, for the demand watch (see demandwatch.go).
+	watched map[types.NamespacedName]*followWatch
+	// wakeQuotas and wakeContracts carry the demand watch's wakes to the
+	// quota and the contract reconcilers.
+	wakeQuotas, wakeContracts chan event.GenericEvent
 }
 
 // dwelling reports whether the division of the quota key moved on demand
@@ -102,14 +111,17 @@ type demandReading struct {
 	err    error
 }
 
-// read returns the demand of the pods of q that sel matches, from metric:
-// the last reading when it is of the same and younger than the interval.
-// When the read fails but a reading of the same that succeeded is younger
-// than demandKeep intervals, read returns that one's values and when it
-// was read together with the error: the shares follow it meanwhile.
-func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel labels.Selector, metric string, now time.Time) (map[string]int64, time.Time, error) {
-	key := types.NamespacedName{Namespace: q.Namespace, Name: q.Name}
+// read returns the demand of the pods in namespace ns that sel matches,
+// from metric, for the quota key: the last reading when it is of the same
+// and younger than the interval. When the read fails but a reading of the
+// same that succeeded is younger than demandKeep intervals, read returns
+// that one's values and when it was read together with the error: the
+// shares follow it meanwhile. One quota's demand is read by one caller at
+// a time, so that the demand watch and a reconcile due at the same moment
+// read it once.
+func (r *demandReads) read(ctx context.Context, key types.NamespacedName, ns string, sel labels.Selector, metric string, now time.Time) (map[string]int64, time.Time, error) {
 	of := metric + " " + sel.String()
+	defer r.lockKey(key)()
 	r.mu.Lock()
 	last, ok := r.last[key]
 	r.mu.Unlock()
@@ -118,7 +130,7 @@ func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel
 		if r.source == nil {
 			last.err = fmt.Errorf("%w: the operator was started without a custom metrics reader", demand.ErrUnavailable)
 		} else {
-			last.values, last.err = r.source.Read(ctx, q.Namespace, sel, metric)
+			last.values, last.err = r.source.Read(ctx, ns, sel, metric)
 		}
 	}
 	r.mu.Lock()
@@ -137,12 +149,30 @@ func (r *demandReads) read(ctx context.Context, q *v1alpha1.DownstreamQuota, sel
 	return nil, time.Time{}, last.err
 }
 
-// forget drops the reading of a quota that is gone.
+// lockKey locks the reading of the quota key and returns its unlock.
+func (r *demandReads) lockKey(key types.NamespacedName) func() {
+	r.mu.Lock()
+	if r.reading == nil {
+		r.reading = map[types.NamespacedName]*sync.Mutex{}
+	}
+	m, ok := r.reading[key]
+	if !ok {
+		m = &sync.Mutex{}
+		r.reading[key] = m
+	}
+	r.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// forget drops the reading and the watch of a quota that is gone.
 func (r *demandReads) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.last, key)
 	delete(r.good, key)
 	delete(r.moved, key)
+	delete(r.reading, key)
+	delete(r.watched, key)
 	r.mu.Unlock()
 }
 
@@ -161,10 +191,12 @@ func followsDemand(q *v1alpha1.DownstreamQuota) (string, bool) {
 
 // shareDemand reads the demand of the pods of part's workload when its
 // quota asks for shares that follow it, gives it to part's caller, and
-// sets the DemandFollowing condition. It reports whether the quota
-// follows demand, so its division is stepped again at the interval.
-func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
+// sets the DemandFollowing condition. When it reads, it leaves on the
+// caller what the demand watch needs to read it again (see
+// Publisher.watchDemand).
+func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) {
 	q := part.quota
+	key := types.NamespacedName{Namespace: q.Namespace, Name: q.Name}
 	metric, ok := followsDemand(q)
 	if !ok {
 		part.caller.demand = nil
@@ -172,37 +204,38 @@ func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
 			part.in.demandCondition = &metav1.Condition{Type: v1alpha1.ConditionDemandFollowing, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.ReasonEqualShares, Message: "spec.shares.policy is Equal; the pods' part is divided equally"}
 		}
-		return false
+		return
 	}
 	if part.facts.workload == nil {
-		return true
+		return
 	}
-	values, at, err := p.demand.read(ctx, q, part.facts.workload.selector, metric, p.clock.Now())
+	sel := part.facts.workload.selector
+	values, at, err := p.demand.read(ctx, key, q.Namespace, sel, metric, p.clock.Now())
+	w := &followWatch{namespace: q.Namespace, selector: sel, metric: metric}
+	for _, m := range part.caller.members {
+		if m.serving && !part.caller.isLender(m) {
+			w.ready = append(w.ready, m.name)
+		}
+	}
+	w.state = w.stateOf(values, at, err)
+	part.caller.watch = w
 	c := &metav1.Condition{Type: v1alpha1.ConditionDemandFollowing}
 	part.in.demandCondition = c
-	if err != nil && values == nil {
+	if w.state.reason == v1alpha1.ReasonDemandUnavailable {
 		part.caller.demand = nil
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonDemandUnavailable
 		c.Message = fmt.Sprintf("cannot read Pods metric %s: %v; the pods' part is divided equally until it can be", metric, err)
-		return true
+		return
 	}
 	part.caller.demand = values
-	part.caller.dwelling = p.demand.dwelling(types.NamespacedName{Namespace: q.Namespace, Name: q.Name}, p.clock.Now())
-	var ready, measured int
-	for _, m := range part.caller.members {
-		if m.serving && !part.caller.isLender(m) {
-			ready++
-			if _, ok := values[m.name]; ok {
-				measured++
-			}
-		}
-	}
+	part.caller.dwelling = p.demand.dwelling(key, p.clock.Now())
+	measured, ready := w.state.measured, len(w.ready)
 	c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonDemandFollowed
 	c.Message = fmt.Sprintf("the pods' shares follow Pods metric %s, read every %s; %d of %d Ready pods measured", metric, p.demand.interval, measured, ready)
 	if measured < ready {
 		c.Message += " (the others claim without a cap, as under equal shares)"
 	}
-	if err != nil {
+	if w.state.reason == v1alpha1.ReasonDemandStale {
 		// The condition's message changes only with what it says, not
 		// with every failed read: the time of the reading followed and
 		// when it stops being followed.
@@ -210,17 +243,20 @@ func (p *Publisher) shareDemand(ctx context.Context, part *quotaPart) bool {
 		c.Message = fmt.Sprintf("cannot read Pods metric %s: %v; the pods' shares follow the reading of %s until %s, then are divided equally",
 			metric, err, at.UTC().Format(time.RFC3339), at.Add(demandKeep*p.demand.interval).UTC().Format(time.RFC3339))
 	}
-	return true
 }
 
 // followTargets divides part over c's pods by their demand (division's
 // DefaultFollow), aligned with pods; previous maps a pod's key to its
-// target in the previous step, for the band.
+// target in the previous step, for the band. It notes what it divided on
+// c's watch, so that the demand watch can tell when a later reading would
+// move the division.
 func (c *caller) followTargets(part int64, pods []division.Member, previous map[string]int64) []int64 {
 	in := make([]division.Claimant, len(pods))
+	names := make([]string, len(pods))
 	for i, m := range pods {
+		names[i] = c.nameOf(m.Key)
 		cl := division.Claimant{Key: m.Key, Serving: m.Serving, Demand: -1}
-		if d, ok := c.demand[c.nameOf(m.Key)]; ok {
+		if d, ok := c.demand[names[i]]; ok {
 			cl.Demand = d
 		}
 		if m.Serving {
@@ -233,21 +269,30 @@ func (c *caller) followTargets(part int64, pods []division.Member, previous map[
 		}
 		in[i] = cl
 	}
+	out, moved := followDivision(part, in, c.dwelling)
+	c.movedOnDemand = c.movedOnDemand || moved
+	if c.watch != nil {
+		c.watch.divided(part, in, names, out)
+	}
+	return out
+}
+
+// followDivision divides part over in by their demand, or keeps their
+// previous targets while dwelling and they still divide part over the same
+// pods; moved reports a move on demand: one that keeping the previous
+// targets would not have made.
+func followDivision(part int64, in []division.Claimant, dwelling bool) (out []int64, moved bool) {
 	// hold keeps the previous targets whatever the demands say, while
 	// they still divide part over the same pods: the band no drift leaves.
 	hold := division.DefaultFollow
 	hold.Band = division.Band{Min: math.MaxInt64}
-	if c.dwelling {
-		return hold.Targets(part, in)
+	if dwelling {
+		return hold.Targets(part, in), false
 	}
-	out := division.DefaultFollow.Targets(part, in)
-	// A move on demand is one hold would not have made: the previous
-	// targets were still a division of part over the same pods. (Asked
-	// only when the targets moved, which is rare under steady demand.)
-	if !isPrevious(in, out) && isPrevious(in, hold.Targets(part, in)) {
-		c.movedOnDemand = true
-	}
-	return out
+	out = division.DefaultFollow.Targets(part, in)
+	// (Asked only when the targets moved, which is rare under steady
+	// demand.)
+	return out, !isPrevious(in, out) && isPrevious(in, hold.Targets(part, in))
 }
 
 // isPrevious reports whether targets are the claimants' previous ones.

@@ -131,9 +131,10 @@ var _ = Describe("Shares that follow demand", func() {
 		// Beyond it: claims 29, 29, 1, 0 over 36 fill to 17.5 each for the
 		// first two (18 to the first by name), so 19, 18, 2, 1. The
 		// shrinking pods are told at once; gateway-01 grows only as they
-		// acknowledge.
+		// acknowledge. Nothing here reconciles the quota: the demand watch
+		// reads the demand once the interval has passed and wakes it.
 		testDemand.set(ns, map[string]int64{"gateway-00": 30, "gateway-01": 30, "gateway-02": 2, "gateway-03": 0}, nil)
-		nextInterval(ctx, ns)
+		advance(DefaultDemandInterval)
 		Eventually(func(g Gomega) {
 			g.Expect(shares(ctx, g, ns, gateways...)).To(Equal(map[string]int{"gateway-00": 19, "gateway-01": 12, "gateway-02": 2, "gateway-03": 1}))
 			q := getQuota(ctx, g, ns, "logistics")
@@ -273,6 +274,18 @@ var _ = Describe("Shares that follow demand", func() {
 			c := demandFollowing(g, getQuota(ctx, g, nsA, "payments"))
 			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonDemandFollowed))
 			g.Expect(meta.FindStatusCondition(getQuota(ctx, g, nsB, "payments").Status.Conditions, v1alpha1.ConditionDemandFollowing)).To(BeNil())
+		}).Should(Succeed())
+		Expect(testDemand.readsOf(nsB)).To(BeEmpty(), "B's shares are equal: its demand is never read")
+
+		// A's demand moves beyond the band: once the interval has passed
+		// the demand watch wakes the contract, which no event would have:
+		// 1 each, then 20 over the claims above it, 3 and 19: 3 and 17.
+		testDemand.set(nsA, map[string]int64{"api-00": 4, "api-01": 20, "api-02": 0, "api-03": 0}, nil)
+		advance(DefaultDemandInterval)
+		Eventually(func(g Gomega) {
+			model.acknowledge(ctx, podsA...)
+			doc, _ := publishedDocument(ctx, g, nsA, "api-backpressure", "payments")
+			g.Expect([]int{doc.For("api-00").Permits, doc.For("api-01").Permits, doc.For("api-02").Permits, doc.For("api-03").Permits}).To(Equal([]int{4, 18, 1, 1}))
 		}).Should(Succeed())
 		Expect(testDemand.readsOf(nsB)).To(BeEmpty(), "B's shares are equal: its demand is never read")
 		Expect(model.verify()).To(BeNumerically("<=", 48))

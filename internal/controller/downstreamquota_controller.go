@@ -9,12 +9,12 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
-	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 	"github.com/backpressure-dev/backpressure-operator/internal/quota"
 )
 
@@ -118,6 +118,10 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		}
 	}
 
+	// Every reconcile that got this far says whether the demand watch
+	// reads the quota: not once its workload is gone, it is invalid or it
+	// no longer follows demand.
+	p.watchDemand(part, &v1alpha1.DownstreamQuota{ObjectMeta: metav1.ObjectMeta{Namespace: q.Namespace, Name: q.Name}})
 	prev := written
 	if prev == nil || part.statusPending {
 		was, ok, err := p.writeStatus(ctx, q, part.status, part.in.conditions()...)
@@ -184,7 +188,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		rsv.size(part.caller, part.caller.total)
 		rsv.join(part.caller, epoch, q.Status.Reserve)
 	}
-	follows := p.shareDemand(ctx, part)
+	p.shareDemand(ctx, part)
 	if err := p.gather(ctx, part, epoch, recordedRevision(q.Status.Division, epoch), q.Status.Division); err != nil {
 		return 0, nil, nil, err
 	}
@@ -259,12 +263,7 @@ func (r *DownstreamQuotaReconciler) divide(ctx context.Context, part *quotaPart)
 		// The pods divide what the reserve leaves them.
 		after.permits, after.extra, after.usable = status.Division.Base, status.Division.Extra, int32(pl.Result.Usable)-part.in.reserved
 	}
-	recheck := h.recheck
-	if follows {
-		// No watch says that demand moved.
-		recheck = handover.Sooner(recheck, p.demand.interval)
-	}
-	return recheck, &planChange{after: after, configMap: part.own}, written, nil
+	return h.recheck, &planChange{after: after, configMap: part.own}, written, nil
 }
 
 // maxRecordBytes bounds a division's record (status.division's told and

@@ -156,6 +156,9 @@ type caller struct {
 	demand        map[string]int64
 	dwelling      bool
 	movedOnDemand bool
+	// watch is what the demand watch needs of a caller whose pods' part
+	// follows demand; nil otherwise (see Publisher.shareDemand).
+	watch *followWatch
 }
 
 // outdated reports whether the document c's pods read now is revision rev

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/handover"
 )
@@ -78,7 +79,8 @@ func NewPublisher(c client.Client, apiReader client.Reader, recorder events.Even
 		clock:           clock.RealClock{},
 		clockID:         processClockID(),
 		conflictRecheck: DefaultConflictRecheck,
-		demand:          demandReads{interval: DefaultDemandInterval},
+		demand: demandReads{interval: DefaultDemandInterval,
+			wakeQuotas: make(chan event.GenericEvent, demandWakeBuffer), wakeContracts: make(chan event.GenericEvent, demandWakeBuffer)},
 	}
 	for _, opt := range opts {
 		opt(p)

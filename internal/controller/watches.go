@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -49,6 +50,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, p *Publisher, opts controller.
 	if err := contracts.SetupWithManager(mgr, opts); err != nil {
 		return nil, nil, err
 	}
+	if err := mgr.Add(demandWatch{p: p}); err != nil {
+		return nil, nil, fmt.Errorf("controller: add the demand watch: %w", err)
+	}
 	return quotas, contracts, nil
 }
 
@@ -67,6 +71,7 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts cont
 		Watches(&corev1.ConfigMap{}, m.configMapHandler(nil)).
 		Watches(&v1alpha1.DownstreamQuota{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted, publishingChanged))).
 		Watches(&v1alpha1.DownstreamContract{}, handler.EnqueueRequestsFromMapFunc(m.quotasOfDownstream), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.pub.demand.wakeQuotas, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ControllerName, err)
@@ -91,6 +96,7 @@ func (r *DownstreamContractReconciler) SetupWithManager(mgr ctrl.Manager, opts c
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(m.contracts(m.podsOfContracts)), builder.WithPredicates(podChanged)).
 		Watches(&corev1.ConfigMap{}, m.configMapHandler(m.contractOfQuota)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(m.contractsSelectingNamespaces), builder.WithPredicates(labelsChanged)).
+		WatchesRawSource(source.Channel(r.pub.demand.wakeContracts, &handler.EnqueueRequestForObject{})).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: set up %s: %w", ContractControllerName, err)
