@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -67,7 +68,12 @@ func (r *DownstreamContractReconciler) Reconcile(ctx context.Context, req reconc
 	p := r.pub
 	dc := &v1alpha1.DownstreamContract{}
 	if err := p.client.Get(ctx, req.NamespacedName, dc); err != nil {
-		// The callers' own reconciles report a contract that is gone.
+		// The callers' own reconciles report a contract that is gone; the
+		// demand watch no longer reads for it, also where a step that
+		// began before the deletion registered a caller after they did.
+		if apierrors.IsNotFound(err) {
+			p.demand.unwatchWokenBy(req.Name)
+		}
 		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
 	}
 	epoch := string(dc.UID)
@@ -444,6 +450,9 @@ func notAdmitted(contract, namespace string) string {
 // reportContractMissing writes a shared quota's Ready condition when its
 // contract is missing, or turns it away.
 func (p *Publisher) reportContractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota, why string) error {
+	// Its pods are told 0 or keep the last plan: their demand divides
+	// nothing until the contract takes the quota again.
+	p.demand.unwatch(types.NamespacedName{Namespace: q.Namespace, Name: q.Name})
 	status := q.Status.DeepCopy()
 	status.ObservedGeneration = q.Generation
 	c := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonContractNotFound, Message: why}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -289,5 +290,24 @@ var _ = Describe("Shares that follow demand", func() {
 		}).Should(Succeed())
 		Expect(testDemand.readsOf(nsB)).To(BeEmpty(), "B's shares are equal: its demand is never read")
 		Expect(model.verify()).To(BeNumerically("<=", 48))
+
+		// The contract is deleted: A reports it missing, and the demand
+		// watch no longer reads A's demand, whatever time passes.
+		Expect(k8s.Delete(ctx, dc)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(ready(g, getQuota(ctx, g, nsA, "payments")).Reason).To(Equal(v1alpha1.ReasonContractNotFound))
+		}).Should(Succeed())
+		Eventually(func() []string {
+			before := testDemand.readsOf(nsA)
+			advance(DefaultDemandInterval)
+			time.Sleep(4 * DefaultDemandInterval / demandPollsPerInterval)
+			return testDemand.readsOf(nsA)[len(before):]
+		}).Should(BeEmpty(), "A's demand is still read once its contract is gone")
+		n := len(testDemand.readsOf(nsA))
+		for range 3 {
+			advance(DefaultDemandInterval)
+			time.Sleep(4 * DefaultDemandInterval / demandPollsPerInterval)
+		}
+		Expect(testDemand.readsOf(nsA)).To(HaveLen(n), "A's demand is read again once its contract is gone")
 	})
 })

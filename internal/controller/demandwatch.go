@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -155,6 +156,18 @@ func (r *demandReads) unwatch(key types.NamespacedName) {
 	r.mu.Unlock()
 }
 
+// unwatchWokenBy stops the demand watch of every quota whose reading wakes
+// the contract named contract.
+func (r *demandReads) unwatchWokenBy(contract string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, w := range r.watched {
+		if dc, ok := w.wake.(*v1alpha1.DownstreamContract); ok && dc.Name == contract {
+			delete(r.watched, key)
+		}
+	}
+}
+
 // due returns the watched quotas whose reading is older than the interval
 // at now, or missing.
 func (r *demandReads) due(now time.Time) map[types.NamespacedName]*followWatch {
@@ -178,16 +191,8 @@ type demandWatch struct {
 
 // Start polls until ctx is done.
 func (d demandWatch) Start(ctx context.Context) error {
-	t := time.NewTicker(max(d.p.demand.interval/demandPollsPerInterval, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			d.poll(ctx)
-		}
-	}
+	wait.UntilWithContext(ctx, d.poll, max(d.p.demand.interval/demandPollsPerInterval, time.Millisecond))
+	return nil
 }
 
 // demandReaders is how many quotas' demand the watch reads at once: the

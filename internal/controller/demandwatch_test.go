@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
@@ -150,5 +151,31 @@ func TestTheDemandWatchReadsOnceAnIntervalAndWakesWhatMoved(t *testing.T) {
 	watch.poll(ctx)
 	if s, b := reads(); s != 4 || b != 3 {
 		t.Fatalf("after the unwatch: %d and %d reads, want 4 and 3", s, b)
+	}
+}
+
+// TestTheDemandWatchLetsGoOfAContractsQuotas unwatches what a deleted
+// contract woke, and nothing else.
+func TestTheDemandWatchLetsGoOfAContractsQuotas(t *testing.T) {
+	var r demandReads
+	keys := []types.NamespacedName{{Namespace: "books", Name: "a"}, {Namespace: "shop", Name: "b"}, {Namespace: "shop", Name: "c"}}
+	wakes := []client.Object{
+		&v1alpha1.DownstreamContract{ObjectMeta: metav1.ObjectMeta{Name: "logistics"}},
+		&v1alpha1.DownstreamContract{ObjectMeta: metav1.ObjectMeta{Name: "payments"}},
+		// A quota of the same name as the contract is not its caller.
+		&v1alpha1.DownstreamQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "logistics"}},
+	}
+	r.watched = map[types.NamespacedName]*followWatch{}
+	for i, k := range keys {
+		r.watched[k] = &followWatch{wake: wakes[i]}
+	}
+	r.unwatchWokenBy("logistics")
+	var left []string
+	for k := range r.watched {
+		left = append(left, k.String())
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"shop/b", "shop/c"}) {
+		t.Fatalf("watched after the contract logistics went: %v, want [shop/b shop/c]", left)
 	}
 }
