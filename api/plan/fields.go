@@ -99,7 +99,7 @@ var fields = []Field{
 	{
 		Key: "queueCapacity", Unit: UnitCount, PerPod: true, Max: MaxQueueCapacity,
 		Meaning: "calls that may wait for a permit",
-		Derived: "floor(permits × maxQueueWait / latency), at most the bound",
+		Derived: "floor(permits × maxQueueWait / latency), at most the bound; with a reserve, floor((permits + reserve lent) × maxQueueWait / latency) for a pod with permits",
 	},
 	{
 		Key: "workers", Unit: UnitCount, PerPod: true, Max: MaxPermits,

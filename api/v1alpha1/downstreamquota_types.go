@@ -474,7 +474,10 @@ type PerPodPlan struct {
 	// typical latency.
 	// +optional
 	CapacityPerSecond resource.Quantity `json:"capacityPerSecond,omitempty"`
-	// QueueCapacity is the size of the pod's waiting room.
+	// QueueCapacity is the size of the pod's waiting room. With a reserve
+	// it counts the reserve the broker's replicas are given too, as the
+	// published plan does: floor((permits + reserve) × maxQueueWait /
+	// latency).
 	QueueCapacity int32 `json:"queueCapacity"`
 	// MaxQueueWait is the longest a call waits in the waiting room.
 	MaxQueueWait metav1.Duration `json:"maxQueueWait"`

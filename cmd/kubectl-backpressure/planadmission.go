@@ -152,8 +152,9 @@ type admissionRowJSON struct {
 
 type reserveSizingJSON struct {
 	Target float64 `json:"target"`
-	// Found is false when even every usable permit in the reserve falls
-	// short; Reserve is then the usable permits.
+	// Found is false when even the largest reserve the operator keeps
+	// (usable − replicas, every pod keeping a permit) falls short;
+	// Reserve is then that largest reserve.
 	Found             bool    `json:"found"`
 	Reserve           int     `json:"reserve"`
 	RatioToGlobalGate float64 `json:"ratioToGlobalGate"`
@@ -184,14 +185,17 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		return admissionJSON{}, err
 	}
 	s := lossmodel.Scenario{
-		Permits:       int(res.Usable),
-		Pods:          in.Divisor,
-		Floor:         1,
-		Load:          load,
-		Latency:       lossmodel.Latency{Mean: in.Latency, CV: a.latencyCV},
-		Balancer:      lossmodel.Balancer(a.balancer),
-		MaxQueueWait:  res.PerPod.MaxQueueWait,
-		QueueCapacity: func(permits int) int { return res.ShareFor(permits).QueueCapacity },
+		Permits:      int(res.Usable),
+		Pods:         in.Divisor,
+		Floor:        1,
+		Load:         load,
+		Latency:      lossmodel.Latency{Mean: in.Latency, CV: a.latencyCV},
+		Balancer:     lossmodel.Balancer(a.balancer),
+		MaxQueueWait: res.PerPod.MaxQueueWait,
+		// The operator's waiting room for n permits, floor(n × Qw / W):
+		// the model gives it a pod's own permits and the reserve's, as
+		// the operator does (sizing.Result.ShareWithReserve).
+		QueueCapacity: func(n int) int { return res.ShareFor(n).QueueCapacity },
 		Seed:          a.seed,
 	}
 	if s.Balancer == lossmodel.Pinned {
@@ -269,8 +273,8 @@ func writeAdmission(out io.Writer, usable int64, a admissionJSON) error {
 	}
 	z := a.SmallestReserve
 	if !z.Found {
-		_, err := fmt.Fprintf(out, "No reserve reaches %s of one gate with demand-following shares: all %d usable permits in the reserve reach %s.\n",
-			percent(z.Target), usable, percent(z.RatioToGlobalGate))
+		_, err := fmt.Fprintf(out, "No reserve reaches %s of one gate with demand-following shares: the largest, %s of %d (every pod keeps a permit of its own), reaches %s.\n",
+			percent(z.Target), division.Permits(int64(z.Reserve)), usable, percent(z.RatioToGlobalGate))
 		return err
 	}
 	_, err := fmt.Fprintf(out, "Smallest reserve for %s of one gate with demand-following shares: %s of %d (%s of one gate, %s of the admitted calls borrowed).\n",

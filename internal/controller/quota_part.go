@@ -181,7 +181,7 @@ func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep)
 	part.status.Division, part.status.PodPermits = cs.status, cs.podPermits()
 	part.in.handover = &part.step
 	if part.plan != nil {
-		d := part.plan.Document(q.Name, part.downstream, q.Generation, cs.shares())
+		d := part.plan.Document(q.Name, part.downstream, q.Generation, part.caller.shares(cs))
 		part.doc = &d
 	} else if d, ok := part.zeroDocument(cs); ok {
 		part.doc = &d

@@ -168,6 +168,27 @@ func (c *caller) podTargets(part int64, in []division.Member, previous map[strin
 	return division.Targets(part, in)
 }
 
+// shares returns what c's document publishes of its part cs of a step:
+// with a reserve, the broker's replicas and the reserve permits they are
+// told, so that each pod's waiting room counts the permits that can serve
+// its waiters (sizing.Result.ShareWithReserve). The reserve counted is
+// what the replicas are told, not spec.reserve: while none is Ready, or
+// a replica's slice is being handed over, no one lends the rest, and the
+// pods' rooms count only what can be lent.
+func (c *caller) shares(cs callerStep) quota.Shares {
+	s := cs.shares()
+	if len(c.lenders) == 0 {
+		return s
+	}
+	s.Lenders = c.lenders
+	for name, n := range cs.told {
+		if c.lenders[name] {
+			s.Reserve += n
+		}
+	}
+	return s
+}
+
 // held is the part of c's usable permits kept out of its pods' division.
 func (c *caller) held() int64 { return max(min(c.reserve, c.total), 0) }
 
@@ -250,8 +271,13 @@ func (part *quotaPart) reportReserve(r *reserve) {
 	part.in.reserved, part.in.reservedCondition = int32(part.caller.held()), &c
 	if part.status.PerPod != nil {
 		// The plan was sized over all usable permits; the pods' own
-		// share is of what the reserve leaves them.
+		// share is of what the reserve leaves them, and their waiting
+		// room counts the reserve the document counts.
 		part.status.PerPod.Permits = st.Base
 		part.in.permits = st.Base
+		if part.plan != nil {
+			room := part.plan.Result.ShareWithReserve(int(st.Base), part.caller.shares(part.step).Reserve).QueueCapacity
+			part.status.PerPod.QueueCapacity = int32(room)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"fmt"
+	"time"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -202,6 +205,67 @@ var _ = Describe("A quota's reserve", func() {
 				"broker-00": 4, "broker-01": 4, "gateway-00": 8, "gateway-01": 8, "gateway-02": 8, "gateway-03": 8,
 			}))
 			g.Expect(reserved(g, getQuota(ctx, g, ns, "logistics")).Reason).To(Equal(v1alpha1.ReasonReserveHeld))
+		}).Should(Succeed())
+		Expect(model.verify()).To(Equal(40))
+	})
+
+	It("sizes a pod's waiting room for its own permits and the reserve its broker's Ready replicas lend", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		Expect(k8s.Create(ctx, newDeployment(ns, "gateway", 8))).To(Succeed())
+		createReadyPods(ctx, ns, "gateway", 8)
+		waitCached(ctx, ns, "gateway", 8, 8)
+		model := watchInFlight(ctx, ns, "gateway-backpressure", "logistics", 40)
+		// The sample: 40 usable over 8 pods, 220 ms latency, a 40 ms wait.
+		q := builders.MakeQuota(ns, "logistics").Workload("Deployment", "gateway").Concurrency(50).
+			Deadline(300*time.Millisecond).Queue(40*time.Millisecond, 40*time.Millisecond).Reserve(intstr.FromInt32(8), "broker").Obj()
+		Expect(k8s.Create(ctx, q)).To(Succeed())
+
+		gateway := make([]string, 8)
+		for i := range gateway {
+			gateway[i] = fmt.Sprintf("gateway-%02d", i)
+		}
+		// rooms returns the waiting room the document gives each of names.
+		rooms := func(g Gomega, names ...string) map[string]int {
+			doc, _ := publishedDocument(ctx, g, ns, "gateway-backpressure", "logistics")
+			out := map[string]int{}
+			for _, n := range names {
+				out[n] = doc.For(n).QueueCapacity
+			}
+			return out
+		}
+		all := func(names []string, v int) map[string]int {
+			out := map[string]int{}
+			for _, n := range names {
+				out[n] = v
+			}
+			return out
+		}
+		// No broker: nobody lends the reserve, so the pods' rooms count
+		// only their own 32 / 8 = 4 permits: floor(4 × 40 / 220) = 0.
+		Eventually(func(g Gomega) {
+			g.Expect(shares(ctx, g, ns, gateway...)).To(Equal(all(gateway, 4)))
+			g.Expect(rooms(g, gateway...)).To(Equal(all(gateway, 0)))
+			q := getQuota(ctx, g, ns, "logistics")
+			g.Expect(reserved(g, q).Reason).To(Equal(v1alpha1.ReasonBrokerNotFound))
+			g.Expect(q.Status.PerPod.QueueCapacity).To(BeEquivalentTo(0))
+		}).Should(Succeed())
+
+		// The broker's replicas hold the 8: a waiter is served by its
+		// pod's permit or a lent one, floor((4 + 8) × 40 / 220) = 2. The
+		// replicas' own rooms stay sized by their slices: floor(4 × 40 /
+		// 220) = 0.
+		Expect(k8s.Create(ctx, newDeployment(ns, "broker", 2))).To(Succeed())
+		brokers := createBrokers(ctx, ns)
+		Eventually(func(g Gomega) {
+			model.acknowledge(ctx, brokers...)
+			g.Expect(shares(ctx, g, ns, "broker-00", "broker-01")).To(Equal(map[string]int{"broker-00": 4, "broker-01": 4}))
+			g.Expect(shares(ctx, g, ns, gateway...)).To(Equal(all(gateway, 4)))
+			g.Expect(rooms(g, gateway...)).To(Equal(all(gateway, 2)))
+			g.Expect(rooms(g, "broker-00", "broker-01")).To(Equal(map[string]int{"broker-00": 0, "broker-01": 0}))
+			q := getQuota(ctx, g, ns, "logistics")
+			g.Expect(reserved(g, q).Reason).To(Equal(v1alpha1.ReasonReserveHeld))
+			g.Expect(q.Status.PerPod.Permits).To(BeEquivalentTo(4))
+			g.Expect(q.Status.PerPod.QueueCapacity).To(BeEquivalentTo(2))
 		}).Should(Succeed())
 		Expect(model.verify()).To(Equal(40))
 	})

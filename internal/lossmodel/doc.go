@@ -52,6 +52,15 @@
 //     BorrowWaiting, it waits at the permit server alone for at most
 //     MaxQueueWait, and under BorrowInRoom it is shed. Under BorrowOnce a
 //     call tries the reserve only on arrival.
+//   - A pod's waiting room holds QueueCapacity(n) calls, n the permits
+//     that can free up for its waiters: under RoomWithReserve (what the
+//     operator publishes) a pod holding p ≥ 1 permits counts the reserve
+//     too, n = p + R, since a waiter runs on whichever permit comes first;
+//     a pod holding none has no waiting room, as its published plan gives
+//     it none. Under RoomOwnPermits, n = p. The operator's QueueCapacity
+//     is floor(n × MaxQueueWait / typical latency).
+//   - SmallestReserve looks no further than A − P: the operator cuts a
+//     larger reserve so that every pod keeps a permit of its own.
 //
 // What it leaves out: the token bucket, deadlines (DeadlineTooShort), the
 // borrow's round trip (a millisecond against latencies of hundreds), the

@@ -287,15 +287,16 @@ func TestBorrowWaitingAdmitsMore(t *testing.T) {
 // take waits for a reserve permit at the permit server as long as the room
 // would have kept it (BorrowWaiting, the library's rule), and is admitted
 // more often than when only the calls in a room wait there (BorrowInRoom).
-// The sample's pods of 3 with a reserve of 16 have rooms of
-// floor(3 × 40ms / 220ms) = 0, so every call that finds its pod full and
-// the reserve taken was shed at once.
+// Sized for their own permits (RoomOwnPermits, the operator's rule before
+// its rooms counted the reserve), the sample's pods of 3 with a reserve of
+// 16 have rooms of floor(3 × 40ms / 220ms) = 0, so every call that found
+// its pod full and the reserve taken was shed at once.
 func TestBorrowWithoutARoomAdmitsMore(t *testing.T) {
 	t.Parallel()
 	for _, b := range []lossmodel.Balancer{lossmodel.Random, lossmodel.Pinned} {
 		s := sample()
 		s.Balancer, s.Skew, s.Seed, s.Reserve, s.Sharing, s.Floor, s.Calls = b, 0.8, 1, 16, lossmodel.DemandShares, 1, 100_000
-		s.QueueCapacity = operatorRooms
+		s.QueueCapacity, s.WaitingRoom = operatorRooms, lossmodel.RoomOwnPermits
 		inRoom := s
 		inRoom.Borrowing = lossmodel.BorrowInRoom
 		waiting, room := compare(t, s), compare(t, inRoom)
@@ -364,6 +365,7 @@ func TestValidate(t *testing.T) {
 		{func(s *lossmodel.Scenario) { s.Skew = -1 }, "lossmodel: skew: must be at least 0, got -1"},
 		{func(s *lossmodel.Scenario) { s.Borrowing = "later" }, `lossmodel: borrowing: must be waiting, in-room or once, got "later"`},
 		{func(s *lossmodel.Scenario) { s.MaxQueueWait = -time.Second }, "lossmodel: max queue wait: must be at least 0, got -1s"},
+		{func(s *lossmodel.Scenario) { s.WaitingRoom = "shared" }, `lossmodel: waiting room: must be with-reserve or own-permits, got "shared"`},
 	} {
 		s := sample()
 		c.edit(&s)
@@ -374,14 +376,25 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// goalScenario is the sample as the partial-load goals run it: behind
+// balancer (pinned with σ 0.8 from seed), with shares that follow demand
+// and a floor of 1.
+func goalScenario(balancer lossmodel.Balancer, seed uint64) lossmodel.Scenario {
+	s := sample()
+	s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = balancer, 0.8, seed, lossmodel.DemandShares, 1, 100_000
+	return s
+}
+
 // TestReserveForTheIssueGoals sizes the reserve for the partial-load goals
 // (the sample at 80 %, shares that follow demand): 99 % of the global gate
 // with a random balancer, 98 % with pinned connections. With waiting rooms
 // bounded in time only it takes about 23 of the 40 permits for random and
 // about 21 for pinned; with the rooms the operator sizes, floor(p × 40ms /
 // 220ms), and the library's rule (a call without a place in its room
-// waits at the permit server), about 27 and 25. Either way more than half
-// of the admitted calls then borrow: the goal of at most half borrowed
+// waits at the permit server), about 27 and 25; with those rooms counting
+// the reserve, floor((p + R) × 40ms / 220ms) as the operator publishes
+// them, about 23 and 20. Each way more than half of the admitted calls
+// then borrow: the goal of at most half borrowed
 // cannot be met together with these ratios by a reserve alone. Lent only
 // to calls that find a reserve permit free on arrival, even all 40 in the
 // reserve stay below both ratios.
@@ -392,25 +405,27 @@ func TestReserveForTheIssueGoals(t *testing.T) {
 		seed     uint64
 		target   float64
 		rooms    func(int) int
+		room     lossmodel.WaitingRoom
 		lo, hi   int
 	}{
-		{lossmodel.Random, 0, 0.99, nil, 21, 26},
-		{lossmodel.Pinned, 2, 0.98, nil, 18, 24},
-		{lossmodel.Random, 0, 0.99, operatorRooms, 25, 29},
-		{lossmodel.Pinned, 2, 0.98, operatorRooms, 22, 27},
+		{lossmodel.Random, 0, 0.99, nil, lossmodel.RoomOwnPermits, 21, 26},
+		{lossmodel.Pinned, 2, 0.98, nil, lossmodel.RoomOwnPermits, 18, 24},
+		{lossmodel.Random, 0, 0.99, operatorRooms, lossmodel.RoomOwnPermits, 25, 29},
+		{lossmodel.Pinned, 2, 0.98, operatorRooms, lossmodel.RoomOwnPermits, 22, 27},
+		{lossmodel.Random, 0, 0.99, operatorRooms, lossmodel.RoomWithReserve, 21, 25},
+		{lossmodel.Pinned, 2, 0.98, operatorRooms, lossmodel.RoomWithReserve, 18, 23},
 	} {
-		s := sample()
-		s.Balancer, s.Skew, s.Seed, s.Sharing, s.Floor, s.Calls = c.balancer, 0.8, c.seed, lossmodel.DemandShares, 1, 100_000
-		s.QueueCapacity = c.rooms
+		s := goalScenario(c.balancer, c.seed)
+		s.QueueCapacity, s.WaitingRoom = c.rooms, c.room
 		z, err := lossmodel.SmallestReserve(s, c.target)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !z.Found || z.Reserve < c.lo || z.Reserve > c.hi {
-			t.Errorf("%s (rooms by the operator's rule: %v): smallest reserve for %.2f of the global gate: %d (found %v), want within [%d, %d]", c.balancer, c.rooms != nil, c.target, z.Reserve, z.Found, c.lo, c.hi)
+			t.Errorf("%s (rooms by the operator's rule: %v, %s): smallest reserve for %.2f of the global gate: %d (found %v), want within [%d, %d]", c.balancer, c.rooms != nil, c.room, c.target, z.Reserve, z.Found, c.lo, c.hi)
 		}
 		if b := z.Comparison.Scenario.BorrowedFraction(); b <= 0.5 {
-			t.Errorf("%s (rooms by the operator's rule: %v): reserve %d borrows %.3f of the admitted calls, want above 0.5", c.balancer, c.rooms != nil, z.Reserve, b)
+			t.Errorf("%s (rooms by the operator's rule: %v, %s): reserve %d borrows %.3f of the admitted calls, want above 0.5", c.balancer, c.rooms != nil, c.room, z.Reserve, b)
 		}
 		s.Borrowing, s.Reserve = lossmodel.BorrowOnce, 40
 		if r := compare(t, s).Ratio(); r >= c.target {
@@ -457,6 +472,75 @@ func TestTheOperatorsPinnedSharesCostNothing(t *testing.T) {
 		s.PodShares = bad
 		if _, err := lossmodel.Simulate(s); err == nil || !strings.Contains(err.Error(), "pod shares") {
 			t.Errorf("PodShares %v: %v, want an error naming the pod shares", bad, err)
+		}
+	}
+}
+
+// TestWaitingRoomCountsTheReserve: at the sample's settings a pod of 4 or
+// 5 permits has a waiting room of floor(5 × 40 / 220) = 0 sized by its own
+// permits, so a call that finds its pod full and no reserve permit free
+// waits at the permit server alone, and only a reserve permit can serve
+// it. Counting the reserve, floor((p + R) × 40 / 220) is 2 to 3 (R = 8) or
+// 3 (R = 16), and the calls that wait there are served by the first
+// permit to come back, the pod's or the reserve's: the admitted calls rise
+// by 1.5 to 3 points, while the part of them that borrows does not.
+func TestWaitingRoomCountsTheReserve(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		balancer   lossmodel.Balancer
+		sharing    lossmodel.Sharing
+		seed       uint64
+		reserve    int
+		own, with  float64 // the ratios to the global gate, ± 0.01
+		lessBorrow float64 // the borrowed fraction with the reserve counted, at most
+	}{
+		{"random, reserve 8", lossmodel.Random, lossmodel.EqualShares, 0, 8, 0.910, 0.941, 0.25},
+		{"pinned, demand shares, reserve 8", lossmodel.Pinned, lossmodel.DemandShares, 1, 8, 0.932, 0.951, 0.25},
+		{"random, reserve 16", lossmodel.Random, lossmodel.EqualShares, 0, 16, 0.963, 0.978, 0.45},
+	} {
+		s := sample()
+		s.Balancer, s.Sharing, s.Seed, s.Reserve, s.Calls = c.balancer, c.sharing, c.seed, c.reserve, 100_000
+		s.Skew, s.Floor, s.QueueCapacity = 0.8, 1, operatorRooms
+		own := s
+		own.WaitingRoom = lossmodel.RoomOwnPermits
+		before, after := compare(t, own), compare(t, s)
+		t.Logf("%s: rooms of own permits %.4f of the global gate (%.3f borrowed), counting the reserve %.4f (%.3f borrowed)",
+			c.name, before.Ratio(), before.Scenario.BorrowedFraction(), after.Ratio(), after.Scenario.BorrowedFraction())
+		within(t, c.name+": ratio with rooms of own permits", before.Ratio(), c.own, 0.01)
+		within(t, c.name+": ratio with rooms counting the reserve", after.Ratio(), c.with, 0.01)
+		if after.Ratio() < before.Ratio()+0.015 {
+			t.Errorf("%s: counting the reserve admits %.4f of the global gate, own permits %.4f: want at least 1.5 points more", c.name, after.Ratio(), before.Ratio())
+		}
+		if b, a := before.Scenario.BorrowedFraction(), after.Scenario.BorrowedFraction(); a > c.lessBorrow || a > b+0.02 {
+			t.Errorf("%s: borrowed fraction %.4f with the reserve counted, %.4f without: want at most %.2f and within 2 points", c.name, a, b, c.lessBorrow)
+		}
+	}
+}
+
+// TestWaitingRoomWithoutReserveOrPermits: without a reserve both rules are
+// the same; a pod holding no permits has no waiting room under either
+// (its published plan gives it none), so with every permit in the reserve
+// they admit the same calls too.
+func TestWaitingRoomWithoutReserveOrPermits(t *testing.T) {
+	t.Parallel()
+	for _, r := range []int{0, 40} {
+		s := sample()
+		s.Balancer, s.Reserve, s.Calls, s.QueueCapacity = lossmodel.Random, r, 20_000, operatorRooms
+		own := s
+		own.WaitingRoom = lossmodel.RoomOwnPermits
+		if diff := cmp.Diff(simulate(t, own), simulate(t, s)); diff != "" {
+			t.Errorf("reserve %d: the rules differ (-own permits +with the reserve):\n%s", r, diff)
+		}
+	}
+}
+
+// TestLargestReserve: the operator keeps every pod a permit of its own.
+func TestLargestReserve(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ permits, pods, want int }{{40, 8, 32}, {8, 8, 0}, {5, 8, 0}, {1, 1, 0}} {
+		if got := lossmodel.LargestReserve(c.permits, c.pods); got != c.want {
+			t.Errorf("LargestReserve(%d, %d) = %d, want %d", c.permits, c.pods, got, c.want)
 		}
 	}
 }

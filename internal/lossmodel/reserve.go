@@ -7,23 +7,26 @@ import "fmt"
 type Sizing struct {
 	// Reserve is the smallest R whose scenario admits at least the target
 	// fraction of what the global gate admits; Found is false when even
-	// R = A does not. Under BorrowWaiting an all-reserve scenario admits
-	// at least what one gate does, as the permit server's queue is bounded
-	// in time only, so that takes a target near 1 and sampling noise; under
-	// BorrowInRoom or BorrowOnce a pod without permits has no waiting room,
-	// and the all-reserve scenario can fall short of one gate with a room.
+	// the largest reserve, LargestReserve, does not.
 	Reserve int
 	Found   bool
-	// Comparison is the scenario with that reserve (with R = A when not
-	// Found) beside its global gate.
+	// Comparison is the scenario with that reserve (with LargestReserve
+	// when not Found) beside its global gate.
 	Comparison Comparison
 }
 
+// LargestReserve is the largest reserve the operator keeps out of A
+// permits divided over pods pods: A − P, so that every pod keeps a permit
+// of its own (a larger spec.reserve is cut to it), and 0 when A ≤ P.
+func LargestReserve(permits, pods int) int { return max(permits-pods, 0) }
+
 // SmallestReserve finds the smallest reserve with which s admits at least
 // target (such as 0.99) of what its global gate admits. It bisects over
-// 0..A, taking admission to grow with the reserve, which holds up to the
-// sampling noise: near the target, a neighbour of the answer may do as
-// well.
+// 0..LargestReserve(A, P), taking admission to grow with the reserve,
+// which holds there up to the sampling noise: near the target, a
+// neighbour of the answer may do as well. Beyond A − P it need not: a pod
+// left without permits has no waiting room of its own when the rooms are
+// sized (QueueCapacity), and the operator never leaves a pod without one.
 func SmallestReserve(s Scenario, target float64) (Sizing, error) {
 	if !(target > 0 && target <= 1) {
 		return Sizing{}, fmt.Errorf("lossmodel: target: must be a fraction in (0, 1], got %v", target)
@@ -38,14 +41,15 @@ func SmallestReserve(s Scenario, target float64) (Sizing, error) {
 		res, err := Simulate(t)
 		return Comparison{Scenario: res, Global: global}, err
 	}
-	top, err := at(s.Permits)
+	most := LargestReserve(s.Permits, s.Pods)
+	top, err := at(most)
 	if err != nil {
 		return Sizing{}, err
 	}
 	if top.Ratio() < target {
-		return Sizing{Reserve: s.Permits, Comparison: top}, nil
+		return Sizing{Reserve: most, Comparison: top}, nil
 	}
-	lo, hi, best := -1, s.Permits, top // at(lo) misses, at(hi) reaches
+	lo, hi, best := -1, most, top // at(lo) misses, at(hi) reaches
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
 		c, err := at(mid)

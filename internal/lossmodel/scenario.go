@@ -62,6 +62,25 @@ const (
 	BorrowOnce Borrowing = "once"
 )
 
+// WaitingRoom says which permits a pod's waiting room is sized for.
+type WaitingRoom string
+
+const (
+	// RoomWithReserve sizes the waiting room of a pod holding p ≥ 1
+	// permits for p + R: under the library's borrowing a waiter is served
+	// by whichever comes first, a permit of its pod or one of the R the
+	// permit server lends, so R more permits can free up for it within its
+	// wait (Little's law over p + R). A pod holding no permits keeps the
+	// room of 0 permits: the published plan gives a pod without permits no
+	// waiting room. Without a reserve it is RoomOwnPermits. This is what
+	// the operator publishes.
+	RoomWithReserve WaitingRoom = "with-reserve"
+	// RoomOwnPermits sizes every pod's waiting room for its own permits p
+	// only, as if the reserve's permits could not serve its waiters: the
+	// operator's rule before the reserve counted.
+	RoomOwnPermits WaitingRoom = "own-permits"
+)
+
 // Shape is the family of the latency distribution.
 type Shape string
 
@@ -125,11 +144,15 @@ type Scenario struct {
 	// MaxQueueWait is the longest a call waits in its pod's waiting room; 0
 	// means no waiting room.
 	MaxQueueWait time.Duration
-	// QueueCapacity gives the size of the waiting room of a pod holding
-	// the given permits; nil means unbounded (the wait is still bounded by
-	// MaxQueueWait). The sizing rule is floor(permits × MaxQueueWait /
-	// typical latency).
+	// QueueCapacity gives the size of a waiting room sized for the given
+	// permits (WaitingRoom says which: a pod's own, or its own and the
+	// reserve's); nil means unbounded (the wait is still bounded by
+	// MaxQueueWait). The operator's rule is floor(permits × MaxQueueWait
+	// / typical latency).
 	QueueCapacity func(permits int) int
+	// WaitingRoom says which permits QueueCapacity is given for a pod;
+	// RoomWithReserve when empty.
+	WaitingRoom WaitingRoom
 	// Borrowing says when a call whose pod is full runs on a reserve
 	// permit; BorrowWaiting when empty.
 	Borrowing Borrowing
@@ -153,6 +176,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("lossmodel: sharing: must be %s or %s, got %q", EqualShares, DemandShares, s.Sharing)
 	case s.Borrowing != "" && s.Borrowing != BorrowWaiting && s.Borrowing != BorrowInRoom && s.Borrowing != BorrowOnce:
 		return fmt.Errorf("lossmodel: borrowing: must be %s, %s or %s, got %q", BorrowWaiting, BorrowInRoom, BorrowOnce, s.Borrowing)
+	case s.WaitingRoom != "" && s.WaitingRoom != RoomWithReserve && s.WaitingRoom != RoomOwnPermits:
+		return fmt.Errorf("lossmodel: waiting room: must be %s or %s, got %q", RoomWithReserve, RoomOwnPermits, s.WaitingRoom)
 	case s.Floor < 0:
 		return fmt.Errorf("lossmodel: floor: must be at least 0, got %d", s.Floor)
 	case !(s.Load > 0) || math.IsInf(s.Load, 1):
@@ -208,6 +233,20 @@ func (s Scenario) borrowing() Borrowing {
 		return BorrowWaiting
 	}
 	return s.Borrowing
+}
+
+// roomFor returns the size of the waiting room of a pod holding permits.
+func (s Scenario) roomFor(permits int) int {
+	switch {
+	case s.MaxQueueWait == 0:
+		return 0
+	case s.QueueCapacity == nil:
+		return math.MaxInt
+	case permits > 0 && s.WaitingRoom != RoomOwnPermits:
+		return max(0, s.QueueCapacity(permits+s.Reserve))
+	default:
+		return max(0, s.QueueCapacity(permits))
+	}
 }
 
 func (s Scenario) balancer() Balancer {

@@ -193,14 +193,7 @@ func newSimulation(s Scenario, w []float64) *simulation {
 	for i := range sim.pods[:s.Pods] {
 		p := &sim.pods[i]
 		p.permits = sim.shares[i]
-		switch {
-		case s.MaxQueueWait == 0:
-			p.room = 0
-		case s.QueueCapacity == nil:
-			p.room = math.MaxInt
-		default:
-			p.room = max(0, s.QueueCapacity(p.permits))
-		}
+		p.room = s.roomFor(p.permits)
 	}
 	var sum float64
 	for _, wi := range w {

@@ -1,7 +1,9 @@
 package quota
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -84,5 +86,47 @@ func TestDocumentNamesPods(t *testing.T) {
 	}
 	if got.Hash != plan.Hash(got) {
 		t.Errorf("hash %s is not the document's", got.Hash)
+	}
+}
+
+// TestDocumentWithReserve: the sample (40 usable over 8 pods, a 40 ms
+// queue wait, 220 ms latency) with a reserve of 8 at two permit server
+// replicas: each pod holds 32 / 8 = 4, and its waiting room counts the 8
+// reserve permits that can serve its waiters, floor((4 + 8) × 40 / 220) =
+// 2, where its own 4 give floor(4 × 40 / 220) = 0. The replicas' shares
+// are slices of the reserve, sized by their own permits as before.
+func TestDocumentWithReserve(t *testing.T) {
+	q := builders.DesignQuota().Deadline(300*time.Millisecond).Queue(40*time.Millisecond, 40*time.Millisecond).Obj()
+	q.Spec.Demand = nil
+	p, err := Size(q.Spec, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string]int{"broker-a": 4, "broker-b": 4}
+	for i := range 8 {
+		pods[fmt.Sprintf("gw-%d", i)] = 4
+	}
+	lenders := map[string]bool{"broker-a": true, "broker-b": true}
+	got := p.Document(q.Name, q.Spec.Downstream, q.Generation, Shares{Epoch: "e", Revision: 1, Pods: pods, Reserve: 8, Lenders: lenders})
+	for name, s := range got.Pods {
+		want := 2
+		if lenders[name] {
+			want = 0
+		}
+		if s.Permits != 4 || s.QueueCapacity != want || s.Workers != 4 {
+			t.Errorf("%s: %d permits, waiting room %d, %d workers; want 4, %d, 4", name, s.Permits, s.QueueCapacity, s.Workers, want)
+		}
+	}
+	if got.Permits != 0 || got.QueueCapacity != 0 {
+		t.Errorf("base share: %d permits, waiting room %d; want none for a pod not named", got.Permits, got.QueueCapacity)
+	}
+	if err := plan.Validate(got); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+
+	// Without a reserve nothing changes: the rooms follow the own permits.
+	without := p.Document(q.Name, q.Spec.Downstream, q.Generation, Shares{Epoch: "e", Revision: 1, Pods: map[string]int{"gw-0": 5}})
+	if s := without.Pods["gw-0"]; s.QueueCapacity != 0 {
+		t.Errorf("no reserve, 5 permits: waiting room %d, want floor(5 × 40 / 220) = 0", s.QueueCapacity)
 	}
 }

@@ -40,6 +40,16 @@
 // workers: it sheds every call. Result.PerPod is the share at base,
 // PerPodExtra the share at base+1.
 //
+// A pod of a quota with a reserve of R permits, lent per call by a permit
+// server, has its waiting room sized for the permits that can serve its
+// waiters (Result.ShareWithReserve): a waiter runs on whichever comes
+// first, a permit of its pod or one of the reserve, so
+//
+//	queueCapacity  = floor((p + R)·Qw / W)        for p ≥ 1 (0 for p = 0)
+//
+// Waiting calls hold nothing downstream, so the contract is unchanged, and
+// none waits longer than Qw.
+//
 // When A < N (fewer permits than pods), the BelowOne policy decides:
 // Strict gives A pods one permit each and the other N − A none, and reports
 // [ReasonQuotaTooSmall]; AtLeastOne gives every pod 1 permit and reports
@@ -64,7 +74,8 @@
 //     bursts at most the usable burst, unless a [ReasonBurstRaisedToOne]
 //     diagnostic says by how much the raise to one exceeds it.
 //   - Every share: workers ≤ permits; queue capacity follows its own
-//     permits, up to plan.MaxQueueCapacity; AcquireTimeout ≤ MaxQueueWait; MaxQueueWait + W ≤ D
+//     permits (its own and the reserve's, ShareWithReserve), up to
+//     plan.MaxQueueCapacity; AcquireTimeout ≤ MaxQueueWait; MaxQueueWait + W ≤ D
 //     whenever D > W, and MaxQueueWait = QueueCapacity = 0 when D ≤ W.
 //   - No function panics. Every float in a result is finite and not
 //     negative, except [BacklogResult.GrowthPerSecond], which is signed by

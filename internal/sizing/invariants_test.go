@@ -218,6 +218,9 @@ func checkSize(t *testing.T, in Input, got Result) {
 	for _, g := range groups(got, n) {
 		s := got.ShareFor(int(g.permits))
 		checkShare(t, in, got, s)
+		for _, r := range []int{0, 1, int(min(got.Usable, MaxCount)), math.MaxInt} {
+			checkReserveShare(t, got, s, got.ShareWithReserve(int(g.permits), r), r)
+		}
 		permitSum += g.pods * int64(s.Permits)
 		burstSum += g.pods * int64(s.Burst)
 		rateSum.Add(rateSum, new(big.Rat).Mul(ratOf(s.RatePerSecond), big.NewRat(g.pods, 1)))
@@ -324,6 +327,29 @@ func checkSize(t *testing.T, in Input, got Result) {
 	}
 	if diff := cmp.Diff(got, again); diff != "" {
 		t.Errorf("Size() is not deterministic (-first +second):\n%s", diff)
+	}
+}
+
+// checkReserveShare asserts that withReserve, ShareWithReserve(p, r), is
+// own, ShareFor(p), with the waiting room sized for p + r permits when p
+// and r are positive, up to plan.MaxQueueCapacity.
+func checkReserveShare(t *testing.T, got Result, own, withReserve PerPod, r int) {
+	t.Helper()
+	want := own
+	if own.Permits > 0 && r > 0 {
+		n := new(big.Int).Add(big.NewInt(int64(own.Permits)), big.NewInt(int64(r)))
+		q := n.Mul(n, big.NewInt(int64(own.MaxQueueWait)))
+		q.Quo(q, big.NewInt(int64(got.Latency)))
+		if q.Cmp(big.NewInt(plan.MaxQueueCapacity)) > 0 {
+			q.SetInt64(plan.MaxQueueCapacity)
+		}
+		want.QueueCapacity = int(q.Int64())
+	}
+	if diff := cmp.Diff(want, withReserve); diff != "" {
+		t.Errorf("ShareWithReserve(%d, %d) (-want +got):\n%s", own.Permits, r, diff)
+	}
+	if withReserve.QueueCapacity < own.QueueCapacity {
+		t.Errorf("ShareWithReserve(%d, %d): waiting room %d below the own permits' %d", own.Permits, r, withReserve.QueueCapacity, own.QueueCapacity)
 	}
 }
 

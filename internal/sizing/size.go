@@ -2,6 +2,7 @@ package sizing
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
@@ -159,6 +160,41 @@ func (r Result) ShareFor(permits int) PerPod {
 		}
 		pp.RetryBudgetPerSecond = ratio(r.UsableRetryBudgetPerSecond, p, total)
 	}
+	return pp
+}
+
+// ShareWithReserve returns the share of a pod holding permits whose quota
+// keeps reserve permits at a permit server: ShareFor(permits), with the
+// waiting room sized for the permits that can serve its waiters,
+// floor((permits + reserve) × MaxQueueWait / Latency), at most
+// plan.MaxQueueCapacity.
+//
+// A call that finds its pod's permits taken waits for one of them and, at
+// the same time, for a reserve permit, and runs on whichever comes first;
+// so permits + reserve permits can free up for the pod's waiters, and by
+// Little's law over them the waiting room holds the calls that can be
+// served within MaxQueueWait. Sized by the pod's own permits only, the
+// sample's pods of 4 (40 usable, reserve 8, over 8 pods) would have a room
+// of floor(4 × 40 ms / 220 ms) = 0 and shed at once the calls a reserve
+// permit coming back would serve within the wait; counted, the room is
+// floor(12 × 40 / 220) = 2. A waiting call holds nothing downstream, so
+// the permits in flight, and the contract, are as before; and a call
+// waits no longer than MaxQueueWait, as before, so the deadline budget
+// holds. The pods' rooms together may exceed what the reserve alone
+// serves within the wait (every pod counts the whole reserve); those
+// waiters are then served by their own pod's permits or leave at
+// MaxQueueWait, as in any waiting room.
+//
+// A pod holding no permits gets no waiting room, as from ShareFor (the
+// published plan requires it): it borrows only at once. Without a reserve
+// (reserve ≤ 0) it is ShareFor(permits).
+func (r Result) ShareWithReserve(permits, reserve int) PerPod {
+	pp := r.ShareFor(permits)
+	if pp.Permits == 0 || reserve <= 0 {
+		return pp
+	}
+	n := int64(pp.Permits) + min(int64(reserve), math.MaxInt64-int64(pp.Permits))
+	pp.QueueCapacity = int(min(mulDivFloor(n, int64(pp.MaxQueueWait), int64(r.Latency)), plan.MaxQueueCapacity))
 	return pp
 }
 

@@ -789,3 +789,40 @@ func TestInputErrorMessage(t *testing.T) {
 		t.Errorf("error = %q, want %q", got, want)
 	}
 }
+
+// TestShareWithReserve: the sample quota (40 usable over 8 pods, a derived
+// queue wait of (300 − 220) / 2 = 40 ms) with a reserve of 8 leaves each pod
+// 32 / 8 = 4 permits. Sized by its own 4 the waiting room is
+// floor(4 × 40 / 220) = 0; counting the 8 reserve permits that can serve
+// its waiters it is floor(12 × 40 / 220) = 2. Everything else is the
+// share of 4 permits.
+func TestShareWithReserve(t *testing.T) {
+	res, err := Size(sampleQuota())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Usable != 40 || res.PerPod.MaxQueueWait != 40*time.Millisecond {
+		t.Fatalf("sample: usable %d, max queue wait %s; want 40 and 40ms", res.Usable, res.PerPod.MaxQueueWait)
+	}
+	for _, c := range []struct {
+		name             string
+		permits, reserve int
+		want             int
+	}{
+		{"reserve 8, 4 permits", 4, 8, 2},
+		{"no reserve, 4 permits", 4, 0, 0},
+		{"no reserve, 5 permits", 5, 0, 0},
+		{"reserve 16, 3 permits", 3, 16, 3},                 // floor(19 × 40 / 220)
+		{"reserve 32, 1 permit", 1, 32, 6},                  // floor(33 × 40 / 220)
+		{"reserve 8, no permits", 0, 8, 0},                  // the plan gives a pod without permits no room
+		{"negative reserve", 4, -3, 0},                      // taken as none
+		{"reserve beyond the bound", 4, 1 << 40, 1<<20 - 1}, // plan.MaxQueueCapacity
+	} {
+		got := res.ShareWithReserve(c.permits, c.reserve)
+		want := res.ShareFor(c.permits)
+		want.QueueCapacity = c.want
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: ShareWithReserve(%d, %d) (-want +got):\n%s", c.name, c.permits, c.reserve, diff)
+		}
+	}
+}

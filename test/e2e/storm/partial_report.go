@@ -90,10 +90,11 @@ type PartialLoadRun struct {
 	PredictedRatio            float64 `json:"predictedRatio"`
 	PredictedEqualSharesRatio float64 `json:"predictedEqualSharesRatio"`
 	PredictedBorrowedFraction float64 `json:"predictedBorrowedFraction"`
-	// PredictedInRoomRatio is the model's ratio under the library's
-	// earlier rule, which shed at once a call its pod's waiting room could
-	// not take when no reserve permit was free (lossmodel.BorrowInRoom).
-	PredictedInRoomRatio float64 `json:"predictedInRoomRatio"`
+	// PredictedOwnRoomsRatio is the model's ratio with the operator's
+	// earlier rule, which sized a pod's waiting room for its own permits
+	// only, leaving the scenario's pods of about 3 without one
+	// (lossmodel.RoomOwnPermits).
+	PredictedOwnRoomsRatio float64 `json:"predictedOwnRoomsRatio"`
 	// DivisionChanges counts the moves of the division after the warm-up:
 	// a plan that lowers a share starts one, and the plan that raises the
 	// others as the lowered pods let go completes it (see divisionMoves).
@@ -121,15 +122,17 @@ type PartialPrediction struct {
 	// BorrowedFraction is the operator's calls admitted on a borrowed
 	// permit over its admitted calls.
 	BorrowedFraction float64
-	// InRoomRatio is Ratio under the earlier rule (lossmodel.BorrowInRoom).
-	InRoomRatio float64
+	// OwnRoomsRatio is Ratio under the earlier rule
+	// (lossmodel.RoomOwnPermits).
+	OwnRoomsRatio float64
 	// Shares are the permits the model gives each pod.
 	Shares []int
 }
 
 // PredictPartialLoad runs internal/lossmodel with the scenario's
 // parameters: its permits, pods, reserve, load, latency, waiting rooms
-// (the plan's rule, from the quota's sizing), balancer, skew and seed.
+// (the plan's rule, from the quota's sizing, counting the reserve),
+// balancer, skew and seed.
 func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	sz, err := quota.Size(PartialQuotaSpec(), PartialPods)
 	if err != nil {
@@ -155,13 +158,13 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	if err != nil {
 		return PartialPrediction{}, err
 	}
-	s.Borrowing = lossmodel.BorrowInRoom
-	inRoom, err := lossmodel.Compare(s)
+	s.WaitingRoom = lossmodel.RoomOwnPermits
+	ownRooms, err := lossmodel.Compare(s)
 	if err != nil {
 		return PartialPrediction{}, err
 	}
 	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction(),
-		InRoomRatio: inRoom.Ratio(), Shares: s.Shares()}, nil
+		OwnRoomsRatio: ownRooms.Ratio(), Shares: s.Shares()}, nil
 }
 
 // BrokerKillRun is the run with the permit server killed. Offsets are

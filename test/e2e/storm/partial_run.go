@@ -233,7 +233,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		return nil, err
 	}
 	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
-	r.PredictedInRoomRatio, r.PredictedShares = pred.InRoomRatio, pred.Shares
+	r.PredictedOwnRoomsRatio, r.PredictedShares = pred.OwnRoomsRatio, pred.Shares
 	r.MeanShares = meanShares(st.obs.Published(), st.podNames(urls), start.Add(st.warmup), end)
 	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
