@@ -24,9 +24,9 @@ func LargestReserve(permits, pods int) int { return max(permits-pods, 0) }
 // target (such as 0.99) of what its global gate admits. It bisects over
 // 0..LargestReserve(A, P), taking admission to grow with the reserve,
 // which holds there up to the sampling noise: near the target, a
-// neighbour of the answer may do as well. Beyond A − P it need not: a pod
-// left without permits has no waiting room of its own when the rooms are
-// sized (QueueCapacity), and the operator never leaves a pod without one.
+// neighbour of the answer may do as well. It looks no further because the
+// operator cuts a larger reserve to A − P, leaving every pod a permit of
+// its own: a scenario beyond it is not one a quota can run.
 func SmallestReserve(s Scenario, target float64) (Sizing, error) {
 	if !(target > 0 && target <= 1) {
 		return Sizing{}, fmt.Errorf("lossmodel: target: must be a fraction in (0, 1], got %v", target)
