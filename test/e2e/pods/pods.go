@@ -13,7 +13,8 @@
 // its workload, and the pod turns Ready once the library holds a plan for
 // each of them (backpressure.New), as a pod whose readiness waits for its plans
 // does. A pod whose workload no quota names turns Ready without the
-// library. When the pod is deleted, it leaves Ready, the library stops and
+// library, and opens it once a quota names the workload (a workload and
+// its quota applied together create the pods first). When the pod is deleted, it leaves Ready, the library stops and
 // hands the pod's share back ("<epoch>/released"), and the pod is deleted
 // for good, as the kubelet does once the containers have stopped.
 package pods
@@ -226,11 +227,38 @@ func (p *player) run(ctx context.Context, o *corev1.Pod, run *pod) {
 		return
 	}
 	log.Info("Ready")
+	if len(libs) == 0 {
+		libs = p.followLateQuota(ctx, o, run, log)
+	}
 	select {
 	case <-run.deleted:
 	case <-ctx.Done():
 	}
 	p.stop(run, started, libs, log)
+}
+
+// followLateQuota looks again, every RetryInterval while the pod lives,
+// for a DownstreamQuota that names the pod's workload, and opens the
+// library on its ConfigMaps once one does: `kubectl apply` of a workload
+// and its quota together creates the pods before the quota, and an
+// application built with the library follows its plan once there is one.
+// It returns the libraries opened, none when the pod ends first.
+func (p *player) followLateQuota(ctx context.Context, o *corev1.Pod, run *pod, log *slog.Logger) []*library {
+	for {
+		if err := p.wait(ctx, run); err != nil {
+			return nil
+		}
+		sources, err := p.sources(ctx, o)
+		if err != nil || len(sources) == 0 {
+			continue // a failed read is tried again, as is no quota
+		}
+		log.Info("A DownstreamQuota names the pod's workload now: opening the library")
+		libs, err := p.openSources(ctx, run, sources, log)
+		if err != nil {
+			return nil
+		}
+		return libs
+	}
 }
 
 // setStatus writes the pod's status, trying again every RetryInterval
@@ -315,9 +343,15 @@ func (p *player) openLibrary(ctx context.Context, o *corev1.Pod, run *pod, log *
 		sources, err = p.sources(ctx, o)
 	}
 	if len(sources) == 0 {
-		log.Info("No DownstreamQuota names the pod's workload: Ready without the library")
+		log.Info("No DownstreamQuota names the pod's workload: Ready without the library until one does")
 		return nil, nil
 	}
+	return p.openSources(ctx, run, sources, log)
+}
+
+// openSources opens the library on each of sources; on an error it stops
+// those it opened.
+func (p *player) openSources(ctx context.Context, run *pod, sources []source, log *slog.Logger) ([]*library, error) {
 	var libs []*library
 	for _, src := range sources {
 		l, err := p.open(ctx, run, src, log)

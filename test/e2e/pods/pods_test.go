@@ -275,7 +275,7 @@ func TestPodsFollowTheirPlansAndAcknowledge(t *testing.T) {
 
 // Without acknowledgements the pods follow their plans but never annotate
 // themselves; a pod whose workload no quota names turns Ready without the
-// library.
+// library, and follows a quota created after it.
 func TestPodsWithoutAcknowledgementsOrQuota(t *testing.T) {
 	t.Run("no acknowledgements", func(t *testing.T) {
 		f := newFixture(t)
@@ -289,10 +289,15 @@ func TestPodsWithoutAcknowledgementsOrQuota(t *testing.T) {
 			t.Errorf("the pod acknowledged %q with acknowledgements off", a)
 		}
 	})
-	t.Run("no quota", func(t *testing.T) {
+	t.Run("no quota, then one", func(t *testing.T) {
 		f := newFixture(t)
 		f.run(true)
 		f.createPod("search-gateway-1")
 		f.eventually("the pod Ready", func() bool { return ready(f.pod("search-gateway-1")) })
+		// kubectl apply of a workload and its quota creates the pods
+		// first: the quota that comes after is followed and acknowledged.
+		f.createQuota()
+		f.publish(1, map[string]int{"search-gateway-1": 3})
+		f.eventually("revision 1 acknowledged", func() bool { return acknowledged(f.pod("search-gateway-1")) == "epoch-1/1" })
 	})
 }
