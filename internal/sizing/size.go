@@ -147,7 +147,7 @@ func (r Result) ShareFor(permits int) PerPod {
 	p := int64(max(permits, 0))
 	pp.Permits = int(p)
 	pp.CapacityPerSecond = perSecond(p, r.Latency)
-	pp.QueueCapacity = int(min(mulDivFloor(p, int64(pp.MaxQueueWait), int64(r.Latency)), plan.MaxQueueCapacity))
+	pp.QueueCapacity = r.queueCapacity(p)
 	pp.Workers = int(p)
 	if r.DemandWorkers > 0 {
 		pp.Workers = min(pp.Workers, r.DemandWorkers)
@@ -193,9 +193,15 @@ func (r Result) ShareWithReserve(permits, reserve int) PerPod {
 	if pp.Permits == 0 || reserve <= 0 {
 		return pp
 	}
-	n := int64(pp.Permits) + min(int64(reserve), math.MaxInt64-int64(pp.Permits))
-	pp.QueueCapacity = int(min(mulDivFloor(n, int64(pp.MaxQueueWait), int64(r.Latency)), plan.MaxQueueCapacity))
+	pp.QueueCapacity = r.queueCapacity(int64(pp.Permits) + min(int64(reserve), math.MaxInt64-int64(pp.Permits)))
 	return pp
+}
+
+// queueCapacity is the waiting room for n permits that can serve its
+// waiters: floor(n × MaxQueueWait / Latency), at most
+// plan.MaxQueueCapacity.
+func (r Result) queueCapacity(n int64) int {
+	return int(min(mulDivFloor(n, int64(r.PerPod.MaxQueueWait), int64(r.Latency)), plan.MaxQueueCapacity))
 }
 
 // sizer accumulates one result; each step reads the input and what the
