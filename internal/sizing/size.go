@@ -175,8 +175,8 @@ func (r Result) ShareFor(permits int) PerPod {
 // Little's law over them the waiting room holds the calls that can be
 // served within MaxQueueWait. Sized by the pod's own permits only, the
 // sample's pods of 4 (40 usable, reserve 8, over 8 pods) would have a room
-// of floor(4 × 40 ms / 220 ms) = 0 and shed at once the calls a reserve
-// permit coming back would serve within the wait; counted, the room is
+// of floor(4 × 40 ms / 220 ms) = 0, and a call that finds it full could
+// wait only for a reserve permit, not for its own pod's; counted, the room is
 // floor(12 × 40 / 220) = 2. A waiting call holds nothing downstream, so
 // the permits in flight, and the contract, are as before; and a call
 // waits no longer than MaxQueueWait, as before, so the deadline budget
@@ -186,7 +186,8 @@ func (r Result) ShareFor(permits int) PerPod {
 // MaxQueueWait, as in any waiting room.
 //
 // A pod holding no permits gets no waiting room, as from ShareFor (the
-// published plan requires it): it borrows only at once. Without a reserve
+// published plan requires it): its calls wait for a reserve permit alone.
+// Without a reserve
 // (reserve ≤ 0) it is ShareFor(permits).
 func (r Result) ShareWithReserve(permits, reserve int) PerPod {
 	pp := r.ShareFor(permits)
