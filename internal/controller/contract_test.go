@@ -175,6 +175,20 @@ var _ = Describe("DownstreamContract controller", func() {
 			g.Expect(c.Message).To(ContainSubstring("missing-" + ns))
 		}).Should(Succeed())
 
+		// A stale write says Ready over it, as a contract step that began
+		// before its contract was deleted does once the quota has said the
+		// contract is gone: the quota says so again.
+		stale := getQuota(ctx, Default, ns, "orphan")
+		forged := stale.DeepCopy()
+		meta.SetStatusCondition(&forged.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonPlanPublished, Message: "a step of a contract that is gone"})
+		Expect(k8s.Status().Patch(ctx, forged, client.MergeFrom(stale))).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := ready(g, getQuota(ctx, g, ns, "orphan"))
+			g.Expect(c.Reason).To(Equal(v1alpha1.ReasonContractNotFound))
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+		}).Should(Succeed(), "a stale Ready stays on a quota whose contract is gone")
+
 		// Two quotas each claim 40 of a downstream that allows 50.
 		downstream := "shared-" + ns + ".example.com"
 		for _, name := range []string{"one", "two"} {

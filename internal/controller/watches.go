@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -63,7 +64,7 @@ func (r *DownstreamQuotaReconciler) SetupWithManager(mgr ctrl.Manager, opts cont
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(opts).
-		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted, divisionLost))).
+		For(&v1alpha1.DownstreamQuota{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, deletionStarted, divisionLost, contractFoundAgain))).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindDeployment)), builder.WithPredicates(workloadChanged)).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(m.quotasForWorkload(kindStatefulSet)), builder.WithPredicates(workloadChanged)).
 		Watches(&autoscalingv2.HorizontalPodAutoscaler{}, handler.EnqueueRequestsFromMapFunc(m.quotasForHPA), builder.WithPredicates(hpaChanged)).
@@ -505,6 +506,35 @@ func hasDivision(obj client.Object) bool {
 		return o.Status.Division != nil
 	}
 	return false
+}
+
+// contractFoundAgain passes a shared quota's update whose Ready condition
+// leaves ContractNotFound. The contract's reconciler writes that status, and
+// a step of it that began before the contract was deleted may write it after
+// the quota reported the contract gone; nothing else would reconcile the
+// quota again, and it would say Ready while its contract is gone. Its own
+// reconcile checks the contract again: a contract that is back costs one
+// reconcile that writes nothing.
+var contractFoundAgain = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*v1alpha1.DownstreamQuota)
+		n, ok2 := e.ObjectNew.(*v1alpha1.DownstreamQuota)
+		if !ok1 || !ok2 || n.Spec.ContractRef == nil {
+			return false
+		}
+		return readyReason(o) == v1alpha1.ReasonContractNotFound && readyReason(n) != v1alpha1.ReasonContractNotFound
+	},
+}
+
+// readyReason is the reason of q's Ready condition, or "" without one.
+func readyReason(q *v1alpha1.DownstreamQuota) string {
+	if c := meta.FindStatusCondition(q.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return ""
 }
 
 // publishingChanged passes a quota's update that starts or stops its
