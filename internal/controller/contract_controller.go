@@ -448,7 +448,8 @@ func notAdmitted(contract, namespace string) string {
 }
 
 // reportContractMissing writes a shared quota's Ready condition when its
-// contract is missing, or turns it away.
+// contract is missing, or turns it away; errStale when q's division record
+// changed since it was read.
 func (p *Publisher) reportContractMissing(ctx context.Context, q *v1alpha1.DownstreamQuota, why string) error {
 	// Its pods are told 0 or keep the last plan: their demand divides
 	// nothing until the contract takes the quota again.
@@ -462,9 +463,9 @@ func (p *Publisher) reportContractMissing(ctx context.Context, q *v1alpha1.Downs
 	if old := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); old != nil && old.Message == c.Message && old.Reason == c.Reason {
 		return nil
 	}
+	// errStale reaches the caller, which steps again soon: a contract step
+	// that began before the contract went may have written the quota's
+	// record meanwhile, and no event of that write reconciles it again.
 	_, _, err := p.writeStatus(ctx, q, status, c, planAppliedCondition(nil, c))
-	if errors.Is(err, errStale) {
-		return nil // the next reconcile says it again
-	}
 	return err
 }

@@ -237,7 +237,10 @@
 //   - PlanPublished: Ready True, nothing to report.
 //
 // A quota sharing a contract reports ContractNotFound instead when the
-// contract is missing or does not admit its namespace.
+// contract is missing or does not admit its namespace, and says so again
+// when a step of the contract that began before it went writes Ready over
+// it (the contractFoundAgain predicate) or writes the quota's record while
+// the quota's reconcile runs (errStale, stepped again after staleRecheck).
 //
 // HandedOver says where the handover stands: True (HandedOver) when every
 // serving pod is told its target and no pod may hold more than it is told;

@@ -85,7 +85,12 @@ func (r *DownstreamQuotaReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		if err != nil || why == "" {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, p.reportContractMissing(ctx, q, why)
+		err = p.reportContractMissing(ctx, q, why)
+		if errors.Is(err, errStale) {
+			// A contract step wrote the quota's record since it was read.
+			return ctrl.Result{RequeueAfter: staleRecheck}, nil
+		}
+		return ctrl.Result{}, err
 	}
 
 	part := &quotaPart{quota: q, status: q.Status.DeepCopy(), downstream: q.Spec.Downstream}

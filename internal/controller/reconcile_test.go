@@ -332,3 +332,68 @@ func TestReconcileFromAStaleCacheKeepsTheRecord(t *testing.T) {
 			"want revision ≥ 3 and api-b's 20 permits of revision 3 still counted", div.Revision, max(b.Permits, ptr.Deref(b.Holds, 0)), div.Pods)
 	}
 }
+
+// TestReconcileContractMissingAfterAContractStep plays the race of a contract
+// deleted while one of its steps runs: the step writes the caller's record
+// after the quota's reconcile read the quota from the cache. The reconcile
+// must neither write the old record back nor give up: it steps again soon,
+// and then says the contract is gone over the new record.
+func TestReconcileContractMissingAfterAContractStep(t *testing.T) {
+	ctx := context.Background()
+	q := fakeQuota("payments", "Deployment", "api")
+	q.Spec.ContractRef = &v1alpha1.ContractReference{Name: "gone"}
+	env := newFakeEnv(q)
+	key := client.ObjectKeyFromObject(q)
+	get := func() *v1alpha1.DownstreamQuota {
+		t.Helper()
+		got := &v1alpha1.DownstreamQuota{}
+		if err := env.client.Get(ctx, key, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	writeRecord := func(revision int64) *v1alpha1.DownstreamQuota {
+		t.Helper()
+		live := get()
+		live.Status.Division = &v1alpha1.DivisionStatus{Epoch: "uid-contract", Revision: revision, Usable: 20, Base: 20}
+		meta.SetStatusCondition(&live.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
+			Reason: v1alpha1.ReasonPlanPublished, Message: "a step of the contract"})
+		if err := env.client.Status().Update(ctx, live); err != nil {
+			t.Fatal(err)
+		}
+		return live
+	}
+	stale := writeRecord(2).DeepCopy()
+	writeRecord(3) // the contract's step, after the cache's copy was read
+
+	staleClient := interceptor.NewClient(env.client, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if got, ok := obj.(*v1alpha1.DownstreamQuota); ok && k == key {
+				stale.DeepCopyInto(got)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	r := NewDownstreamQuotaReconciler(NewPublisher(staleClient, env.client, env.recorder, WithClock(env.clock), WithClockID("test")))
+	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+	if err != nil {
+		t.Fatalf("Reconcile from the stale cache: %v", err)
+	}
+	if res.RequeueAfter != staleRecheck {
+		t.Errorf("Reconcile from the stale cache = %+v, want a step again after %s: no event would bring one", res, staleRecheck)
+	}
+	if got := get(); got.Status.Division.Revision != 3 {
+		t.Errorf("the stale reconcile wrote revision %d over the contract step's 3", got.Status.Division.Revision)
+	}
+
+	reconcileQuota(t, env, "payments")
+	got := get()
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	if c == nil || c.Reason != v1alpha1.ReasonContractNotFound {
+		t.Errorf("Ready = %+v, want ContractNotFound", c)
+	}
+	if got.Status.Division.Revision != 3 {
+		t.Errorf("revision %d after ContractNotFound, want the contract step's 3 kept", got.Status.Division.Revision)
+	}
+}
