@@ -59,6 +59,11 @@
 //     a pod holding none has no waiting room, as its published plan gives
 //     it none. Under RoomOwnPermits, n = p. The operator's QueueCapacity
 //     is floor(n × MaxQueueWait / typical latency).
+//   - Two rules the library does not have are modelled to size what they
+//     would win: GiveLoansBack (a loan goes back as soon as its pod has a
+//     permit free, the borrowed call going on on it) and AskAfter (a call
+//     with a place in its room waits that long before it asks the permit
+//     server).
 //   - SmallestReserve looks no further than A − P: the operator cuts a
 //     larger reserve so that every pod keeps a permit of its own.
 //

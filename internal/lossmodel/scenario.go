@@ -156,6 +156,19 @@ type Scenario struct {
 	// Borrowing says when a call whose pod is full runs on a reserve
 	// permit; BorrowWaiting when empty.
 	Borrowing Borrowing
+	// GiveLoansBack, a rule the library does not have, gives a loan back
+	// as soon as one of its pod's own permits frees and no call of the pod
+	// waits for it: the borrowed call goes on on the pod's permit (the
+	// calls in flight do not change), and the reserve's permit serves
+	// another call. A loan then lasts until its pod has room again rather
+	// than for its call's whole latency.
+	GiveLoansBack bool
+	// AskAfter, a rule the library does not have, is how long a call with
+	// a place in its pod's waiting room waits there before it asks the
+	// permit server too (0: at once, the library's rule), so that a permit
+	// of its own pod freeing soon serves it without a loan. A call without
+	// a place asks at once. BorrowOnce does not take it.
+	AskAfter time.Duration
 	// Seed chooses the arrivals, latencies, routing and pinned weights.
 	Seed uint64
 	// Calls is the number of calls simulated; DefaultCalls when 0. The
@@ -176,6 +189,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("lossmodel: sharing: must be %s or %s, got %q", EqualShares, DemandShares, s.Sharing)
 	case s.Borrowing != "" && s.Borrowing != BorrowWaiting && s.Borrowing != BorrowInRoom && s.Borrowing != BorrowOnce:
 		return fmt.Errorf("lossmodel: borrowing: must be %s, %s or %s, got %q", BorrowWaiting, BorrowInRoom, BorrowOnce, s.Borrowing)
+	case s.AskAfter < 0:
+		return fmt.Errorf("lossmodel: ask after: must be at least 0, got %s", s.AskAfter)
+	case s.AskAfter > 0 && s.Borrowing == BorrowOnce:
+		return fmt.Errorf("lossmodel: ask after: must be 0 when borrowing is %s, got %s", BorrowOnce, s.AskAfter)
 	case s.WaitingRoom != "" && s.WaitingRoom != RoomWithReserve && s.WaitingRoom != RoomOwnPermits:
 		return fmt.Errorf("lossmodel: waiting room: must be %s or %s, got %q", RoomWithReserve, RoomOwnPermits, s.WaitingRoom)
 	case s.Floor < 0:

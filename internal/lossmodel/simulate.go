@@ -82,7 +82,11 @@ type waiter struct {
 // pod is one pod's gate: its permits and its waiting room.
 type pod struct {
 	permits, inFlight, room int
-	queue                   fifo
+	// loans are the pod's calls on reserve permits; moved of them hold
+	// one of the pod's permits instead, their loans given back
+	// (GiveLoansBack).
+	loans, moved int
+	queue        fifo
 }
 
 // fifo is a waiting room, first in first out.
@@ -111,6 +115,7 @@ const (
 	endLocal    eventKind = iota // a call on its pod's permit ends
 	endBorrowed                  // a call on a reserve permit ends
 	waitEnds                     // the pod's first waiter reaches MaxQueueWait
+	askServer                    // a waiter of the pod reaches AskAfter
 )
 
 // event is something that happens to pod at t.
@@ -256,15 +261,32 @@ func (sim *simulation) until(t float64) {
 		switch e.kind {
 		case endLocal:
 			sim.inFlight--
-			p.inFlight--
-			if p.queue.len() > 0 {
-				w := p.queue.pop()
-				sim.count(w, &sim.res.Waited)
-				sim.admit(e.t, int(e.pod), w, endLocal)
-			}
+			sim.ownFree(e.t, int(e.pod))
 		case endBorrowed:
 			sim.inFlight--
+			p.loans--
+			if p.moved > 0 {
+				// Calls are alike but for their ends: the call that ends
+				// stands for the one whose loan went back. (The library
+				// would know which call moved; which one it is changes
+				// only whether this end frees the pod's permit or the
+				// reserve's, and a pod's permit freeing with no waiter
+				// gives the next loan back at once.)
+				p.moved--
+				sim.ownFree(e.t, int(e.pod))
+				continue
+			}
 			sim.giveBack(e.t)
+		case askServer:
+			// Waiters reach AskAfter in the order they came: the first
+			// is the one this event is for, or one before it.
+			if sim.reserve < sim.s.Reserve && p.queue.len() > 0 && sim.asks(int(e.pod), e.t) {
+				w := p.queue.pop()
+				sim.reserve++
+				sim.count(w, &sim.res.Borrowed)
+				sim.count(w, &sim.res.Waited)
+				sim.admit(e.t, int(e.pod), w, endBorrowed)
+			}
 		case waitEnds:
 			// The waiters that reach MaxQueueWait leave, shed; MaxQueueWait
 			// is the same for every call, so they are at the front.
@@ -272,6 +294,24 @@ func (sim *simulation) until(t float64) {
 				p.queue.pop()
 			}
 		}
+	}
+}
+
+// ownFree frees one of pod i's permits at t: its first waiter runs on it,
+// or, under GiveLoansBack, a borrowed call of the pod moves onto it and its
+// loan goes back.
+func (sim *simulation) ownFree(t float64, i int) {
+	p := &sim.pods[i]
+	p.inFlight--
+	switch {
+	case p.queue.len() > 0:
+		w := p.queue.pop()
+		sim.count(w, &sim.res.Waited)
+		sim.admit(t, i, w, endLocal)
+	case sim.s.GiveLoansBack && p.loans > p.moved:
+		p.moved++
+		p.inFlight++
+		sim.giveBack(t)
 	}
 }
 
@@ -287,7 +327,7 @@ func (sim *simulation) giveBack(t float64) {
 	best := -1
 	for i := range sim.pods {
 		q := &sim.pods[i].queue
-		if q.len() > 0 && (best < 0 || q.front().arrival < sim.pods[best].queue.front().arrival) {
+		if q.len() > 0 && sim.asks(i, t) && (best < 0 || q.front().arrival < sim.pods[best].queue.front().arrival) {
 			best = i
 		}
 	}
@@ -300,12 +340,23 @@ func (sim *simulation) giveBack(t float64) {
 	}
 }
 
+// asks reports whether the first waiter of pod i (which must have one)
+// asks the permit server at t: always at the server's own queue, else
+// once it has waited AskAfter.
+func (sim *simulation) asks(i int, t float64) bool {
+	return i == len(sim.pods)-1 || sim.pods[i].queue.front().arrival+sim.s.AskAfter.Seconds() <= t+1e-12
+}
+
 func (sim *simulation) arrive(t float64, i int, w waiter) {
 	sim.count(w, &sim.res.Calls)
 	p := &sim.pods[i]
 	switch {
 	case p.inFlight < p.permits && p.queue.len() == 0:
 		sim.admit(t, i, w, endLocal)
+	case sim.s.AskAfter > 0 && p.queue.len() < p.room:
+		p.queue.push(w)
+		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
+		sim.events.push(event{t: t + sim.s.AskAfter.Seconds(), pod: int32(i), kind: askServer})
 	case sim.reserve < sim.s.Reserve:
 		sim.reserve++
 		sim.count(w, &sim.res.Borrowed)
@@ -332,6 +383,8 @@ func (sim *simulation) count(w waiter, n *int) {
 func (sim *simulation) admit(t float64, i int, w waiter, end eventKind) {
 	if end == endLocal {
 		sim.pods[i].inFlight++
+	} else {
+		sim.pods[i].loans++
 	}
 	sim.inFlight++
 	sim.res.PeakInFlight = max(sim.res.PeakInFlight, sim.inFlight)
