@@ -140,13 +140,19 @@ func deleteObject(t *testing.T, e *fakeEnv, obj client.Object) {
 
 // quotaStatus reads a quota's status.
 func quotaStatus(t *testing.T, e *fakeEnv, name string) v1alpha1.DownstreamQuotaStatus {
+	t.Helper()
+	return fakeQuotaOf(t, e, name).Status
+}
+
+// fakeQuotaOf reads the quota shop/name.
+func fakeQuotaOf(t *testing.T, e *fakeEnv, name string) *v1alpha1.DownstreamQuota {
 	const namespace = "shop"
 	t.Helper()
 	q := &v1alpha1.DownstreamQuota{}
 	if err := e.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, q); err != nil {
 		t.Fatal(err)
 	}
-	return q.Status
+	return q
 }
 
 // sharedWorld is the contract "logistics" shared by two callers, each one

@@ -344,17 +344,9 @@ func TestReconcileContractMissingAfterAContractStep(t *testing.T) {
 	q.Spec.ContractRef = &v1alpha1.ContractReference{Name: "gone"}
 	env := newFakeEnv(q)
 	key := client.ObjectKeyFromObject(q)
-	get := func() *v1alpha1.DownstreamQuota {
-		t.Helper()
-		got := &v1alpha1.DownstreamQuota{}
-		if err := env.client.Get(ctx, key, got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
 	writeRecord := func(revision int64) *v1alpha1.DownstreamQuota {
 		t.Helper()
-		live := get()
+		live := fakeQuotaOf(t, env, "payments")
 		live.Status.Division = &v1alpha1.DivisionStatus{Epoch: "uid-contract", Revision: revision, Usable: 20, Base: 20}
 		meta.SetStatusCondition(&live.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonPlanPublished, Message: "a step of the contract"})
@@ -383,17 +375,17 @@ func TestReconcileContractMissingAfterAContractStep(t *testing.T) {
 	if res.RequeueAfter != staleRecheck {
 		t.Errorf("Reconcile from the stale cache = %+v, want a step again after %s: no event would bring one", res, staleRecheck)
 	}
-	if got := get(); got.Status.Division.Revision != 3 {
-		t.Errorf("the stale reconcile wrote revision %d over the contract step's 3", got.Status.Division.Revision)
+	if got := quotaStatus(t, env, "payments"); got.Division.Revision != 3 {
+		t.Errorf("the stale reconcile wrote revision %d over the contract step's 3", got.Division.Revision)
 	}
 
 	reconcileQuota(t, env, "payments")
-	got := get()
-	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	got := quotaStatus(t, env, "payments")
+	c := meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionReady)
 	if c == nil || c.Reason != v1alpha1.ReasonContractNotFound {
 		t.Errorf("Ready = %+v, want ContractNotFound", c)
 	}
-	if got.Status.Division.Revision != 3 {
-		t.Errorf("revision %d after ContractNotFound, want the contract step's 3 kept", got.Status.Division.Revision)
+	if got.Division.Revision != 3 {
+		t.Errorf("revision %d after ContractNotFound, want the contract step's 3 kept", got.Division.Revision)
 	}
 }

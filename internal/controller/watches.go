@@ -515,18 +515,23 @@ func hasDivision(obj client.Object) bool {
 // quota again, and it would say Ready while its contract is gone. Its own
 // reconcile checks the contract again: a contract that is back costs one
 // reconcile that writes nothing.
-var contractFoundAgain = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*v1alpha1.DownstreamQuota)
-		n, ok2 := e.ObjectNew.(*v1alpha1.DownstreamQuota)
-		if !ok1 || !ok2 || n.Spec.ContractRef == nil {
-			return false
-		}
-		return readyReason(o) == v1alpha1.ReasonContractNotFound && readyReason(n) != v1alpha1.ReasonContractNotFound
-	},
+var contractFoundAgain = quotaUpdate(func(o, n *v1alpha1.DownstreamQuota) bool {
+	return n.Spec.ContractRef != nil && readyReason(o) == v1alpha1.ReasonContractNotFound && readyReason(n) != v1alpha1.ReasonContractNotFound
+})
+
+// quotaUpdate passes a quota's update for which pass(old, new) holds, and
+// no create, delete or generic event.
+func quotaUpdate(pass func(o, n *v1alpha1.DownstreamQuota) bool) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*v1alpha1.DownstreamQuota)
+			n, ok2 := e.ObjectNew.(*v1alpha1.DownstreamQuota)
+			return ok1 && ok2 && pass(o, n)
+		},
+	}
 }
 
 // readyReason is the reason of q's Ready condition, or "" without one.
@@ -541,16 +546,9 @@ func readyReason(q *v1alpha1.DownstreamQuota) string {
 // publishing (status.configMap set or cleared): the other quotas of its
 // downstream count it in their oversubscription check only while it
 // publishes.
-var publishingChanged = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*v1alpha1.DownstreamQuota)
-		n, ok2 := e.ObjectNew.(*v1alpha1.DownstreamQuota)
-		return ok1 && ok2 && (o.Status.ConfigMap == nil) != (n.Status.ConfigMap == nil)
-	},
-}
+var publishingChanged = quotaUpdate(func(o, n *v1alpha1.DownstreamQuota) bool {
+	return (o.Status.ConfigMap == nil) != (n.Status.ConfigMap == nil)
+})
 
 // workloadChanged passes workload updates that change a replica fact or the
 // selector; a rollout's many status updates do not wake the quotas.

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 )
 
 // names returns the sorted, distinct names of reqs.
@@ -211,6 +214,15 @@ func TestPredicates(t *testing.T) {
 		return p
 	}
 	now := metav1.Now()
+	shared := fakeQuota("payments", "Deployment", "api")
+	shared.Spec.ContractRef = &v1alpha1.ContractReference{Name: "logistics"}
+	saying := func(q *v1alpha1.DownstreamQuota, reason string) *v1alpha1.DownstreamQuota {
+		q = q.DeepCopy()
+		meta.SetStatusCondition(&q.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason})
+		return q
+	}
+	missing := saying(shared, v1alpha1.ReasonContractNotFound)
+	alone := fakeQuota("payments", "Deployment", "api")
 
 	tests := []struct {
 		name string
@@ -233,6 +245,17 @@ func TestPredicates(t *testing.T) {
 		{"pod status only", podChanged.Update(update(pod, podWith(func(p *metav1.PartialObjectMetadata) { p.ResourceVersion = "9" }))), false},
 		{"quota deletion starts", deletionStarted.Update(update(deploy, with(func(d *appsv1.Deployment) { d.DeletionTimestamp = &now }))), true},
 		{"quota metadata", deletionStarted.Update(update(deploy, with(func(d *appsv1.Deployment) { d.Labels = map[string]string{"a": "b"} }))), false},
+		{"shared quota's Ready leaves ContractNotFound", contractFoundAgain.Update(update(missing, saying(shared, v1alpha1.ReasonPlanPublished))), true},
+		{"shared quota's Ready says ContractNotFound again", contractFoundAgain.Update(update(missing, saying(missing, v1alpha1.ReasonContractNotFound))), false},
+		{"shared quota's Ready comes to ContractNotFound", contractFoundAgain.Update(update(saying(shared, v1alpha1.ReasonPlanPublished), missing)), false},
+		{"quota of its own leaves ContractNotFound", contractFoundAgain.Update(update(saying(alone, v1alpha1.ReasonContractNotFound), saying(alone, v1alpha1.ReasonPlanPublished))), false},
+		{"quota created", contractFoundAgain.Create(event.CreateEvent{Object: shared}), false},
+		{"quota starts publishing", publishingChanged.Update(update(shared, func() client.Object {
+			q := shared.DeepCopy()
+			q.Status.ConfigMap = &v1alpha1.PublishedConfigMap{Name: "api-backpressure"}
+			return q
+		}())), true},
+		{"quota's Ready changes, publishing not", publishingChanged.Update(update(shared, missing)), false},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
