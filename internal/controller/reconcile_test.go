@@ -313,16 +313,7 @@ func TestReconcileFromAStaleCacheKeepsTheRecord(t *testing.T) {
 	// A third pod turns Ready; the reconcile that notices reads the quota
 	// as it was at revision 1.
 	setReady("api-c")
-	staleClient := interceptor.NewClient(env.client, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if q, ok := obj.(*v1alpha1.DownstreamQuota); ok && key == quotaKey {
-				stale.DeepCopyInto(q)
-				return nil
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
-	})
-	r := NewDownstreamQuotaReconciler(NewPublisher(staleClient, env.client, env.recorder, WithClock(env.clock), WithClockID("test")))
+	r := staleCacheReconciler(env, stale)
 	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: quotaKey}); err != nil {
 		t.Fatalf("Reconcile from the stale cache: %v", err)
 	}
@@ -358,17 +349,7 @@ func TestReconcileContractMissingAfterAContractStep(t *testing.T) {
 	stale := writeRecord(2).DeepCopy()
 	writeRecord(3) // the contract's step, after the cache's copy was read
 
-	staleClient := interceptor.NewClient(env.client, interceptor.Funcs{
-		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if got, ok := obj.(*v1alpha1.DownstreamQuota); ok && k == key {
-				stale.DeepCopyInto(got)
-				return nil
-			}
-			return c.Get(ctx, k, obj, opts...)
-		},
-	})
-	r := NewDownstreamQuotaReconciler(NewPublisher(staleClient, env.client, env.recorder, WithClock(env.clock), WithClockID("test")))
-	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+	res, err := staleCacheReconciler(env, stale).Reconcile(ctx, reconcile.Request{NamespacedName: key})
 	if err != nil {
 		t.Fatalf("Reconcile from the stale cache: %v", err)
 	}
@@ -388,4 +369,21 @@ func TestReconcileContractMissingAfterAContractStep(t *testing.T) {
 	if got.Division.Revision != 3 {
 		t.Errorf("revision %d after ContractNotFound, want the contract step's 3 kept", got.Division.Revision)
 	}
+}
+
+// staleCacheReconciler is a quota reconciler whose cache returns stale for
+// its quota, as an informer that has not seen the latest writes does; it
+// reads and writes everything else through env.
+func staleCacheReconciler(env *fakeEnv, stale *v1alpha1.DownstreamQuota) *DownstreamQuotaReconciler {
+	key := client.ObjectKeyFromObject(stale)
+	cache := interceptor.NewClient(env.client, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, k client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if q, ok := obj.(*v1alpha1.DownstreamQuota); ok && k == key {
+				stale.DeepCopyInto(q)
+				return nil
+			}
+			return c.Get(ctx, k, obj, opts...)
+		},
+	})
+	return NewDownstreamQuotaReconciler(NewPublisher(cache, env.client, env.recorder, WithClock(env.clock), WithClockID("test")))
 }
