@@ -39,9 +39,11 @@ type quotaPart struct {
 	status  *v1alpha1.DownstreamQuotaStatus
 	in      readiness
 
-	// Set by prepare: the caller's part of the step, the document, the
-	// ConfigMaps it goes to and whether the publication can go ahead.
+	// Set by prepare: the caller's part of the step, the shares the
+	// document was sized for (with a plan), the document, the ConfigMaps
+	// it goes to and whether the publication can go ahead.
 	step    callerStep
+	shares  quota.Shares
 	doc     *plan.Document
 	data    []byte
 	targets []publishTarget
@@ -181,7 +183,8 @@ func (p *Publisher) prepare(ctx context.Context, part *quotaPart, cs callerStep)
 	part.status.Division, part.status.PodPermits = cs.status, cs.podPermits()
 	part.in.handover = &part.step
 	if part.plan != nil {
-		d := part.plan.Document(q.Name, part.downstream, q.Generation, part.caller.shares(cs))
+		part.shares = part.caller.shares(cs)
+		d := part.plan.Document(q.Name, part.downstream, q.Generation, part.shares)
 		part.doc = &d
 	} else if d, ok := part.zeroDocument(cs); ok {
 		part.doc = &d

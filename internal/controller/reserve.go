@@ -276,7 +276,7 @@ func (part *quotaPart) reportReserve(r *reserve) {
 		part.status.PerPod.Permits = st.Base
 		part.in.permits = st.Base
 		if part.plan != nil {
-			room := part.plan.Result.ShareWithReserve(int(st.Base), part.caller.shares(part.step).Reserve).QueueCapacity
+			room := part.plan.Result.ShareWithReserve(int(st.Base), part.shares.Reserve).QueueCapacity
 			part.status.PerPod.QueueCapacity = int32(room)
 		}
 	}
