@@ -409,6 +409,9 @@ var _ = Describe("kubectl views", func() {
 
 		By("QuotaTooSmall: 4 permits for 6 Ready pods, once, although a seventh pod changes its numbers")
 		pods := createReadyPods(ctx, ns, "books", 6)
+		// The first step that finds the Deployment warns, once, with its
+		// numbers: it must see all six pods, not those cached so far.
+		waitCached(ctx, ns, "books", 6, 6)
 		Expect(k8s.Create(ctx, newDeployment(ns, "books", 6))).To(Succeed())
 		settled(readyReason(v1alpha1.ReasonQuotaTooSmall), v1alpha1.ReasonQuotaTooSmall, 1)
 		Expect(warnings(ctx, Default, ns, "ledger", v1alpha1.ReasonQuotaTooSmall)[0]).To(ContainSubstring("Strict gives 4 of the pods 1 permit each and leaves the other 2 at 0"))
