@@ -116,24 +116,43 @@ func MustShare(t testing.TB, rt *backpressure.Runtime, name string) backpressure
 // exports it: "bootstrap", "published" or "absent".
 func BootstrapGauge(t testing.TB, reg prometheus.Gatherer, gate string) string {
 	t.Helper()
+	v, ok := MetricValue(t, reg, "backpressure_config_gate_bootstrap", "gate", gate)
+	switch {
+	case !ok:
+		return "absent"
+	case v == 1:
+		return "bootstrap"
+	default:
+		return "published"
+	}
+}
+
+// MetricValue returns the value of the counter or gauge name as reg exports
+// it, the series whose label is value (the first series when label is
+// ""), and whether reg exports that series.
+func MetricValue(t testing.TB, reg prometheus.Gatherer, name, label, value string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "backpressure_config_gate_bootstrap" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			match := label == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "gate" && l.GetValue() == gate {
-					if m.GetGauge().GetValue() == 1 {
-						return "bootstrap"
-					}
-					return "published"
-				}
+				match = match || (l.GetName() == label && l.GetValue() == value)
 			}
+			if !match {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue(), true
+			}
+			return m.GetGauge().GetValue(), true
 		}
 	}
-	return "absent"
+	return 0, false
 }

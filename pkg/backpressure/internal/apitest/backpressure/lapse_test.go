@@ -231,7 +231,8 @@ func TestGateThatDoesNotAcknowledgeLapsesWithoutItsSource(t *testing.T) {
 	// pod; cut then, and the pod, which never saw its acknowledgement land,
 	// rightly counts itself as not acknowledging.
 	sharetest.Eventually(t, 10*time.Second, "the acknowledging pod sees its acknowledgement land", func() bool {
-		return successfulAcks(t, ackingReg) >= 1
+		acks, _ := sharetest.MetricValue(t, ackingReg, "backpressure_config_acknowledgements_total", "result", "success")
+		return acks >= 1
 	})
 	if !admits(t, silent) || !admits(t, acking) || permitsOf(t, silent) != 4 {
 		t.Fatalf("before the cut: silent admits %v with %d permits, acking admits %v; want both admitting 4", admits(t, silent), permitsOf(t, silent), admits(t, acking))
@@ -250,16 +251,8 @@ func TestGateThatDoesNotAcknowledgeLapsesWithoutItsSource(t *testing.T) {
 		t.Errorf("the silent pod lapsed %v after the cut, want within [%v, %v]", waited, lapseLimit, lapseDelay)
 	}
 	lapsed := func(reg *prometheus.Registry) float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() == "backpressure_plan_source_lapsed" {
-				for _, m := range mf.GetMetric() {
-					return m.GetGauge().GetValue()
-				}
-			}
+		if v, ok := sharetest.MetricValue(t, reg, "backpressure_plan_source_lapsed", "", ""); ok {
+			return v
 		}
 		return -1
 	}
@@ -303,27 +296,4 @@ func TestGateThatDoesNotAcknowledgeLapsesWithoutItsSource(t *testing.T) {
 	if lapsed(silentReg) != 0 {
 		t.Errorf("backpressure_plan_source_lapsed %v once back, want 0", lapsed(silentReg))
 	}
-}
-
-// successfulAcks is the Runtime's count of acknowledgement patches that
-// succeeded, from its registry reg.
-func successfulAcks(t *testing.T, reg *prometheus.Registry) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "backpressure_config_acknowledgements_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == "success" {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
