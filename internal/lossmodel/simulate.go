@@ -281,11 +281,7 @@ func (sim *simulation) until(t float64) {
 			// Waiters reach AskAfter in the order they came: the first
 			// is the one this event is for, or one before it.
 			if sim.reserve < sim.s.Reserve && p.queue.len() > 0 && sim.asks(int(e.pod), e.t) {
-				w := p.queue.pop()
-				sim.reserve++
-				sim.count(w, &sim.res.Borrowed)
-				sim.count(w, &sim.res.Waited)
-				sim.admit(e.t, int(e.pod), w, endBorrowed)
+				sim.lendToFirst(e.t, int(e.pod))
 			}
 		case waitEnds:
 			// The waiters that reach MaxQueueWait leave, shed; MaxQueueWait
@@ -332,12 +328,18 @@ func (sim *simulation) giveBack(t float64) {
 		}
 	}
 	if best >= 0 {
-		w := sim.pods[best].queue.pop()
-		sim.reserve++
-		sim.count(w, &sim.res.Borrowed)
-		sim.count(w, &sim.res.Waited)
-		sim.admit(t, best, w, endBorrowed)
+		sim.lendToFirst(t, best)
 	}
+}
+
+// lendToFirst lends a free reserve permit at t to the first waiter of pod
+// i, which must have one.
+func (sim *simulation) lendToFirst(t float64, i int) {
+	w := sim.pods[i].queue.pop()
+	sim.reserve++
+	sim.count(w, &sim.res.Borrowed)
+	sim.count(w, &sim.res.Waited)
+	sim.admit(t, i, w, endBorrowed)
 }
 
 // asks reports whether the first waiter of pod i (which must have one)
