@@ -59,11 +59,13 @@
 //     a pod holding none has no waiting room, as its published plan gives
 //     it none. Under RoomOwnPermits, n = p. The operator's QueueCapacity
 //     is floor(n × MaxQueueWait / typical latency).
-//   - Two rules the library does not have are modelled to size what they
+//   - Four rules the library does not have are modelled to size what they
 //     would win: GiveLoansBack (a loan goes back as soon as its pod has a
-//     permit free, the borrowed call going on on it) and AskAfter (a call
+//     permit free, the borrowed call going on on it), AskAfter (a call
 //     with a place in its room waits that long before it asks the permit
-//     server).
+//     server), KeepLoans (a loan whose call ends serves its own pod's next
+//     waiter, decided in the pod) and HoldLoans (a loan with no waiter
+//     stays idle at its pod that long for the pod's next call).
 //   - SmallestReserve looks no further than A − P: the operator cuts a
 //     larger reserve so that every pod keeps a permit of its own.
 //

@@ -169,6 +169,16 @@ type Scenario struct {
 	// of its own pod freeing soon serves it without a loan. A call without
 	// a place asks at once. BorrowOnce does not take it.
 	AskAfter time.Duration
+	// KeepLoans, a rule the library does not have, passes a loan whose
+	// call ends to its own pod's first waiter rather than back to the
+	// reserve: that call is decided in the pod, without asking the permit
+	// server (the library would need a lease long enough for it).
+	KeepLoans bool
+	// HoldLoans, with KeepLoans, is how long a loan whose call ends with no
+	// waiter at its pod stays there, idle, for the pod's next call that
+	// finds the pod's own permits taken (decided in the pod too), before it
+	// goes back: a Doorman-style lease of capacity rather than of one call.
+	HoldLoans time.Duration
 	// Seed chooses the arrivals, latencies, routing and pinned weights.
 	Seed uint64
 	// Calls is the number of calls simulated; DefaultCalls when 0. The
@@ -191,6 +201,8 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("lossmodel: borrowing: must be %s, %s or %s, got %q", BorrowWaiting, BorrowInRoom, BorrowOnce, s.Borrowing)
 	case s.AskAfter < 0:
 		return fmt.Errorf("lossmodel: ask after: must be at least 0, got %s", s.AskAfter)
+	case s.HoldLoans < 0 || s.HoldLoans > 0 && !s.KeepLoans:
+		return fmt.Errorf("lossmodel: hold loans: must be 0, or at least 0 with keep loans, got %s", s.HoldLoans)
 	case s.AskAfter > 0 && s.Borrowing == BorrowOnce:
 		return fmt.Errorf("lossmodel: ask after: must be 0 when borrowing is %s, got %s", BorrowOnce, s.AskAfter)
 	case s.WaitingRoom != "" && s.WaitingRoom != RoomWithReserve && s.WaitingRoom != RoomOwnPermits:

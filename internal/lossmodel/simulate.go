@@ -86,7 +86,9 @@ type pod struct {
 	// one of the pod's permits instead, their loans given back
 	// (GiveLoansBack).
 	loans, moved int
-	queue        fifo
+	// idle are the ends of the pod's held loans (HoldLoans), in order.
+	idle  []float64
+	queue fifo
 }
 
 // fifo is a waiting room, first in first out.
@@ -116,6 +118,7 @@ const (
 	endBorrowed                  // a call on a reserve permit ends
 	waitEnds                     // the pod's first waiter reaches MaxQueueWait
 	askServer                    // a waiter of the pod reaches AskAfter
+	holdEnds                     // a loan held by the pod reaches HoldLoans
 )
 
 // event is something that happens to pod at t.
@@ -276,7 +279,27 @@ func (sim *simulation) until(t float64) {
 				sim.ownFree(e.t, int(e.pod))
 				continue
 			}
-			sim.giveBack(e.t)
+			switch {
+			case sim.s.KeepLoans && p.queue.len() > 0:
+				// The loan passes to the pod's first waiter: the reserve's
+				// permits in use do not change.
+				w := p.queue.pop()
+				sim.count(w, &sim.res.Waited)
+				sim.admit(e.t, int(e.pod), w, endBorrowed)
+			case sim.s.HoldLoans > 0:
+				end := e.t + sim.s.HoldLoans.Seconds()
+				p.idle = append(p.idle, end)
+				sim.events.push(event{t: end, pod: e.pod, kind: holdEnds})
+			default:
+				sim.giveBack(e.t)
+			}
+		case holdEnds:
+			// A held loan taken by a call before its end is no longer in
+			// idle; the ones left at the front are the ones that end now.
+			for len(p.idle) > 0 && p.idle[0] <= e.t+1e-12 {
+				p.idle = p.idle[1:]
+				sim.giveBack(e.t)
+			}
 		case askServer:
 			// Waiters reach AskAfter in the order they came: the first
 			// is the one this event is for, or one before it.
@@ -355,6 +378,10 @@ func (sim *simulation) arrive(t float64, i int, w waiter) {
 	switch {
 	case p.inFlight < p.permits && p.queue.len() == 0:
 		sim.admit(t, i, w, endLocal)
+	case len(p.idle) > 0:
+		// A loan the pod holds: decided in the pod, not counted borrowed.
+		p.idle = p.idle[1:]
+		sim.admit(t, i, w, endBorrowed)
 	case sim.s.AskAfter > 0 && p.queue.len() < p.room:
 		p.queue.push(w)
 		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
