@@ -65,9 +65,9 @@ func demandFollowing(g Gomega, q *v1alpha1.DownstreamQuota) metav1.Condition {
 }
 
 // nextInterval lets the demand interval pass and reconciles the quota, as
-// its requeue would.
+// its requeue would, once no reconcile from before is left to write.
 func nextInterval(ctx SpecContext, ns string) {
-	advance(DefaultDemandInterval)
+	advanceIdle(DefaultDemandInterval)
 	reconcileFresh(ctx, ns, "logistics")
 }
 

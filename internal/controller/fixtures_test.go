@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
@@ -235,6 +237,36 @@ func waitCached(ctx context.Context, ns, workload string, existing, ready int) {
 // advance moves the reconciler's clock on: spec.handover's delays are
 // measured on it.
 func advance(d time.Duration) { fakeClock.SetTime(fakeClock.Now().Add(d)) }
+
+// advanceIdle moves the reconciler's clock on, then waits until the
+// quota controller has no reconcile running or queued. A reconcile that
+// began before the advance computed its conditions at the old time (the
+// demand it read, the delays that had passed); a direct reconcile at the
+// new time that wrote first would have its status rebased over by that one
+// (writeStatus keeps a write whose division record is unchanged), and no
+// event would follow to correct it.
+func advanceIdle(d time.Duration) {
+	GinkgoHelper()
+	advance(d)
+	Eventually(func(g Gomega) {
+		families, err := ctrlmetrics.Registry.Gather()
+		g.Expect(err).NotTo(HaveOccurred())
+		busy, found := 0.0, map[string]bool{}
+		for _, f := range families {
+			if f.GetName() != "controller_runtime_active_workers" && f.GetName() != "workqueue_depth" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == ControllerName }) {
+					busy += m.GetGauge().GetValue()
+					found[f.GetName()] = true
+				}
+			}
+		}
+		g.Expect(found).To(HaveLen(2), "the workers and the work queue of %s among the manager's metrics", ControllerName)
+		g.Expect(busy).To(BeZero(), "reconciles of %s running or queued", ControllerName)
+	}).Should(Succeed())
+}
 
 // reconcileFresh reconciles the quota ns/name directly until a reconcile
 // steps it: one that read a stale cache writes nothing and asks to be run

@@ -178,7 +178,7 @@ var _ = Describe("PERMITS/POD", func() {
 		Consistently(func(g Gomega) string { return permitsColumn(ctx, g, ns, "payments") }).WithTimeout(500 * time.Millisecond).Should(Equal("0-20"))
 
 		By("once the unacknowledged delay has passed, both pods are told 20")
-		advance(2 * time.Second)
+		advanceIdle(2 * time.Second)
 		reconcileFresh(ctx, ns, "payments")
 		Eventually(func(g Gomega) {
 			q := getQuota(ctx, g, ns, "payments")
