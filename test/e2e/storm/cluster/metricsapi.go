@@ -72,9 +72,11 @@ type podSource struct {
 
 // gateSample is one scrape of a pod's gate.
 type gateSample struct {
-	at                 time.Time
-	inFlight           float64
-	admitted, rejected float64
+	at       time.Time
+	inFlight float64
+	// admitted counts the calls admitted on the pod's own permits,
+	// borrowed those run on a permit the reserve lent, rejected those shed.
+	admitted, borrowed, rejected float64
 }
 
 // StartMetricsAPI serves the API on 127.0.0.1 with the serving certificate
@@ -198,9 +200,15 @@ func (m *MetricsAPI) scrapeLoop(ctx context.Context) {
 // admitted ones (the offered rate times the mean time an admitted call
 // stays in flight), and the median of those over the window, so that a
 // stall of a second or two of this shared machine, in which a pod admits
-// little and so seems to wait long, does not read as demand. ok is false
-// when no interval of the window admitted a call: a pod without traffic has
-// no demand to report, as a rate over no samples has none, and a pod that
+// little and so seems to wait long, does not read as demand. The calls run
+// on lent permits are offered calls: the gate counts them apart from its
+// admitted ones and its in-flight gauge holds only its own permits' calls,
+// so offered over admitted scales the own calls in flight up by the
+// borrowed ones too, taken to last as long. Left out, a pod that borrows
+// much would read as little more than its own share, and its share would
+// not follow its demand. ok is false when no interval of the window
+// admitted a call on the pod's own permits: a pod without traffic has no
+// demand to report, as a rate over no samples has none, and a pod that
 // admitted nothing measured no latency (the HPA counts it as missing).
 func demand(ss []gateSample) (v float64, ok bool) {
 	if len(ss) < 2 || ss[len(ss)-1].at.Sub(ss[0].at) < DemandWindow/2 {
@@ -213,7 +221,7 @@ func demand(ss []gateSample) (v float64, ok bool) {
 		if admitted <= 0 {
 			continue
 		}
-		offered := admitted + b.rejected - a.rejected
+		offered := admitted + b.borrowed - a.borrowed + b.rejected - a.rejected
 		vs = append(vs, (a.inFlight+b.inFlight)/2*offered/admitted)
 	}
 	if len(vs) == 0 {
@@ -226,7 +234,7 @@ func demand(ss []gateSample) (v float64, ok bool) {
 	return vs[len(vs)/2], true
 }
 
-// scrapeGate reads one gate's in-flight, admitted and rejected calls from a
+// scrapeGate reads one gate's in-flight, admitted, borrowed and rejected calls from a
 // Prometheus text exposition.
 func scrapeGate(ctx context.Context, cl *http.Client, url, gate string) (gateSample, error) {
 	s := gateSample{at: time.Now()}
@@ -266,6 +274,10 @@ func scrapeGate(ctx context.Context, cl *http.Client, url, gate string) (gateSam
 			s.admitted, found = f, found+1
 		case "backpressure_gate_rejected_total":
 			s.rejected += f
+		case "backpressure_gate_borrows_total":
+			if strings.Contains(","+labels+",", `,result="borrowed",`) {
+				s.borrowed = f
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -49,6 +49,12 @@ func TestDemand(t *testing.T) {
 			{at: at(2000), inFlight: 2, admitted: 1, rejected: 200},
 			{at: at(3000), inFlight: 2, admitted: 1, rejected: 300},
 		}, 2 * 101.0, true},
+		// 3 own permits full; for 39 calls admitted on them, 21 ran on lent
+		// permits and 12 were shed: 3 × (39 + 21 + 12) / 39.
+		{"calls on lent permits are offered calls", []gateSample{
+			{at: at(0), inFlight: 3, admitted: 100, borrowed: 50, rejected: 10},
+			{at: at(3000), inFlight: 3, admitted: 139, borrowed: 71, rejected: 22},
+		}, 3 * 72.0 / 39, true},
 		{"nothing admitted: no latency measured", []gateSample{
 			{at: at(0), inFlight: 2, rejected: 0},
 			{at: at(3000), inFlight: 2, rejected: 99},
@@ -71,11 +77,14 @@ func TestDemand(t *testing.T) {
 func TestMetricsAPI(t *testing.T) {
 	var admitted atomic.Int64
 	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		// Each scrape: 10 more calls admitted and 90 rejected, 5 in flight.
+		// Each scrape: 10 more calls admitted, 20 borrowed and 70
+		// rejected, 5 in flight; the borrows the reserve refused are not
+		// calls offered a second time.
 		n := admitted.Add(10)
 		_, _ = fmt.Fprintf(w, "# HELP backpressure_gate_in_flight x\nbackpressure_gate_in_flight{gate=\"g\"} 5\nbackpressure_gate_in_flight{gate=\"other\"} 40\n"+
 			"backpressure_gate_admitted_total{gate=\"g\"} %d\nbackpressure_gate_rejected_total{gate=\"g\",reason=\"queue_full\"} %d\n"+
-			"backpressure_gate_rejected_total{gate=\"g\",reason=\"wait_timeout\"} %d\n", n, 5*n, 4*n)
+			"backpressure_gate_rejected_total{gate=\"g\",reason=\"wait_timeout\"} %d\n"+
+			"backpressure_gate_borrows_total{gate=\"g\",result=\"borrowed\"} %d\nbackpressure_gate_borrows_total{gate=\"g\",result=\"not_lent\"} %d\n", n, 3*n, 4*n, 2*n, 9*n)
 	}))
 	defer pod.Close()
 	pki, err := NewAggregationPKI(t.TempDir(), MetricsService, MetricsServiceNamespace)
@@ -130,7 +139,7 @@ func TestMetricsAPI(t *testing.T) {
 		t.Errorf("replicas metric of a statefulset named as the deployment: %d %v, want 404", code, err)
 	}
 
-	// The demand: 5 in flight × (10 + 90) offered / 10 admitted = 50, once
+	// The demand: 5 in flight × (10 + 20 + 70) offered / 10 admitted = 50, once
 	// the window holds half of DemandWindow.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
