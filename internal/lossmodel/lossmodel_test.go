@@ -456,13 +456,21 @@ func TestSmallestReserveTarget(t *testing.T) {
 	}
 }
 
-// TestTheOperatorsPinnedSharesCostNothing: the storm's pinned runs held
-// shares other than the model's (the operator reads a demand that leaves
-// out the borrowed calls); given those shares, as docs/demo.md reports,
-// the model admits within half a point of what its own give, and given
-// its own shares as PodShares it admits exactly what it does without.
-// Equal shares of the 24 admit 1.5 points less: the shares do matter.
-func TestTheOperatorsPinnedSharesCostNothing(t *testing.T) {
+// TestTheOperatorsPinnedShares: the storm's pinned runs held shares other
+// than the model's, and the model given them predicts what the storm
+// measured, within half a point: the pinned gap to the model is the
+// shares'. Given its own shares as PodShares the model admits exactly what
+// it does without. Two earlier runs' shares admit within half a point of
+// the model's own. While the storm's demand left out the calls run on lent
+// permits, the heavy pods read low and the light ones got more than they
+// used: the rounded mean shares of such a run, {3, 4, 3, 2, 3, 3, 3, 3},
+// admit a point less (the storm measured 0.959 of the global gate, 0.451
+// borrowed). Counting them, two runs held {4, 4, 3, 3, 4, 1, 2, 3} and
+// {4, 3, 4, 4, 3, 2, 1, 3} (measured 0.966 and 0.961): closer to the
+// model's, but pods whose demands lie within a permit of the water level
+// are ordered by a noisy reading. Equal shares of the 24 admit 1.5 points
+// less: the shares do matter.
+func TestTheOperatorsPinnedShares(t *testing.T) {
 	s := lossmodel.Scenario{Permits: 40, Pods: 8, Reserve: 16, Sharing: lossmodel.DemandShares, Floor: 1, Load: 0.8,
 		Latency: lossmodel.Latency{Mean: 220 * time.Millisecond, CV: 0.5}, Balancer: lossmodel.Pinned, Skew: 0.8,
 		MaxQueueWait: 40 * time.Millisecond, QueueCapacity: operatorRooms, Seed: 1}
@@ -476,6 +484,28 @@ func TestTheOperatorsPinnedSharesCostNothing(t *testing.T) {
 		if got := compare(t, s).Ratio(); got < own.Ratio()-0.005 {
 			t.Errorf("the operator's shares %v: %.3f of the global gate, the model's own %.3f", shares, got, own.Ratio())
 		}
+	}
+	for _, c := range []struct {
+		name               string
+		shares             []int
+		measured, borrowed float64
+	}{
+		{"borrowed calls left out of demand", []int{3, 4, 3, 2, 3, 3, 3, 3}, 0.959, 0.451},
+		{"borrowed calls in demand", []int{4, 4, 3, 3, 4, 1, 2, 3}, 0.966, 0.443},
+		{"borrowed calls in demand, another run", []int{4, 3, 4, 4, 3, 2, 1, 3}, 0.961, 0.456},
+	} {
+		s.PodShares = c.shares
+		got := compare(t, s)
+		within(t, c.name+": ratio to the global gate", got.Ratio(), c.measured, 0.005)
+		within(t, c.name+": borrowed fraction", got.Scenario.BorrowedFraction(), c.borrowed, 0.01)
+	}
+	s.PodShares = []int{3, 4, 3, 2, 3, 3, 3, 3}
+	if got := compare(t, s).Ratio(); got > own.Ratio()-0.008 {
+		t.Errorf("the shares of a run whose demand left out the borrowed calls: %.3f of the global gate, want at least 0.8 points below the model's own %.3f", got, own.Ratio())
+	}
+	s.PodShares = []int{4, 4, 3, 3, 4, 1, 2, 3}
+	if got := compare(t, s).Ratio(); got < own.Ratio()-0.0025 {
+		t.Errorf("the shares of a run whose demand counted the borrowed calls: %.3f of the global gate, want within a quarter point of the model's own %.3f", got, own.Ratio())
 	}
 	s.PodShares = []int{3, 3, 3, 3, 3, 3, 3, 3}
 	if got := compare(t, s).Ratio(); got > own.Ratio()-0.01 {
