@@ -11,7 +11,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -24,12 +23,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/backpressure-dev/backpressure-operator/api/plan"
 	"github.com/backpressure-dev/backpressure-operator/api/v1alpha1"
 	"github.com/backpressure-dev/backpressure-operator/internal/testing/builders"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/metricstest"
 )
 
 // testFinalizer keeps a deleted pod terminating until the test, playing the
@@ -249,21 +248,13 @@ func advanceIdle(d time.Duration) {
 	GinkgoHelper()
 	advance(d)
 	Eventually(func(g Gomega) {
-		families, err := ctrlmetrics.Registry.Gather()
-		g.Expect(err).NotTo(HaveOccurred())
-		busy, found := 0.0, map[string]bool{}
-		for _, f := range families {
-			if f.GetName() != "controller_runtime_active_workers" && f.GetName() != "workqueue_depth" {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				if slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == ControllerName }) {
-					busy += m.GetGauge().GetValue()
-					found[f.GetName()] = true
-				}
-			}
+		busy := 0.0
+		for _, m := range []struct{ family, label string }{{"controller_runtime_active_workers", "controller"}, {"workqueue_depth", "name"}} {
+			n, found, err := metricstest.Sum(m.family, m.label, ControllerName)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(found).To(BeTrue(), "%s of %s among the manager's metrics", m.family, ControllerName)
+			busy += n
 		}
-		g.Expect(found).To(HaveLen(2), "the workers and the work queue of %s among the manager's metrics", ControllerName)
 		g.Expect(busy).To(BeZero(), "reconciles of %s running or queued", ControllerName)
 	}).Should(Succeed())
 }

@@ -5,14 +5,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -22,12 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bpcontroller "github.com/backpressure-dev/backpressure-operator/internal/controller"
 	"github.com/backpressure-dev/backpressure-operator/internal/controller/writecount"
 	"github.com/backpressure-dev/backpressure-operator/internal/testenv"
+	"github.com/backpressure-dev/backpressure-operator/internal/testing/metricstest"
 )
 
 // managerLog is where controller-runtime logs: into the log file of the
@@ -200,33 +198,12 @@ func (m *runningManager) logErrors(t *testing.T) []string {
 }
 
 // controllerMetric sums the samples of a metric family of the global
-// registry that belong to the controller: whose label (controller, or name
-// for the work queue) is its name. A histogram's sample is the sum of its
-// observations.
+// registry that belong to the controller (see metricstest.Sum).
 func controllerMetric(t *testing.T, family, label string) float64 {
-	const value = bpcontroller.ControllerName
 	t.Helper()
-	families, err := metrics.Registry.Gather()
+	sum, _, err := metricstest.Sum(family, label, bpcontroller.ControllerName)
 	if err != nil {
 		t.Fatal(err)
-	}
-	i := slices.IndexFunc(families, func(f *dto.MetricFamily) bool { return f.GetName() == family })
-	if i < 0 {
-		return 0
-	}
-	sum := 0.0
-	for _, m := range families[i].GetMetric() {
-		if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
-			continue
-		}
-		switch {
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetHistogram() != nil:
-			sum += m.GetHistogram().GetSampleSum()
-		}
 	}
 	return sum
 }
