@@ -15,7 +15,7 @@
 // with --reserve-address a call whose share is full borrows a permit of the
 // quota's reserve from the permit server (backpressure-broker).
 // Logs are JSON lines on stderr: "Serving", "Applied plan" for every plan
-// put in force, "Stopped".
+// put in force and every lapse of its source and its end, "Stopped".
 package main
 
 import (

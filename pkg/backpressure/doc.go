@@ -57,7 +57,10 @@
 // Each is made once and resized in place on every reload (see gate.Gate.Update
 // for what a resize guarantees to calls in flight), so a pointer obtained once
 // stays valid. Every plan put in force is logged as "Applied plan" and passed
-// to Options.OnApplied.
+// to Options.OnApplied. A lapse of the plan's source and its end (below)
+// are logged as "Applied plan" too, with the plan's hash and the permits
+// then in force, so that those lines always tell what the gate enforces;
+// they are not passed to OnApplied, since the plan has not changed.
 //
 // # Acknowledgement: handing capacity over
 //
@@ -124,9 +127,10 @@
 // unacknowledged delay, which the plan carries, less
 // Options.SourceLapseMargin and the plan's deadline: the operator hands
 // its share to others after that delay, and the pod may have missed the
-// smaller share. It says so in its log and in
-// backpressure_plan_source_lapsed, and enforces its share again as soon
-// as the source confirms a plan. FromDir gives no such signal and does not
+// smaller share. It says so in its log (and logs "Applied plan" with 0
+// permits) and in backpressure_plan_source_lapsed, and enforces its share
+// again as soon as the source confirms a plan (logging "Applied plan" with
+// the share's permits). FromDir gives no such signal and does not
 // lapse; a gate that acknowledges never needs to.
 //
 // # Metrics

@@ -28,6 +28,11 @@ func (r *Runtime) followLapses(ctx context.Context, live reload.Liveness) {
 
 // checkLapses lapses every gate whose source was last confirmed at at (or is
 // live) too long before now, and restores every lapsed gate that is not.
+// Each change is logged as "Applied plan" with the permits then in force,
+// besides the line that explains it: a reader of those lines alone (the
+// example app's e2e harness) then always knows what the gate enforces.
+// OnApplied is not called: the plan in force is the same, and OnApplied
+// reports plans, on the source's goroutine.
 func (r *Runtime) checkLapses(now time.Time, live bool, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -52,6 +57,8 @@ func (r *Runtime) checkLapses(now time.Time, live bool, at time.Time) {
 			r.log.Info("Plan source confirms the plan again; the gate enforces its share",
 				"gate", name, "epoch", e.plan.Epoch, "revision", e.plan.Revision, "permits", gateLimits(e.plan).Permits)
 		}
+		// The keys are put's: the example app's e2e harness parses them.
+		r.log.Info("Applied plan", "gate", name, "hash", e.plan.Hash, "permits", gateLimits(e.inForce()).Permits)
 	}
 }
 

@@ -41,7 +41,9 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Logger receives the logs of the Runtime and its source; the zero value
 	// discards them. Every plan put in force is logged at level 0 as
-	// "Applied plan" with the keys gate, hash and permits.
+	// "Applied plan" with the keys gate, hash and permits, and so is every
+	// lapse of the plan's source and its end (see SourceLapseMargin), with
+	// the permits then in force.
 	Logger logr.Logger
 	// PodName names this pod: it picks the pod's own share out of each
 	// published plan, and with Ack it is the pod that is annotated. Empty
@@ -70,7 +72,8 @@ type Options struct {
 	// on a gate, the first one included, after the gate, its retry budget
 	// and its dispatcher have it. It runs on the source's goroutine (on
 	// New's for the first plans) and must not block: the next reload waits
-	// for it.
+	// for it. A lapse of the plan's source and its end put no plan in force
+	// and are not reported.
 	OnApplied func(Applied)
 	// Bootstrap, when not empty, lets the pod start without the operator:
 	// New waits up to BootstrapWait for the source to hold a published

@@ -65,7 +65,7 @@ type RestartReport struct {
 	OutageSamples int `json:"outageSamples"`
 	// BadPlans lists plans a pod applied while the API server was down
 	// with no permits or more than the usable total: a gate that lost its
-	// plan.
+	// plan, or whose plan's source lapsed.
 	BadPlans []string `json:"badPlans,omitempty"`
 	// ManagerRestarts counts the manager's restarts: a replica whose lease
 	// ran out while the API server was down exits, and is started again.

@@ -47,8 +47,10 @@ type FirstCallRun struct {
 	// that one.
 	FirstAdmittedSeconds *float64 `json:"firstAdmittedSeconds"`
 	ShedBefore           int64    `json:"shedBefore"`
-	// GrantedSeconds is the time from its Ready to its applying a plan
-	// that gives it permits of its own (nil: none within the run).
+	// GrantedSeconds is the time from its Ready to its gate enforcing
+	// permits of its own: a plan that gives it some applied, or a lapse of
+	// its plan's source that held them back ended (nil: none within the
+	// run).
 	GrantedSeconds *float64 `json:"grantedSeconds"`
 	// NewPodCalls were sent to it; NewPodAdmitted of them the downstream
 	// answered; NewPodFailed got neither that nor a fallback.

@@ -9,7 +9,9 @@ import (
 const (
 	// MsgServing is logged once the listener is open and a plan is in force.
 	MsgServing = "Serving"
-	// MsgAppliedPlan is logged each time a plan is put in force on a gate.
+	// MsgAppliedPlan is logged each time a plan is put in force on a gate,
+	// and each time the plan's source lapses or confirms it again, with the
+	// same hash: its permits are always those the gate enforces from then.
 	MsgAppliedPlan = "Applied plan"
 	// MsgStopped is logged after a graceful shutdown.
 	MsgStopped = "Stopped"

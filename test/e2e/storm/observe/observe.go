@@ -73,6 +73,9 @@ func (p Published) Divides(pods []string, total int) bool {
 }
 
 // Applied is a pod putting a plan in force, from its "Applied plan" log line.
+// A lapse of the plan's source and its end log the plan's hash again with
+// the permits then in force: the first Applied of a hash is when the pod
+// put it in force, and the last Applied tells what the pod enforces.
 type Applied struct {
 	Pod     string
 	Time    time.Time

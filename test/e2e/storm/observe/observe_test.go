@@ -34,3 +34,19 @@ func TestObservationsTotalPermits(t *testing.T) {
 		t.Errorf("acks %+v, last %v", acks, o.LastAcks())
 	}
 }
+
+// A lapse of a pod's plan source and its end log the plan's hash again with
+// the permits then in force: the pod's permits follow them.
+func TestObservationsFollowALapse(t *testing.T) {
+	var o Observations
+	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	for i, permits := range []int{5, 0, 5} {
+		o.Applied("a", cluster.LogLine{Time: t0.Add(time.Duration(i) * time.Second), Msg: cluster.MsgAppliedPlan, Hash: "h", Permits: &permits})
+		if got, _ := o.PermitsOf([]string{"a"}, ""); got != permits {
+			t.Errorf("after line %d: PermitsOf(a) = %d, want %d", i, got, permits)
+		}
+	}
+	if got := o.AppliedPlans(); len(got) != 3 || !got[0].Time.Equal(t0) || got[0].Permits != 5 {
+		t.Errorf("AppliedPlans() = %+v, want the three lines, the first at %v", got, t0)
+	}
+}

@@ -241,7 +241,9 @@ func timeline(samples []Sample) []TimelinePoint {
 // ReloadLatencies returns, for every plan published while pods were
 // running, the time from the harness seeing it to each of those pods
 // applying it. A pod's first application is its start, not a reload, and
-// counts only for plans published after it.
+// counts only for plans published after it. Only a pod's first line of a
+// plan counts: it logs the hash again when its plan's source lapses and
+// when that lapse ends, which is no reload.
 func ReloadLatencies(published []observe.Published, applied []observe.Applied) []time.Duration {
 	first := map[string]time.Time{}
 	for _, a := range applied {

@@ -20,6 +20,10 @@ func TestReloadLatencies(t *testing.T) {
 		{Pod: "a", Time: at(10), Hash: "h1"},   // a's start: not a reload
 		{Pod: "a", Time: at(1040), Hash: "h2"}, // 40ms
 		{Pod: "a", Time: at(1041), Hash: "h2"}, // the same plan again: counted once
+		// A lapse of a's source and its end: h2 again, with the permits
+		// then in force, and no reload.
+		{Pod: "a", Time: at(1500), Hash: "h2", Permits: 0},
+		{Pod: "a", Time: at(1700), Hash: "h2", Permits: 5},
 		{Pod: "b", Time: at(1500), Hash: "h2"}, // b started after h2 was out: its start
 		{Pod: "b", Time: at(2300), Hash: "h3"}, // 300ms
 		{Pod: "a", Time: at(1999), Hash: "h3"}, // a hair ahead of the harness: 0
@@ -53,6 +57,10 @@ func TestScaleSteps(t *testing.T) {
 			{Pod: "new", Time: at(45620), Hash: "n10"},
 			{Pod: "old", Time: at(45810), Hash: "n4"},
 			{Pod: "new", Time: at(45830), Hash: "n4"},
+			// A lapse of new's source and its end log n4 again: not when
+			// it applied the plan.
+			{Pod: "new", Time: at(47000), Hash: "n4", Permits: 0},
+			{Pod: "new", Time: at(48000), Hash: "n4", Permits: 20},
 		},
 	}
 	want := []ScaleStepReport{
