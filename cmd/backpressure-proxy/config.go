@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
@@ -35,6 +36,7 @@ type config struct {
 	// reserveAddress is the permit server to borrow from; "" for none.
 	reserveAddress string
 	reserveBudget  time.Duration
+	lendRules      gate.LendRules
 	// pod is $POD_NAME, the borrower's name to the permit server.
 	pod string
 }
@@ -148,6 +150,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
 	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the downstream's reserve from when the pod's own share is full, host:port; every call then gets the plan's deadline (empty: no borrowing)")
 	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
+	fs.BoolVar(&c.lendRules.ReturnEarly, "reserve-return-early", false, "return a borrowed permit as soon as one of the pod's own is free for its call, rather than when the call ends: the same reserve admits more calls, and more calls borrow")
+	fs.DurationVar(&c.lendRules.AskAfter, "reserve-ask-after", 0, "how long a call with a place in the waiting room waits for one of the pod's own permits before it asks the permit server too (0: at once): fewer calls borrow")
 	c.pod = getenv(backpressure.EnvPodName)
 
 	if err := fs.Parse(args); err != nil {
@@ -199,6 +203,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		if c.reserveBudget <= 0 {
 			errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
+		}
+		if c.lendRules.AskAfter < 0 {
+			errs = append(errs, fmt.Errorf("--reserve-ask-after %v must not be negative", c.lendRules.AskAfter))
 		}
 	}
 	if c.shutdownTimeout <= 0 {

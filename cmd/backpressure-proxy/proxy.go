@@ -100,7 +100,7 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 			return nil, err
 		}
 		p.reserveConn = conn
-		opts.Lender = lender
+		opts.Lender, opts.LendRules = lender, cfg.lendRules
 	}
 	if p.rt, err = backpressure.New(ctx, src, opts); err != nil {
 		p.closeReserve()

@@ -17,6 +17,7 @@ import (
 	"github.com/backpressure-dev/backpressure-operator/api/plan/plantest"
 	reservev1 "github.com/backpressure-dev/backpressure-operator/api/reserve/v1"
 	"github.com/backpressure-dev/backpressure-operator/internal/broker"
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 )
 
 // startBroker serves a permit server lending permits of testGate, past its
@@ -103,6 +104,12 @@ func TestBorrowsFromThePermitServer(t *testing.T) {
 }
 
 func TestReserveFlags(t *testing.T) {
+	cfg, err := parseConfig([]string{"--plan-dir", t.TempDir(), "--route", "listen=127.0.0.1:0,gate=g,upstream=http://127.0.0.1:1",
+		"--reserve-address", "broker:9443", "--reserve-return-early", "--reserve-ask-after", "5ms"}, func(string) string { return "p" }, io.Discard)
+	if want := (gate.LendRules{ReturnEarly: true, AskAfter: 5 * time.Millisecond}); err != nil || cfg.lendRules != want {
+		t.Errorf("the lending rules' flags: %+v, %v; want %+v", cfg.lendRules, err, want)
+	}
+
 	for _, c := range []struct {
 		args []string
 		env  map[string]string
@@ -111,6 +118,7 @@ func TestReserveFlags(t *testing.T) {
 		{[]string{"--reserve-address", "broker:9443"}, nil, "--reserve-address needs $POD_NAME"},
 		{[]string{"--reserve-address", "broker"}, map[string]string{"POD_NAME": "p"}, `--reserve-address "broker" is not host:port`},
 		{[]string{"--reserve-address", "broker:9443", "--reserve-budget", "0s"}, map[string]string{"POD_NAME": "p"}, "--reserve-budget 0s must be positive"},
+		{[]string{"--reserve-address", "broker:9443", "--reserve-ask-after", "-1ms"}, map[string]string{"POD_NAME": "p"}, "--reserve-ask-after -1ms must not be negative"},
 	} {
 		args := append([]string{"--plan-dir", t.TempDir(), "--route", "listen=127.0.0.1:0,gate=g,upstream=http://127.0.0.1:1"}, c.args...)
 		_, err := parseConfig(args, func(k string) string { return c.env[k] }, io.Discard)

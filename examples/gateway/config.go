@@ -31,6 +31,8 @@ type config struct {
 	reserveAddress string
 	// reserveBudget bounds a borrow's round trip beyond its wait.
 	reserveBudget time.Duration
+	// lendRules are the rules the gate borrows by.
+	lendRules gate.LendRules
 	// pod is $POD_NAME: the name the permit server counts borrows by.
 	pod string
 }
@@ -53,6 +55,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
 	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the quota's reserve from when the pod's own share is full, host:port (empty: no borrowing)")
 	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
+	fs.BoolVar(&c.lendRules.ReturnEarly, "reserve-return-early", false, "return a borrowed permit as soon as one of the pod's own is free for its call, rather than when the call ends: the same reserve admits more calls, and more calls borrow")
+	fs.DurationVar(&c.lendRules.AskAfter, "reserve-ask-after", 0, "how long a call with a place in the waiting room waits for one of the pod's own permits before it asks the permit server too (0: at once): fewer calls borrow")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,6 +90,9 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	}
 	if c.reserveBudget <= 0 {
 		errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
+	}
+	if c.lendRules.AskAfter < 0 {
+		errs = append(errs, fmt.Errorf("--reserve-ask-after %v must not be negative", c.lendRules.AskAfter))
 	}
 	if c.reserveAddress != "" {
 		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {

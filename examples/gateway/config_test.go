@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/sourceflags"
 )
 
@@ -41,11 +42,13 @@ func TestParseConfig(t *testing.T) {
 		name: "every flag",
 		args: append(required, "--listen", "127.0.0.1:0", "--plan-dir", "/etc/backpressure", "--namespace", "other",
 			"--kubeconfig", "/kc", "--acknowledge", "--max-retries", "1", "--retry-on-429", "--inbound-permits", "64",
-			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--reserve-address", "search-gateway-broker:9443", "--reserve-budget", "5ms"),
+			"--metrics-listen", "127.0.0.1:9090", "--shutdown-timeout", "5s", "--reserve-address", "search-gateway-broker:9443", "--reserve-budget", "5ms",
+			"--reserve-return-early", "--reserve-ask-after", "5ms"),
 		want: with(func(c *config) {
 			c.listen, c.PlanDir, c.Namespace, c.Kubeconfig, c.Acknowledge = "127.0.0.1:0", "/etc/backpressure", "other", "/kc", true
 			c.maxRetries, c.retryOn429, c.inboundPermits, c.metricsListen, c.shutdownTimeout = 1, true, 64, "127.0.0.1:9090", 5*time.Second
 			c.reserveAddress, c.reserveBudget = "search-gateway-broker:9443", 5*time.Millisecond
+			c.lendRules = gate.LendRules{ReturnEarly: true, AskAfter: 5 * time.Millisecond}
 		}),
 	}, {
 		name:    "nothing",
@@ -60,8 +63,8 @@ func TestParseConfig(t *testing.T) {
 		wantErr: `--downstream "logistics:8080" is not an http or https URL`,
 	}, {
 		name:    "out of range",
-		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s", "--reserve-budget", "0s"),
-		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --reserve-budget 0s must be positive; --shutdown-timeout 0s must be positive",
+		args:    append(required, "--plan-dir", "/d", "--max-retries", "-1", "--inbound-permits", "0", "--shutdown-timeout", "0s", "--reserve-budget", "0s", "--reserve-ask-after", "-1ms"),
+		wantErr: "--max-retries -1 must be at least 0; --inbound-permits 0 must be in [1, 1048575]; --reserve-budget 0s must be positive; --reserve-ask-after -1ms must not be negative; --shutdown-timeout 0s must be positive",
 	}, {
 		name:    "reserve address without a port",
 		args:    append(required, "--plan-dir", "/d", "--reserve-address", "search-gateway-broker"),

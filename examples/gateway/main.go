@@ -78,6 +78,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer closeReserve()
 	rt, err := backpressure.New(ctx, src, backpressure.Options{
 		Lender:     lender,
+		LendRules:  cfg.lendRules,
 		Gates:      []string{cfg.gate},
 		Registerer: reg,
 		Logger:     logr.FromSlogHandler(log.Handler()), // logs "Applied plan" for every plan

@@ -83,3 +83,54 @@ backpressure_gate_borrows_total{gate="logistics-api",result="not_lent"} 0
 		t.Error(err)
 	}
 }
+
+// TestOptionsLendRules: the Runtime's gates borrow by Options.LendRules (a
+// loan goes back as soon as the share has a permit free, and that is
+// exported), and a rule that is invalid fails New with its field named.
+func TestOptionsLendRules(t *testing.T) {
+	dir := t.TempDir()
+	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
+	lender := &countingLender{}
+	reg := prometheus.NewPedanticRegistry()
+	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
+		Gates: []string{"logistics-api"}, Lender: lender.lenderFor, Registerer: reg,
+		LendRules: gate.LendRules{ReturnEarly: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sharetest.MustGate(t, rt, "logistics-api")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	own, err := g.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent, err := g.Acquire(ctx)
+	if err != nil || !lent.Borrowed() {
+		t.Fatalf("beyond the share of 1: %v (borrowed %v), want a lent permit", err, lent.Borrowed())
+	}
+	own.Release()
+	lender.mu.Lock()
+	returned := lender.returned
+	lender.mu.Unlock()
+	if returned != 1 || g.InFlight() != 1 {
+		t.Errorf("after the share's call ended: loans returned %d, in flight %d; want the loan back and its call on the share", returned, g.InFlight())
+	}
+	lent.Release()
+	want := `
+# HELP backpressure_gate_loans_returned_early_total Borrowed permits returned to the reserve before their calls ended, the calls going on on permits of the gate's own (returning early: gate.LendRules.ReturnEarly).
+# TYPE backpressure_gate_loans_returned_early_total counter
+backpressure_gate_loans_returned_early_total{gate="logistics-api"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "backpressure_gate_loans_returned_early_total"); err != nil {
+		t.Error(err)
+	}
+
+	_, err = backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
+		Gates: []string{"logistics-api"}, LendRules: gate.LendRules{AskAfter: -time.Second},
+	})
+	if err == nil || !strings.Contains(err.Error(), "Options.LendRules") || !strings.Contains(err.Error(), "AskAfter") {
+		t.Errorf("New with a negative AskAfter: %v, want an error naming Options.LendRules and AskAfter", err)
+	}
+}

@@ -103,6 +103,11 @@ type Options struct {
 	// permit server's is package reserve's Client.Lender. A nil Lender
 	// returned for a gate leaves that gate without one.
 	Lender func(gate string) gate.Lender
+	// LendRules are the rules each gate with a Lender borrows by
+	// (gate.LendRules: return a loan as soon as the pod has a permit of its
+	// own for its call; ask the Lender only after a wait in the waiting
+	// room). The zero value borrows by gate.Gate.SetLender's rule alone.
+	LendRules gate.LendRules
 	// SourceLapseMargin is how much sooner than the operator's
 	// unacknowledged delay (the plan's UnacknowledgedDelaySeconds), less
 	// the plan's deadline, a gate lapses once its source has stopped
@@ -196,6 +201,7 @@ type Runtime struct {
 	onApplied      func(Applied)
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
 	lender         func(string) gate.Lender
+	lendRules      gate.LendRules
 	held           func(string) int // Options.Held; nil: nothing held outside the gates
 	pod            string           // this pod's name, "" when unknown
 	namespace      string           // this pod's namespace, "" when unknown
@@ -248,6 +254,9 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if opts.BootstrapWait < 0 {
 		return nil, fmt.Errorf("backpressure: Options.BootstrapWait %v must not be negative", opts.BootstrapWait)
 	}
+	if err := opts.LendRules.Validate(); err != nil {
+		return nil, fmt.Errorf("backpressure: Options.LendRules: %w", err)
+	}
 	log := opts.Logger
 	if log.GetSink() == nil {
 		log = logr.Discard()
@@ -262,6 +271,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		onApplied:      opts.OnApplied,
 		dispatched:     map[string]bool{},
 		lender:         opts.Lender,
+		lendRules:      opts.LendRules,
 		held:           opts.Held,
 		gates:          map[string]*enforcer{},
 		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
@@ -740,7 +750,8 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	}
 	if r.lender != nil {
 		if l := r.lender(d.Gate); l != nil {
-			g.SetLender(l)
+			// Validated in New.
+			_ = g.SetLenderRules(l, r.lendRules)
 		}
 	}
 	e := &enforcer{gate: g, budget: retry.NewBudget(d.Gate, d.RetryBudgetPerSecond, retryBurst), plan: d}

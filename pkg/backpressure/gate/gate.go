@@ -39,15 +39,26 @@ type Gate struct {
 	// lender lends permits beyond the gate's own (SetLender); nil for none.
 	lender                        atomic.Pointer[lenderRef]
 	borrowed, notLent, lendFailed atomic.Uint64
-	// loan is set, and nothing else, in the Gate that stands for a lent
+	// returnedEarly counts loans returned before their calls ended
+	// (LendRules.ReturnEarly).
+	returnedEarly atomic.Uint64
+	// lentInFlight counts the calls running on lent permits, less those
+	// moved to the gate's own (Stats.BorrowedInFlight).
+	lentInFlight atomic.Int64
+	// lent is set, and nothing else, in the Gate that stands for a lent
 	// permit (see lentPermit).
-	loan Loan
+	lent *loanHold
 
 	mu             sync.Mutex
 	limits         Limits               // guarded by mu
 	room           fifo.List[waitState] // guarded by mu
 	admittedLocked uint64               // guarded by mu; admissions not in the state word, see state.go
 	admittedShown  uint64               // guarded by mu; the largest Admitted that Stats returned
+	// loans are the calls running on lent permits that may move to the
+	// gate's own (LendRules.ReturnEarly), oldest first; guarded by mu.
+	// While it is not empty the queued bit stays set, so that every
+	// release takes the slow path, where dispatchLocked moves one.
+	loans fifo.List[*Gate]
 }
 
 // New returns a gate named name (the gate label of its metrics and the Gate
@@ -204,8 +215,8 @@ func (g *Gate) acquireSlow(ctx context.Context, now time.Time, wait bool) (Permi
 			if bounded {
 				lendWait = max(bound, 0)
 			}
-			if loan := g.lendNow(ctx, deadline, hasDeadline, lendWait); loan != nil {
-				return lentPermit(loan), nil
+			if lg := g.lendNow(ctx, deadline, hasDeadline, lendWait); lg != nil {
+				return Permit{g: lg}, nil
 			}
 		}
 		return g.reject(QueueFull, 0)
@@ -249,8 +260,9 @@ func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time
 		expired = t.C
 	}
 	var lentCh <-chan lent
+	var returnEarly bool
 	if lending != nil {
-		lentCh = lending.result
+		lentCh, returnEarly = lending.result, lending.returnEarly
 	}
 	var granted, closed bool
 	var loan Loan
@@ -305,7 +317,7 @@ func (g *Gate) await(ctx context.Context, w *waiter, start time.Time, bound time
 	switch {
 	case loan != nil && !granted && !closed:
 		g.borrowed.Add(1)
-		return lentPermit(loan), nil
+		return Permit{g: g.lentPermit(loan, returnEarly)}, nil
 	case loan != nil:
 		// The gate's own permit came at the same moment (keep it), or the
 		// gate closed (it admits nothing, lent or not).
@@ -331,9 +343,7 @@ func (g *Gate) leaveLocked(w *waiter) (granted, closed bool) {
 		<-w.Value.ready
 	} else {
 		g.room.Remove(w)
-		if g.room.Len() == 0 {
-			g.clearQueuedLocked()
-		}
+		g.clearQueuedIfIdleLocked()
 	}
 	g.recycleLocked(w)
 	return granted, closed
@@ -373,11 +383,15 @@ func (g *Gate) tryAdmit() bool {
 // admitLocked admits one call if a permit is free under the limit in force.
 // A new arrival (forWaiter false) is refused while anyone waits: no barging,
 // and is counted at once. A waiter is counted by its own goroutine when it
-// takes the permit, since one whose context ended meanwhile hands it back.
+// takes the permit, since one whose context ended meanwhile hands it back;
+// a call moving off a loan (forWaiter true too) was counted as borrowed.
+// The room, not the queued bit, says whether anyone waits: the bit is set
+// for loans that may move too.
 func (g *Gate) admitLocked(forWaiter bool) bool {
+	waiting := g.room.Len() != 0
 	for {
 		s := g.load()
-		if s&closedBit != 0 || inflight(s) >= limit(s) || (!forWaiter && s&queuedBit != 0) {
+		if s&closedBit != 0 || inflight(s) >= limit(s) || (!forWaiter && waiting) {
 			return false
 		}
 		n := s + 1
@@ -400,14 +414,25 @@ func (g *Gate) admitLocked(forWaiter bool) bool {
 }
 
 // dispatchLocked admits waiters from the front while permits are free, the
-// APF way: called whenever a permit may have been freed or the limit raised.
+// APF way, and then moves calls running on loans to the permits still free
+// (LendRules.ReturnEarly): called whenever a permit may have been freed or
+// the limit raised.
 func (g *Gate) dispatchLocked() {
 	for g.room.Len() != 0 && g.admitLocked(true) {
 		w := g.room.PopFront()
 		w.Value.granted = true
 		w.Value.ready <- struct{}{}
 	}
-	if g.room.Len() == 0 {
+	for g.room.Len() == 0 && g.loans.Len() != 0 && g.admitLocked(true) {
+		g.moveLoanLocked()
+	}
+	g.clearQueuedIfIdleLocked()
+}
+
+// clearQueuedIfIdleLocked clears the queued bit when nobody waits and no
+// loan may move.
+func (g *Gate) clearQueuedIfIdleLocked() {
+	if g.room.Len() == 0 && g.loans.Len() == 0 {
 		g.clearQueuedLocked()
 	}
 }
@@ -437,11 +462,12 @@ func (g *Gate) release() {
 	}
 }
 
-// releaseSlow follows a release that found waiters: it hands the permit to
-// the first one. For a lent permit (see lentPermit) it returns the loan.
+// releaseSlow follows a release that found waiters, or loans that may move:
+// it hands the permit to the first waiter, or moves a loan's call to it.
+// For a lent permit (see lentPermit) it ends the loan.
 func (g *Gate) releaseSlow() {
-	if g.loan != nil {
-		g.loan.Return()
+	if g.lent != nil {
+		g.endLoan()
 		return
 	}
 	g.mu.Lock()
@@ -523,5 +549,6 @@ func (g *Gate) Close() {
 		w.Value.closed = true
 		w.Value.ready <- struct{}{}
 	}
-	g.clearQueuedLocked()
+	// Loans that may move keep the bit: their calls end on the slow path.
+	g.clearQueuedIfIdleLocked()
 }

@@ -39,8 +39,10 @@ func (p *Permit) Release() {
 func (p *Permit) Held() bool { return p.g != nil }
 
 // Borrowed reports whether p holds a permit lent by the gate's Lender
-// rather than one of the gate's own.
-func (p *Permit) Borrowed() bool { return p.g != nil && p.g.loan != nil }
+// rather than one of the gate's own: it did when it was acquired, and it
+// still reports so after LendRules.ReturnEarly has moved its call to one of
+// the gate's own.
+func (p *Permit) Borrowed() bool { return p.g != nil && p.g.lent != nil }
 
 // ReleaseFunc moves the permit into a function that releases it on its first
 // call and does nothing on later ones, from any goroutine. p no longer holds

@@ -22,6 +22,16 @@ type Stats struct {
 	// LendFailed the times it could not be asked or did not answer in time
 	// (the call then went on with the gate's own permits). See SetLender.
 	Borrowed, NotLent, LendFailed uint64
+	// ReturnedEarly counts the borrowed calls whose loans went back before
+	// they ended, the calls going on on the gate's own permits
+	// (LendRules.ReturnEarly).
+	ReturnedEarly uint64
+	// BorrowedInFlight is the number of calls running on lent permits, not
+	// in InFlight: with InFlight it is every call the gate has running, so
+	// that (InFlight + BorrowedInFlight) ÷ (Admitted + Borrowed) per
+	// second is the calls' mean latency (Little's law), whichever permits
+	// they ran on.
+	BorrowedInFlight int
 	// QueueWait holds the time spent in the waiting room by every call that
 	// waited there, whatever the outcome. Calls admitted at once are not in it.
 	QueueWait queuewait.Snapshot
@@ -50,6 +60,8 @@ func (g *Gate) Stats() Stats {
 		st.Rejected[r] = g.rejected[r].Load()
 	}
 	st.Borrowed, st.NotLent, st.LendFailed = g.borrowed.Load(), g.notLent.Load(), g.lendFailed.Load()
+	st.ReturnedEarly = g.returnedEarly.Load()
+	st.BorrowedInFlight = int(g.lentInFlight.Load())
 	st.QueueWait = g.waits.Snapshot()
 	return st
 }

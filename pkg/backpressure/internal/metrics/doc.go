@@ -20,6 +20,8 @@
 //	backpressure_gate_admitted_total{gate}              counter
 //	backpressure_gate_rejected_total{gate,reason}       counter; reason: closed, deadline_too_short, rate_limited, queue_full, wait_timeout
 //	backpressure_gate_borrows_total{gate,result}        counter; result: borrowed, not_lent, failed (permits asked of a reserve)
+//	backpressure_gate_loans_returned_early_total{gate}  counter: loans returned before their calls ended (gate.LendRules.ReturnEarly)
+//	backpressure_gate_borrowed_in_flight{gate}          gauge: calls running on borrowed permits, not in in_flight
 //	backpressure_dispatcher_workers{dispatcher}         gauge: workers configured
 //	backpressure_dispatcher_active_workers{dispatcher}  gauge: workers not idle
 //	backpressure_dispatcher_queue_depth{dispatcher}     gauge: tasks waiting for a worker

@@ -34,8 +34,10 @@ func ExampleNewGateCollector() {
 	}
 	// Output:
 	// backpressure_gate_admitted_total 1
+	// backpressure_gate_borrowed_in_flight 1
 	// backpressure_gate_borrows_total 3
 	// backpressure_gate_in_flight 1
+	// backpressure_gate_loans_returned_early_total 1
 	// backpressure_gate_permits 1
 	// backpressure_gate_queue_depth 1
 	// backpressure_gate_queue_wait_seconds 1

@@ -17,7 +17,7 @@ type GateSource interface {
 type GateCollector struct {
 	sources sources[GateSource]
 
-	permits, inFlight, queueDepth, queueWait, admitted, rejected, borrows *prometheus.Desc
+	permits, inFlight, queueDepth, queueWait, admitted, rejected, borrows, returnedEarly, borrowedInFlight *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*GateCollector)(nil)
@@ -37,6 +37,10 @@ func NewGateCollector(reg prometheus.Registerer) (*GateCollector, error) {
 		borrows: prometheus.NewDesc("backpressure_gate_borrows_total",
 			"Permits the gate asked of the reserve's permit server when its own were taken, by result: borrowed (the call ran on a lent permit, not counted in admitted), not_lent (none to lend), failed (the server could not be asked in time; the call went on with the pod's own share).",
 			[]string{"gate", "result"}, nil),
+		borrowedInFlight: prometheus.NewDesc("backpressure_gate_borrowed_in_flight",
+			"Calls of the gate running on permits borrowed from the reserve, not in backpressure_gate_in_flight (a call whose loan was returned early counts there).", gl, nil),
+		returnedEarly: prometheus.NewDesc("backpressure_gate_loans_returned_early_total",
+			"Borrowed permits returned to the reserve before their calls ended, the calls going on on permits of the gate's own (returning early: gate.LendRules.ReturnEarly).", gl, nil),
 	}
 	if err := register(reg, c); err != nil {
 		return nil, err
@@ -52,7 +56,7 @@ func (c *GateCollector) Remove(name string) { c.sources.remove(name) }
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *GateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected, c.borrows} {
+	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected, c.borrows, c.returnedEarly, c.borrowedInFlight} {
 		ch <- d
 	}
 }
@@ -72,5 +76,7 @@ func (c *GateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.Borrowed), name, "borrowed")
 		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.NotLent), name, "not_lent")
 		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.LendFailed), name, "failed")
+		ch <- prometheus.MustNewConstMetric(c.returnedEarly, prometheus.CounterValue, float64(st.ReturnedEarly), name)
+		ch <- prometheus.MustNewConstMetric(c.borrowedInFlight, prometheus.GaugeValue, float64(st.BorrowedInFlight), name)
 	}
 }

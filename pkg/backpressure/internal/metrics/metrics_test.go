@@ -56,10 +56,18 @@ backpressure_gate_borrows_total{gate="logistics",result="not_lent"} 6
 backpressure_gate_borrows_total{gate="payments",result="borrowed"} 0
 backpressure_gate_borrows_total{gate="payments",result="failed"} 0
 backpressure_gate_borrows_total{gate="payments",result="not_lent"} 0
+# HELP backpressure_gate_borrowed_in_flight Calls of the gate running on permits borrowed from the reserve, not in backpressure_gate_in_flight (a call whose loan was returned early counts there).
+# TYPE backpressure_gate_borrowed_in_flight gauge
+backpressure_gate_borrowed_in_flight{gate="logistics"} 1
+backpressure_gate_borrowed_in_flight{gate="payments"} 0
 # HELP backpressure_gate_in_flight Calls admitted by the gate and not yet released.
 # TYPE backpressure_gate_in_flight gauge
 backpressure_gate_in_flight{gate="logistics"} 3
 backpressure_gate_in_flight{gate="payments"} 0
+# HELP backpressure_gate_loans_returned_early_total Borrowed permits returned to the reserve before their calls ended, the calls going on on permits of the gate's own (returning early: gate.LendRules.ReturnEarly).
+# TYPE backpressure_gate_loans_returned_early_total counter
+backpressure_gate_loans_returned_early_total{gate="logistics"} 2
+backpressure_gate_loans_returned_early_total{gate="payments"} 0
 # HELP backpressure_gate_permits Permits (in-flight limit) of the gate in force.
 # TYPE backpressure_gate_permits gauge
 backpressure_gate_permits{gate="logistics"} 5
@@ -131,7 +139,7 @@ func TestGateCollectorExposition(t *testing.T) {
 		Admitted:  42,
 		Rejected:  map[gate.Reason]uint64{gate.DeadlineTooShort: 1, gate.QueueFull: 7, gate.WaitTimeout: 2},
 		QueueWait: waits(2*time.Millisecond, 40*time.Millisecond),
-		Borrowed:  4, NotLent: 6, LendFailed: 1,
+		Borrowed:  4, NotLent: 6, LendFailed: 1, ReturnedEarly: 2, BorrowedInFlight: 1,
 	}}
 	// One registry serves many gates.
 	payments := fakeGate{name: "payments", stats: gate.Stats{Limits: gate.Limits{Permits: 1}}}
@@ -181,6 +189,10 @@ func TestGateCollectorReadsLiveCounters(t *testing.T) {
 # HELP backpressure_gate_admitted_total Calls the gate admitted.
 # TYPE backpressure_gate_admitted_total counter
 backpressure_gate_admitted_total{gate="logistics"} 2
+# HELP backpressure_gate_borrowed_in_flight Calls of the gate running on permits borrowed from the reserve, not in backpressure_gate_in_flight (a call whose loan was returned early counts there).
+# TYPE backpressure_gate_borrowed_in_flight gauge
+backpressure_gate_borrowed_in_flight{gate="logistics"} 1
+backpressure_gate_borrowed_in_flight{gate="payments"} 0
 # HELP backpressure_gate_in_flight Calls admitted by the gate and not yet released.
 # TYPE backpressure_gate_in_flight gauge
 backpressure_gate_in_flight{gate="logistics"} %d
