@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -19,7 +20,7 @@ import (
 
 // admissionFlags are plan's flags for the expected admitted fraction; all
 // but --offered-load need it.
-var admissionFlags = []string{"balancer", "skew", "reserve", "reserve-target", "latency-cv", "seed"}
+var admissionFlags = []string{"balancer", "skew", "reserve", "reserve-target", "return-early", "ask-after", "latency-cv", "seed"}
 
 // Defaults of the admission flags: kube-proxy's balancer, the skew and the
 // latency spread the partial-load measurement uses.
@@ -42,6 +43,11 @@ type admissionOptions struct {
 	target    string
 	latencyCV float64
 	seed      uint64
+	// returnEarly and askAfter are the pods' lending rules
+	// (gate.LendRules), as the gateway's and the proxy's
+	// --reserve-return-early and --reserve-ask-after set them.
+	returnEarly bool
+	askAfter    time.Duration
 }
 
 func (a *admissionOptions) register(f *pflag.FlagSet) {
@@ -52,6 +58,8 @@ func (a *admissionOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&a.target, "reserve-target", defaultReserveTarget, "with --offered-load, the part of the global gate's admitted calls to size the smallest reserve for")
 	f.Float64Var(&a.latencyCV, "latency-cv", defaultLatencyCV, "with --offered-load, the spread of the latency (standard deviation / mean) of a lognormal around spec.latency.typical")
 	f.Uint64Var(&a.seed, "seed", 1, "with --offered-load, the seed of the simulated calls and of the pinned weights")
+	f.BoolVar(&a.returnEarly, "return-early", false, "with --offered-load, the pods return a borrowed permit as soon as one of their own is free for its call (the sidecar's --reserve-return-early)")
+	f.DurationVar(&a.askAfter, "ask-after", 0, "with --offered-load, a call with a place in its pod's waiting room asks the permit server only after this wait (the sidecar's --reserve-ask-after)")
 }
 
 // check rejects admission flags without --offered-load, and --offered-load
@@ -76,6 +84,8 @@ func (a *admissionOptions) check(flags *pflag.FlagSet, contract bool) error {
 		return fmt.Errorf("--skew: must be at least 0, got %v", a.skew)
 	case !(a.latencyCV >= 0):
 		return fmt.Errorf("--latency-cv: must be at least 0, got %v", a.latencyCV)
+	case a.askAfter < 0:
+		return fmt.Errorf("--ask-after: must not be negative, got %s", a.askAfter)
 	case !slices.Contains(lossmodel.Balancers, lossmodel.Balancer(a.balancer)):
 		return fmt.Errorf("--balancer: must be %s, %s or %s, got %q", lossmodel.RoundRobin, lossmodel.Random, lossmodel.Pinned, a.balancer)
 	}
@@ -126,6 +136,9 @@ type admissionJSON struct {
 	LatencyCV      float64  `json:"latencyCV"`
 	Seed           uint64   `json:"seed"`
 	Calls          int      `json:"calls"`
+	// ReturnEarly and AskAfter are the pods' lending rules simulated.
+	ReturnEarly bool   `json:"returnEarly"`
+	AskAfter    string `json:"askAfter"`
 	// GlobalGate is the admitted fraction of one gate of all the usable
 	// permits fed the same calls.
 	GlobalGate float64 `json:"globalGate"`
@@ -197,6 +210,8 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		// the operator does (sizing.Result.ShareWithReserve).
 		QueueCapacity: func(n int) int { return res.ShareFor(n).QueueCapacity },
 		Seed:          a.seed,
+		GiveLoansBack: a.returnEarly,
+		AskAfter:      a.askAfter,
 	}
 	if s.Balancer == lossmodel.Pinned {
 		s.Skew = a.skew
@@ -208,6 +223,8 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		LatencyCV:      a.latencyCV,
 		Seed:           a.seed,
 		Calls:          lossmodel.DefaultCalls,
+		ReturnEarly:    a.returnEarly,
+		AskAfter:       a.askAfter.String(),
 	}
 	if s.Balancer == lossmodel.Pinned {
 		out.Skew = &a.skew
@@ -253,8 +270,15 @@ func writeAdmission(out io.Writer, usable int64, a admissionJSON) error {
 	if a.Skew != nil {
 		balancer = fmt.Sprintf("pinned connections (skew σ %s)", num(*a.Skew))
 	}
-	fmt.Fprintf(out, "\nAdmission at %s of usable / latency (%s), %s, lognormal latency cv %s; a simulation of %d calls, seed %d:\n",
-		percent(a.OfferedLoad), perSec(a.CallsPerSecond), balancer, num(a.LatencyCV), a.Calls, a.Seed)
+	rules := ""
+	if a.ReturnEarly {
+		rules += ", loans returned early"
+	}
+	if a.AskAfter != "0s" {
+		rules += ", asking the permit server after " + a.AskAfter
+	}
+	fmt.Fprintf(out, "\nAdmission at %s of usable / latency (%s), %s, lognormal latency cv %s%s; a simulation of %d calls, seed %d:\n",
+		percent(a.OfferedLoad), perSec(a.CallsPerSecond), balancer, num(a.LatencyCV), rules, a.Calls, a.Seed)
 	t := newTable(out, "SHARES", "RESERVE", "ADMITTED", "OF ONE GATE", "BORROWED", "PERMITS PER POD")
 	t.row(fmt.Sprintf("one gate of %d", usable), "-", percent(a.GlobalGate), "100%", "-", fmt.Sprint(usable))
 	for _, r := range a.Rows {

@@ -72,6 +72,21 @@ func TestPlanAdmissionSample(t *testing.T) {
 	)
 }
 
+// TestPlanAdmissionLendRules predicts the storm's partial load (the sample
+// at 80 %, a reserve of 10, pods returning loans early and asking after
+// 10 ms): internal/lossmodel says 98.1 % of one gate with 46.0 % of the
+// admitted calls borrowed, against 95.2 % and 28.5 % by the default rule;
+// and 15 permits reach 99 %, against 23.
+func TestPlanAdmissionLendRules(t *testing.T) {
+	sample := []string{"plan", "-f", "testdata/sample-quota.yaml", "--replicas", "8", "--offered-load", "80%", "--reserve", "10"}
+	wantLines(t, append(sample, "--return-early", "--ask-after", "10ms"),
+		"Admission at 80.0% of usable / latency (145.45/s), random balancer, lognormal latency cv 0.5, loans returned early, asking the permit server after 10ms; a simulation of 200000 calls, seed 1:",
+		"demand-following 10 97.6% 98.1% 46.0% 3 to 4",
+		"Smallest reserve for 99.0% of one gate with demand-following shares: 15 permits of 40 (99.1% of one gate, 59.3% of the admitted calls borrowed).",
+	)
+	wantLines(t, sample, "demand-following 10 94.7% 95.2% 28.5% 3 to 4")
+}
+
 func TestPlanAdmissionPinned(t *testing.T) {
 	var got planAdmissionJSON
 	runJSON(t, &got, append(noRoom, "--offered-load", "0.8", "--balancer", "pinned", "--skew", "1", "--seed", "4")...)
@@ -127,6 +142,8 @@ func TestPlanAdmissionBadInput(t *testing.T) {
 		{[]string{"--offered-load", "80%", "--reserve", "120%"}, "--reserve: must be a count of permits"},
 		{[]string{"--offered-load", "80%", "--reserve-target", "1.5"}, "--reserve-target: must be a percentage"},
 		{[]string{"--offered-load", "80%", "--latency-cv", "-0.5"}, "--latency-cv: must be at least 0"},
+		{[]string{"--return-early"}, "--return-early: needs --offered-load"},
+		{[]string{"--offered-load", "80%", "--ask-after", "-1ms"}, "--ask-after: must not be negative, got -1ms"},
 	} {
 		_, stderr, code := runCLI(t, append(noRoom, c.args...)...)
 		if code == 0 || !strings.Contains(stderr, c.want) {
