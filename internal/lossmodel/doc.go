@@ -59,13 +59,15 @@
 //     a pod holding none has no waiting room, as its published plan gives
 //     it none. Under RoomOwnPermits, n = p. The operator's QueueCapacity
 //     is floor(n × MaxQueueWait / typical latency).
-//   - Four rules the library does not have are modelled to size what they
-//     would win: GiveLoansBack (a loan goes back as soon as its pod has a
-//     permit free, the borrowed call going on on it), AskAfter (a call
-//     with a place in its room waits that long before it asks the permit
-//     server), KeepLoans (a loan whose call ends serves its own pod's next
-//     waiter, decided in the pod) and HoldLoans (a loan with no waiter
-//     stays idle at its pod that long for the pod's next call).
+//   - Two rules the library has as options (gate.LendRules, off by
+//     default) are modelled: GiveLoansBack (its ReturnEarly: a loan goes
+//     back as soon as its pod has a permit free, the borrowed call going
+//     on on it) and AskAfter (a call with a place in its room waits that
+//     long before it asks the permit server). Two it does not have are
+//     modelled to size what they would win: KeepLoans (a loan whose call
+//     ends serves its own pod's next waiter, decided in the pod) and
+//     HoldLoans (a loan with no waiter stays idle at its pod that long for
+//     the pod's next call).
 //   - SmallestReserve looks no further than A − P: the operator cuts a
 //     larger reserve so that every pod keeps a permit of its own.
 //

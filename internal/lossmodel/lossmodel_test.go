@@ -587,10 +587,11 @@ func TestLargestReserve(t *testing.T) {
 	}
 }
 
-// TestLoansGivenBackEarly models two rules the library does not have, to
-// say how far the partial-load goals (0.99 of the global gate with a random
-// balancer, 0.98 pinned, at most half of the admitted calls borrowed) are
-// from the reserve's design rather than from its tuning. Giving a loan back
+// TestLoansGivenBackEarly models the library's two lending rules
+// (gate.LendRules: ReturnEarly, AskAfter; off by default), to say how far
+// the partial-load goals (0.99 of the global gate with a random balancer,
+// 0.98 pinned, at most half of the admitted calls borrowed) are from the
+// reserve's design rather than from its tuning. Giving a loan back
 // as soon as its pod has a permit free wins 1.5 to 2 points at the storm's
 // reserve of 16, but lends many more calls; waiting AskAfter in the room
 // before asking lends fewer and admits less. Over every reserve from 8 to

@@ -156,16 +156,19 @@ type Scenario struct {
 	// Borrowing says when a call whose pod is full runs on a reserve
 	// permit; BorrowWaiting when empty.
 	Borrowing Borrowing
-	// GiveLoansBack, a rule the library does not have, gives a loan back
+	// GiveLoansBack, the library's gate.LendRules.ReturnEarly (off by
+	// default; --reserve-return-early of the gateway and the proxy), gives
+	// a loan back
 	// as soon as one of its pod's own permits frees and no call of the pod
 	// waits for it: the borrowed call goes on on the pod's permit (the
 	// calls in flight do not change), and the reserve's permit serves
 	// another call. A loan then lasts until its pod has room again rather
 	// than for its call's whole latency.
 	GiveLoansBack bool
-	// AskAfter, a rule the library does not have, is how long a call with
-	// a place in its pod's waiting room waits there before it asks the
-	// permit server too (0: at once, the library's rule), so that a permit
+	// AskAfter, the library's gate.LendRules.AskAfter (0 by default;
+	// --reserve-ask-after), is how long a call with a place in its pod's
+	// waiting room waits there before it asks the permit server too (0: at
+	// once), so that a permit
 	// of its own pod freeing soon serves it without a loan. A call without
 	// a place asks at once. BorrowOnce does not take it.
 	AskAfter time.Duration
