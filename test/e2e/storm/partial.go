@@ -28,16 +28,31 @@ import (
 )
 
 // The partial-load scenario: the sample quota's 40 usable permits at an
-// ordinary load, below what they serve, over 8 pods, 16 of them pooled in
-// a reserve that a permit server lends per call. The reserve's size is
-// the model's (internal/lossmodel, `kubectl backpressure plan
-// --offered-load 80% --reserve 16`): the largest with at most half of the
-// admitted calls on a borrowed permit, for both balancers.
+// ordinary load, below what they serve, over 8 pods, 10 of them pooled in
+// a reserve that a permit server lends per call. The pods borrow by both
+// of the library's lending rules (gate.LendRules): a loan goes back as
+// soon as the pod has a permit of its own for its call, and a call with a
+// place in its waiting room asks only after PartialAskAfter. The reserve's
+// size and the wait are the model's (internal/lossmodel): the pair that
+// admits the most calls with a pinned balancer while at most half of the
+// admitted calls borrow, with a margin, for both balancers.
 const (
 	// PartialPods are the calling workload's pods.
 	PartialPods = 8
 	// PartialReserve is the quota's spec.reserve.permits.
-	PartialReserve = 16
+	PartialReserve = 10
+	// PartialAskAfter is the pods' --reserve-ask-after
+	// (gate.LendRules.AskAfter); they return loans early too
+	// (--reserve-return-early).
+	PartialAskAfter = 10 * time.Millisecond
+	// PartialDemandWindow is the window of the pods' demand that the
+	// custom metrics API serves the operator: its read interval
+	// (controller.DefaultDemandInterval), so that each reading covers the
+	// calls since the one before, as a Prometheus adapter's rate over the
+	// scrape interval would, rather than the last few seconds of them.
+	// With a window of 5 s a pinned pod's share followed the noise of one
+	// short reading.
+	PartialDemandWindow = 15 * time.Second
 	// PartialLoad is the offered load, a fraction of what the usable
 	// permits serve at the mean latency: calls arrive at
 	// PartialLoad × Usable / PartialLatency per second.
@@ -342,7 +357,7 @@ func (st *partialStage) startPods(ctx context.Context, teardown *[]func() error)
 	}
 	// The custom metrics API serves the pods' demand, which the operator
 	// divides by.
-	stopMeasuring := h.Metrics.MeasurePods(st.namespace, QuotaName, st.obs.MetricsAddrs)
+	stopMeasuring := h.Metrics.MeasurePods(st.namespace, QuotaName, PartialDemandWindow, st.obs.MetricsAddrs)
 	*teardown = append(*teardown, func() error { stopMeasuring(); return nil })
 	st.gateways, err = start(WorkloadName, st.gatewayRunner(), st.service, int32(st.pods))
 	return err
@@ -437,7 +452,8 @@ func (st *partialStage) lastBroker() *cluster.Process {
 
 // gatewayRunner runs a pod of the workload: examples/gateway enforcing
 // its share of the plan, acknowledging it unless the stage's pods are
-// silent, and borrowing from the permit server when there is a reserve.
+// silent, and borrowing from the permit server when there is a reserve,
+// by both lending rules.
 func (st *partialStage) gatewayRunner() cluster.PodRunner {
 	return func(pod *corev1.Pod, onLog func(cluster.LogLine)) (*cluster.Process, error) {
 		args := []string{"--listen", "127.0.0.1:0", "--downstream", st.downstream.URL(), "--gate", QuotaName,
@@ -447,7 +463,7 @@ func (st *partialStage) gatewayRunner() cluster.PodRunner {
 			args = append(args, "--acknowledge")
 		}
 		if st.reserve() > 0 {
-			args = append(args, "--reserve-address", st.brokerAddr)
+			args = append(args, "--reserve-address", st.brokerAddr, "--reserve-return-early", "--reserve-ask-after", PartialAskAfter.String())
 		}
 		return st.h.startObservedPod(st.obs, pod, st.h.gateway, args, st.logDir, onLog)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/backpressure-dev/backpressure-operator/internal/controller"
 	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
 )
 
@@ -71,5 +72,13 @@ func TestPredictPartialLoad(t *testing.T) {
 	}
 	if pinned.EqualSharesRatio >= random.EqualSharesRatio {
 		t.Errorf("equal shares: pinned %.3f, random %.3f; pinned connections must lose more", pinned.EqualSharesRatio, random.EqualSharesRatio)
+	}
+}
+
+// TestPartialDemandWindow: the demand the operator reads covers its whole
+// read interval.
+func TestPartialDemandWindow(t *testing.T) {
+	if PartialDemandWindow != controller.DefaultDemandInterval {
+		t.Errorf("PartialDemandWindow %s, the operator's demand interval %s: want them equal", PartialDemandWindow, controller.DefaultDemandInterval)
 	}
 }

@@ -78,6 +78,10 @@ type PartialLoadRun struct {
 	// (nothing to lend) and those it did not answer within the budget.
 	NotLent      int64 `json:"notLent"`
 	BorrowFailed int64 `json:"borrowFailed"`
+	// LoansReturnedEarly counts the borrowed calls whose loans went back
+	// before they ended, the calls going on on their pods' own permits
+	// (--reserve-return-early).
+	LoansReturnedEarly int64 `json:"loansReturnedEarly"`
 	// LeasesExpired counts the permit server's leases that ended at the
 	// end of their time, not returned: a permit lent to nobody until then
 	// (a grant whose answer reached the pod after the pod gave up). Not
@@ -154,6 +158,7 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 		return PartialPrediction{}, err
 	}
 	s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
+	s.GiveLoansBack, s.AskAfter = true, PartialAskAfter
 	reserve, err := lossmodel.Compare(s)
 	if err != nil {
 		return PartialPrediction{}, err

@@ -217,6 +217,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	}
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
+	r.LoansReturnedEarly = atEnd.returnedEarly - atWarmup.returnedEarly
 	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
 	if st.reserve() > 0 && st.killAt == 0 {
 		if expiredErr != nil {
@@ -235,9 +236,9 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
 	r.PredictedOwnRoomsRatio, r.PredictedShares = pred.OwnRoomsRatio, pred.Shares
 	r.MeanShares = meanShares(st.obs.Published(), st.podNames(urls), start.Add(st.warmup), end)
-	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d); peak %d, 429s %d",
+	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d, returned early %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
-		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.PeakInFlight, r.Downstream429)
+		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.LoansReturnedEarly, r.PeakInFlight, r.Downstream429)
 	if r.LeasesExpired != nil {
 		st.h.logf("[%s] the permit server's leases that expired unreturned after the warm-up: %d", st.name, *r.LeasesExpired)
 	}
@@ -278,15 +279,19 @@ func callPod(ctx context.Context, client *http.Client, podURL string, latency ti
 
 // gateCounters are the pods' gates' counters summed: calls admitted on
 // the pods' own permits and on a borrowed one, and borrows refused (none
-// to lend) or failed (the permit server not answering within the budget).
+// to lend) or failed (the permit server not answering within the budget),
+// and loans returned early.
 type gateCounters struct {
 	admitted, borrowed, notLent, failed int64
-	err                                 error
+	// returnedEarly counts loans returned before their calls ended.
+	returnedEarly int64
+	err           error
 }
 
-// scrapeGateCounters sums backpressure_gate_admitted_total and
-// backpressure_gate_borrows_total{result="borrowed"} of the quota's gate
-// over the pods of addrs.
+// scrapeGateCounters sums backpressure_gate_admitted_total,
+// backpressure_gate_borrows_total by result and
+// backpressure_gate_loans_returned_early_total of the quota's gate over
+// the pods of addrs.
 func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounters {
 	var out gateCounters
 	admitted := fmt.Sprintf("backpressure_gate_admitted_total{gate=%q} ", QuotaName)
@@ -294,7 +299,8 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 		return fmt.Sprintf("backpressure_gate_borrows_total{gate=%q,result=%q} ", QuotaName, result)
 	}
 	counters := map[string]*int64{admitted: &out.admitted, borrows("borrowed"): &out.borrowed,
-		borrows("not_lent"): &out.notLent, borrows("failed"): &out.failed}
+		borrows("not_lent"): &out.notLent, borrows("failed"): &out.failed,
+		fmt.Sprintf("backpressure_gate_loans_returned_early_total{gate=%q} ", QuotaName): &out.returnedEarly}
 	for _, pod := range slices.Sorted(maps.Keys(addrs)) {
 		if err := addCounters(ctx, pod, addrs[pod], counters); err != nil {
 			out.err = err

@@ -195,7 +195,7 @@ func (h *Harness) planDir(sc Scenario, c Caller) string {
 // asked for. The workload's Close, which deletes it and waits for its pods
 // to go, joins teardown.
 func (h *Harness) startPods(ctx context.Context, sc Scenario, st *Stage, cs *CallerStage, logDir string, teardown *[]func() error) error {
-	stopMeasuring := h.Metrics.MeasurePods(cs.Namespace, cs.Gate, cs.Observations.MetricsAddrs)
+	stopMeasuring := h.Metrics.MeasurePods(cs.Namespace, cs.Gate, cluster.DemandWindow, cs.Observations.MetricsAddrs)
 	*teardown = append(*teardown, func() error { stopMeasuring(); return nil })
 	w, err := cluster.NewWorkload(ctx, cluster.WorkloadOptions{
 		Client:     h.Client,

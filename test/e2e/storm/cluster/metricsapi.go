@@ -66,14 +66,18 @@ type MetricsAPI struct {
 // podSource is one namespace's pods whose gate the API measures.
 type podSource struct {
 	gate    string
+	window  time.Duration            // the demand's window (MeasurePods)
 	addrs   func() map[string]string // pod → its /metrics address, now
 	samples map[string][]gateSample  // pod → its samples within the window
 }
 
 // gateSample is one scrape of a pod's gate.
 type gateSample struct {
-	at       time.Time
-	inFlight float64
+	at time.Time
+	// inFlight counts the calls on the pod's own permits (a call whose
+	// loan went back early among them), borrowedInFlight those on lent
+	// permits.
+	inFlight, borrowedInFlight float64
 	// admitted counts the calls admitted on the pod's own permits,
 	// borrowed those run on a permit the reserve lent, rejected those shed.
 	admitted, borrowed, rejected float64
@@ -121,11 +125,14 @@ func (m *MetricsAPI) Close() error {
 	return m.srv.Close()
 }
 
-// MeasurePods makes the API serve DemandMetric for the pods of namespace:
-// addrs returns, when called, each running pod's /metrics address; gate
-// names the gate whose metrics count. Call the returned function to stop.
-func (m *MetricsAPI) MeasurePods(namespace, gate string, addrs func() map[string]string) (stop func()) {
-	src := &podSource{gate: gate, addrs: addrs, samples: map[string][]gateSample{}}
+// MeasurePods makes the API serve DemandMetric for the pods of namespace,
+// measured over window (DemandWindow for the HPA's quick reaction; the
+// operator's read interval for shares that follow demand, so that each of
+// its readings covers every call since the one before): addrs returns,
+// when called, each running pod's /metrics address; gate names the gate
+// whose metrics count. Call the returned function to stop.
+func (m *MetricsAPI) MeasurePods(namespace, gate string, window time.Duration, addrs func() map[string]string) (stop func()) {
+	src := &podSource{gate: gate, window: window, addrs: addrs, samples: map[string][]gateSample{}}
 	m.mu.Lock()
 	m.sources[namespace] = src
 	m.mu.Unlock()
@@ -185,7 +192,7 @@ func (m *MetricsAPI) scrapeLoop(ctx context.Context) {
 				m.mu.Lock()
 				defer m.mu.Unlock()
 				ss := append(j.src.samples[j.pod], s)
-				for len(ss) > 1 && s.at.Sub(ss[0].at) > DemandWindow {
+				for len(ss) > 1 && s.at.Sub(ss[0].at) > j.src.window {
 					ss = ss[1:]
 				}
 				j.src.samples[j.pod] = ss
@@ -196,33 +203,36 @@ func (m *MetricsAPI) scrapeLoop(ctx context.Context) {
 }
 
 // demand is DemandMetric over the samples of one pod: for each interval
-// between two scrapes, the mean calls in flight times offered calls over
-// admitted ones (the offered rate times the mean time an admitted call
-// stays in flight), and the median of those over the window, so that a
-// stall of a second or two of this shared machine, in which a pod admits
-// little and so seems to wait long, does not read as demand. The calls run
-// on lent permits are offered calls: the gate counts them apart from its
-// admitted ones and its in-flight gauge holds only its own permits' calls,
-// so offered over admitted scales the own calls in flight up by the
-// borrowed ones too, taken to last as long. Left out, a pod that borrows
-// much would read as little more than its own share, and its share would
-// not follow its demand. ok is false when no interval of the window
-// admitted a call on the pod's own permits: a pod without traffic has no
-// demand to report, as a rate over no samples has none, and a pod that
-// admitted nothing measured no latency (the HPA counts it as missing).
-func demand(ss []gateSample) (v float64, ok bool) {
-	if len(ss) < 2 || ss[len(ss)-1].at.Sub(ss[0].at) < DemandWindow/2 {
+// between two scrapes, the mean calls running times offered calls over
+// the calls that ran (the offered rate times the mean time a call that ran
+// stays in flight, by Little's law), and the median of those over the
+// window, so that a stall of a second or two of this shared machine, in
+// which a pod admits little and so seems to wait long, does not read as
+// demand. The calls that ran are those admitted on the pod's own permits
+// and those run on lent ones; the calls running are the gate's in flight
+// and its borrowed in flight. Counting both matters once loans go back
+// early: a borrowed call then moves to an own permit, where it is in the
+// in-flight gauge but not among the admitted calls, and own in flight over
+// own admitted would read every borrowing pod's latency, and so its
+// demand, too high, pressing the busiest pod's share down towards the
+// others'. ok is false when no call ran in any interval of the window: a
+// pod without traffic has no demand to report, as a rate over no samples
+// has none, and a pod that ran nothing measured no latency (the HPA counts
+// it as missing).
+func demand(ss []gateSample, window time.Duration) (v float64, ok bool) {
+	if len(ss) < 2 || ss[len(ss)-1].at.Sub(ss[0].at) < window/2 {
 		return 0, false
 	}
 	var vs []float64
 	for i := 1; i < len(ss); i++ {
 		a, b := ss[i-1], ss[i]
-		admitted := b.admitted - a.admitted
-		if admitted <= 0 {
+		ran := b.admitted - a.admitted + b.borrowed - a.borrowed
+		if ran <= 0 {
 			continue
 		}
-		offered := admitted + b.borrowed - a.borrowed + b.rejected - a.rejected
-		vs = append(vs, (a.inFlight+b.inFlight)/2*offered/admitted)
+		offered := ran + b.rejected - a.rejected
+		running := (a.inFlight + a.borrowedInFlight + b.inFlight + b.borrowedInFlight) / 2
+		vs = append(vs, running*offered/ran)
 	}
 	if len(vs) == 0 {
 		return 0, false
@@ -270,6 +280,8 @@ func scrapeGate(ctx context.Context, cl *http.Client, url, gate string) (gateSam
 		switch name {
 		case "backpressure_gate_in_flight":
 			s.inFlight, found = f, found+1
+		case "backpressure_gate_borrowed_in_flight":
+			s.borrowedInFlight = f
 		case "backpressure_gate_admitted_total":
 			s.admitted, found = f, found+1
 		case "backpressure_gate_rejected_total":
@@ -354,12 +366,12 @@ func (m *MetricsAPI) serveMetric(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case resource == "pods" && metric == DemandMetric:
 		if src := m.sources[ns]; src != nil {
-			window := int64(DemandWindow / time.Second)
+			window := int64(src.window / time.Second)
 			for pod, ss := range src.samples {
 				if name != "*" && name != pod {
 					continue
 				}
-				if v, ok := demand(ss); ok {
+				if v, ok := demand(ss, src.window); ok {
 					list.Items = append(list.Items, metricValue{
 						DescribedObject: objectRef{Kind: "Pod", Namespace: ns, Name: pod, APIVersion: "/v1"},
 						Metric:          metricIdentifier{Name: metric},

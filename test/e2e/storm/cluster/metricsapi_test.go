@@ -49,12 +49,25 @@ func TestDemand(t *testing.T) {
 			{at: at(2000), inFlight: 2, admitted: 1, rejected: 200},
 			{at: at(3000), inFlight: 2, admitted: 1, rejected: 300},
 		}, 2 * 101.0, true},
-		// 3 own permits full; for 39 calls admitted on them, 21 ran on lent
-		// permits and 12 were shed: 3 × (39 + 21 + 12) / 39.
-		{"calls on lent permits are offered calls", []gateSample{
-			{at: at(0), inFlight: 3, admitted: 100, borrowed: 50, rejected: 10},
-			{at: at(3000), inFlight: 3, admitted: 139, borrowed: 71, rejected: 22},
-		}, 3 * 72.0 / 39, true},
+		// 3 own permits full and 2 calls on lent ones; 30 calls admitted
+		// on the own permits, 20 run on lent ones and 10 shed:
+		// (3 + 2) × (30 + 20 + 10) / (30 + 20).
+		{"calls on lent permits are offered and running calls", []gateSample{
+			{at: at(0), inFlight: 3, borrowedInFlight: 2, admitted: 100, borrowed: 50, rejected: 10},
+			{at: at(3000), inFlight: 3, borrowedInFlight: 2, admitted: 130, borrowed: 70, rejected: 20},
+		}, 5 * 60.0 / 50, true},
+		// Loans going back early: of the 4 calls on own permits, 2 began
+		// on a loan and are not among the 20 admitted; 20 more ran on
+		// loans, 1 of which is running on one. Own in flight over own
+		// admitted alone would read 4 × 50 / 20 = 10.
+		{"calls moved off their loans are not read twice", []gateSample{
+			{at: at(0), inFlight: 4, borrowedInFlight: 1, admitted: 0, borrowed: 0, rejected: 0},
+			{at: at(4000), inFlight: 4, borrowedInFlight: 1, admitted: 20, borrowed: 20, rejected: 10},
+		}, 5 * 50.0 / 40, true},
+		{"calls run only on lent permits", []gateSample{
+			{at: at(0), inFlight: 0, borrowedInFlight: 2},
+			{at: at(3000), inFlight: 0, borrowedInFlight: 2, borrowed: 30},
+		}, 2, true},
 		{"nothing admitted: no latency measured", []gateSample{
 			{at: at(0), inFlight: 2, rejected: 0},
 			{at: at(3000), inFlight: 2, rejected: 99},
@@ -62,7 +75,7 @@ func TestDemand(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := demand(tc.ss)
+			got, ok := demand(tc.ss, DemandWindow)
 			if ok != tc.ok || math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("demand() = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
 			}
@@ -78,13 +91,15 @@ func TestMetricsAPI(t *testing.T) {
 	var admitted atomic.Int64
 	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Each scrape: 10 more calls admitted, 20 borrowed and 70
-		// rejected, 5 in flight; the borrows the reserve refused are not
-		// calls offered a second time.
+		// rejected, 5 in flight on the pod's permits and 10 on lent ones;
+		// the borrows the reserve refused are not calls offered a second
+		// time.
 		n := admitted.Add(10)
 		_, _ = fmt.Fprintf(w, "# HELP backpressure_gate_in_flight x\nbackpressure_gate_in_flight{gate=\"g\"} 5\nbackpressure_gate_in_flight{gate=\"other\"} 40\n"+
 			"backpressure_gate_admitted_total{gate=\"g\"} %d\nbackpressure_gate_rejected_total{gate=\"g\",reason=\"queue_full\"} %d\n"+
 			"backpressure_gate_rejected_total{gate=\"g\",reason=\"wait_timeout\"} %d\n"+
-			"backpressure_gate_borrows_total{gate=\"g\",result=\"borrowed\"} %d\nbackpressure_gate_borrows_total{gate=\"g\",result=\"not_lent\"} %d\n", n, 3*n, 4*n, 2*n, 9*n)
+			"backpressure_gate_borrows_total{gate=\"g\",result=\"borrowed\"} %d\nbackpressure_gate_borrows_total{gate=\"g\",result=\"not_lent\"} %d\n"+
+			"backpressure_gate_borrowed_in_flight{gate=\"g\"} 10\nbackpressure_gate_borrowed_in_flight{gate=\"other\"} 7\n", n, 3*n, 4*n, 2*n, 9*n)
 	}))
 	defer pod.Close()
 	pki, err := NewAggregationPKI(t.TempDir(), MetricsService, MetricsServiceNamespace)
@@ -96,7 +111,7 @@ func TestMetricsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = m.Close() }()
-	stop := m.MeasurePods("ns", "g", func() map[string]string { return map[string]string{"pod-a": pod.Listener.Addr().String()} })
+	stop := m.MeasurePods("ns", "g", DemandWindow, func() map[string]string { return map[string]string{"pod-a": pod.Listener.Addr().String()} })
 	defer stop()
 	m.SetReplicas("ns", KindDeployment, "web", 7)
 	m.SetReplicas("ns", KindStatefulSet, "db", 3)
@@ -139,8 +154,8 @@ func TestMetricsAPI(t *testing.T) {
 		t.Errorf("replicas metric of a statefulset named as the deployment: %d %v, want 404", code, err)
 	}
 
-	// The demand: 5 in flight × (10 + 20 + 70) offered / 10 admitted = 50, once
-	// the window holds half of DemandWindow.
+	// The demand: (5 + 10) in flight × (10 + 20 + 70) offered / (10 + 20)
+	// run = 50, once the window holds half of DemandWindow.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		code, l, err := get(proxy, "/namespaces/ns/pods/*/"+DemandMetric)
