@@ -40,30 +40,38 @@ func (c *countingLender) Return() {
 	c.returned++
 }
 
-// TestOptionsLender: every gate the Runtime makes gets its Lender, and
-// borrows from it when its share is full; the borrows are exported.
-func TestOptionsLender(t *testing.T) {
+// borrowBeyondShare starts a Runtime whose gate logistics-api has a share
+// of 1 and borrows from a countingLender by rules, and takes the share's
+// permit and a lent one.
+func borrowBeyondShare(t *testing.T, rules gate.LendRules) (g *gate.Gate, lender *countingLender, reg *prometheus.Registry, own, lent *gate.Permit) {
+	t.Helper()
 	dir := t.TempDir()
 	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
-	lender := &countingLender{}
-	reg := prometheus.NewPedanticRegistry()
+	lender = &countingLender{}
+	reg = prometheus.NewPedanticRegistry()
 	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
-		Gates: []string{"logistics-api"}, Lender: lender.lenderFor, Registerer: reg,
+		Gates: []string{"logistics-api"}, Lender: lender.lenderFor, Registerer: reg, LendRules: rules,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := sharetest.MustGate(t, rt, "logistics-api")
+	g = sharetest.MustGate(t, rt, "logistics-api")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	own, err := g.Acquire(ctx)
-	if err != nil {
+	t.Cleanup(cancel)
+	own, lent = new(gate.Permit), new(gate.Permit)
+	if *own, err = g.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lent, err := g.Acquire(ctx)
-	if err != nil || !lent.Borrowed() {
+	if *lent, err = g.Acquire(ctx); err != nil || !lent.Borrowed() {
 		t.Fatalf("beyond the share of 1: %v (borrowed %v), want a lent permit", err, lent.Borrowed())
 	}
+	return g, lender, reg, own, lent
+}
+
+// TestOptionsLender: every gate the Runtime makes gets its Lender, and
+// borrows from it when its share is full; the borrows are exported.
+func TestOptionsLender(t *testing.T) {
+	_, lender, reg, own, lent := borrowBeyondShare(t, gate.LendRules{})
 	lent.Release()
 	own.Release()
 	lender.mu.Lock()
@@ -88,28 +96,7 @@ backpressure_gate_borrows_total{gate="logistics-api",result="not_lent"} 0
 // loan goes back as soon as the share has a permit free, and that is
 // exported), and a rule that is invalid fails New with its field named.
 func TestOptionsLendRules(t *testing.T) {
-	dir := t.TempDir()
-	sharetest.WritePlan(t, dir, sharetest.Doc("logistics-api", 1))
-	lender := &countingLender{}
-	reg := prometheus.NewPedanticRegistry()
-	rt, err := backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
-		Gates: []string{"logistics-api"}, Lender: lender.lenderFor, Registerer: reg,
-		LendRules: gate.LendRules{ReturnEarly: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := sharetest.MustGate(t, rt, "logistics-api")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	own, err := g.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lent, err := g.Acquire(ctx)
-	if err != nil || !lent.Borrowed() {
-		t.Fatalf("beyond the share of 1: %v (borrowed %v), want a lent permit", err, lent.Borrowed())
-	}
+	g, lender, reg, own, lent := borrowBeyondShare(t, gate.LendRules{ReturnEarly: true})
 	own.Release()
 	lender.mu.Lock()
 	returned := lender.returned
@@ -127,7 +114,7 @@ backpressure_gate_loans_returned_early_total{gate="logistics-api"} 1
 		t.Error(err)
 	}
 
-	_, err = backpressure.New(t.Context(), backpressure.FromDir(dir), backpressure.Options{
+	_, err := backpressure.New(t.Context(), backpressure.FromDir(t.TempDir()), backpressure.Options{
 		Gates: []string{"logistics-api"}, LendRules: gate.LendRules{AskAfter: -time.Second},
 	})
 	if err == nil || !strings.Contains(err.Error(), "Options.LendRules") || !strings.Contains(err.Error(), "AskAfter") {
