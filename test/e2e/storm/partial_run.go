@@ -236,6 +236,11 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.PredictedRatio, r.PredictedEqualSharesRatio, r.PredictedBorrowedFraction = pred.Ratio, pred.EqualSharesRatio, pred.BorrowedFraction
 	r.PredictedOwnRoomsRatio, r.PredictedShares = pred.OwnRoomsRatio, pred.Shares
 	r.MeanShares = meanShares(st.obs.Published(), st.podNames(urls), start.Add(st.warmup), end)
+	if len(r.MeanShares) == st.pods {
+		if r.PredictedOwnRoomsRatioGivenShares, err = OwnRoomsRatioGiven(lossmodel.Balancer(st.balancer), roundShares(r.MeanShares, Usable()-st.reserve())); err != nil {
+			return nil, err
+		}
+	}
 	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d, returned early %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
 		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.LoansReturnedEarly, r.PeakInFlight, r.Downstream429)
