@@ -84,23 +84,20 @@ type loanHold struct {
 	// (LendRules.ReturnEarly); it is then in owner.loans until it moves
 	// or ends.
 	movable bool
-	// entry is the loan's place in owner.loans; guarded by owner.mu, nil
-	// once the loan has moved or ended.
-	entry *fifo.Entry[*Gate]
-	// moved is set, under owner.mu, when the call has moved to one of
+	// entry is the loan's place in owner.loans; guarded by owner.mu. A
+	// movable loan whose entry is nil has moved: the call holds one of
 	// owner's permits and the loan has gone back.
-	moved bool
+	entry *fifo.Entry[*Gate]
 }
 
 // lentPermit returns what a Permit holding loan for a call of g points to.
-// A Permit is one
-// pointer to a Gate, so that returning it from Acquire and releasing it
-// costs the local path nothing more than a semaphore's; a lent permit
-// points to a Gate of its own that stands for the loan: its admission word
-// has the queued bit set and one call in flight, so Release's atomic
-// decrement takes the slow path, where releaseSlow ends the loan (endLoan).
-// It allocates, on the borrowing path only, beside a round trip to the
-// Lender.
+// A Permit is one pointer to a Gate, so that returning it from Acquire and
+// releasing it costs the local path nothing more than a semaphore's; a
+// lent permit points to a Gate of its own that stands for the loan: its
+// admission word has the queued bit set and one call in flight, so
+// Release's atomic decrement takes the slow path, where releaseSlow ends
+// the loan (endLoan). It allocates, on the borrowing path only, beside a
+// round trip to the Lender.
 //
 // Under LendRules.ReturnEarly the loan is kept in g.loans, which sets g's
 // queued bit so that every release of g takes the slow path, where
@@ -130,7 +127,7 @@ func (g *Gate) moveLoanLocked() {
 	h := e.Value.lent
 	e.Value = nil
 	g.loans.Recycle(e)
-	h.entry, h.moved = nil, true
+	h.entry = nil
 	g.lentInFlight.Add(-1)
 	g.returnedEarly.Add(1)
 	// Return does not block for a round trip (Loan says so), so it may run
@@ -146,14 +143,15 @@ func (g *Gate) endLoan() {
 	o := h.owner
 	if h.movable {
 		o.mu.Lock()
-		if h.moved {
+		e := h.entry
+		if e == nil { // moved
 			o.mu.Unlock()
 			o.release()
 			return
 		}
-		o.loans.Remove(h.entry)
-		h.entry.Value = nil
-		o.loans.Recycle(h.entry)
+		o.loans.Remove(e)
+		e.Value = nil
+		o.loans.Recycle(e)
 		h.entry = nil
 		o.clearQueuedIfIdleLocked()
 		o.mu.Unlock()
