@@ -522,6 +522,160 @@ func (x *ReturnResponse) GetReturned() bool {
 	return false
 }
 
+// OfferMessage is what an offering pod tells the server: who it is (first
+// message), its answer to an ask, and the permits it could lend now.
+type OfferMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gate names the gate whose permits the pod offers, as the plan document
+	// does; pod names the pod. Both are set in the first message and ignored
+	// after it.
+	Gate string `protobuf:"bytes,1,opt,name=gate,proto3" json:"gate,omitempty"`
+	Pod  string `protobuf:"bytes,2,opt,name=pod,proto3" json:"pod,omitempty"`
+	// ask, when not zero, answers the server's OfferAsk of that id.
+	Ask uint64 `protobuf:"fixed64,3,opt,name=ask,proto3" json:"ask,omitempty"`
+	// granted, in an answer, says the pod holds one of its permits for the
+	// ask's borrower (see Offer for how long).
+	Granted bool `protobuf:"varint,4,opt,name=granted,proto3" json:"granted,omitempty"`
+	// spare is how many permits the pod could lend as of this message: its
+	// free permits beyond those it keeps, 0 while a call of its own waits.
+	// The pod sends it in every answer and whenever it changes; the server
+	// asks the pods that said they have the most first.
+	Spare         int32 `protobuf:"varint,5,opt,name=spare,proto3" json:"spare,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferMessage) Reset() {
+	*x = OfferMessage{}
+	mi := &file_backpressure_reserve_v1_reserve_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferMessage) ProtoMessage() {}
+
+func (x *OfferMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_backpressure_reserve_v1_reserve_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferMessage.ProtoReflect.Descriptor instead.
+func (*OfferMessage) Descriptor() ([]byte, []int) {
+	return file_backpressure_reserve_v1_reserve_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OfferMessage) GetGate() string {
+	if x != nil {
+		return x.Gate
+	}
+	return ""
+}
+
+func (x *OfferMessage) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *OfferMessage) GetAsk() uint64 {
+	if x != nil {
+		return x.Ask
+	}
+	return 0
+}
+
+func (x *OfferMessage) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *OfferMessage) GetSpare() int32 {
+	if x != nil {
+		return x.Spare
+	}
+	return 0
+}
+
+// OfferAsk is what the server tells an offering pod: an ask for a permit,
+// or the release of one the pod granted.
+type OfferAsk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ask, when not zero, asks for one permit for a borrower whose lease lasts
+	// ttl.
+	Ask uint64               `protobuf:"fixed64,1,opt,name=ask,proto3" json:"ask,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// release, when not zero, ends the permit the pod granted to the ask of
+	// that id: the borrower returned its lease, or never got it.
+	Release       uint64 `protobuf:"fixed64,3,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfferAsk) Reset() {
+	*x = OfferAsk{}
+	mi := &file_backpressure_reserve_v1_reserve_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfferAsk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfferAsk) ProtoMessage() {}
+
+func (x *OfferAsk) ProtoReflect() protoreflect.Message {
+	mi := &file_backpressure_reserve_v1_reserve_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfferAsk.ProtoReflect.Descriptor instead.
+func (*OfferAsk) Descriptor() ([]byte, []int) {
+	return file_backpressure_reserve_v1_reserve_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OfferAsk) GetAsk() uint64 {
+	if x != nil {
+		return x.Ask
+	}
+	return 0
+}
+
+func (x *OfferAsk) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *OfferAsk) GetRelease() uint64 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
 var File_backpressure_reserve_v1_reserve_proto protoreflect.FileDescriptor
 
 const file_backpressure_reserve_v1_reserve_proto_rawDesc = "" +
@@ -552,17 +706,28 @@ const file_backpressure_reserve_v1_reserve_proto_rawDesc = "" +
 	"\x02id\x18\x03 \x01(\x06R\x02id\x12\x16\n" +
 	"\x06ticket\x18\x04 \x01(\x06R\x06ticket\",\n" +
 	"\x0eReturnResponse\x12\x1a\n" +
-	"\breturned\x18\x01 \x01(\bR\breturned*\x94\x01\n" +
+	"\breturned\x18\x01 \x01(\bR\breturned\"v\n" +
+	"\fOfferMessage\x12\x12\n" +
+	"\x04gate\x18\x01 \x01(\tR\x04gate\x12\x10\n" +
+	"\x03pod\x18\x02 \x01(\tR\x03pod\x12\x10\n" +
+	"\x03ask\x18\x03 \x01(\x06R\x03ask\x12\x18\n" +
+	"\agranted\x18\x04 \x01(\bR\agranted\x12\x14\n" +
+	"\x05spare\x18\x05 \x01(\x05R\x05spare\"c\n" +
+	"\bOfferAsk\x12\x10\n" +
+	"\x03ask\x18\x01 \x01(\x06R\x03ask\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x18\n" +
+	"\arelease\x18\x03 \x01(\x06R\arelease*\x94\x01\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10REASON_EXHAUSTED\x10\x01\x12\x13\n" +
 	"\x0fREASON_LEARNING\x10\x02\x12\x17\n" +
 	"\x13REASON_UNKNOWN_GATE\x10\x03\x12\x18\n" +
 	"\x14REASON_HOLD_TOO_LONG\x10\x04\x12\x14\n" +
-	"\x10REASON_WITHDRAWN\x10\x052\xbf\x01\n" +
+	"\x10REASON_WITHDRAWN\x10\x052\x96\x02\n" +
 	"\aReserve\x12Y\n" +
 	"\x06Borrow\x12&.backpressure.reserve.v1.BorrowRequest\x1a'.backpressure.reserve.v1.BorrowResponse\x12Y\n" +
-	"\x06Return\x12&.backpressure.reserve.v1.ReturnRequest\x1a'.backpressure.reserve.v1.ReturnResponseBLZJgithub.com/backpressure-dev/backpressure-operator/api/reserve/v1;reservev1b\x06proto3"
+	"\x06Return\x12&.backpressure.reserve.v1.ReturnRequest\x1a'.backpressure.reserve.v1.ReturnResponse\x12U\n" +
+	"\x05Offer\x12%.backpressure.reserve.v1.OfferMessage\x1a!.backpressure.reserve.v1.OfferAsk(\x010\x01BLZJgithub.com/backpressure-dev/backpressure-operator/api/reserve/v1;reservev1b\x06proto3"
 
 var (
 	file_backpressure_reserve_v1_reserve_proto_rawDescOnce sync.Once
@@ -577,7 +742,7 @@ func file_backpressure_reserve_v1_reserve_proto_rawDescGZIP() []byte {
 }
 
 var file_backpressure_reserve_v1_reserve_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_backpressure_reserve_v1_reserve_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_backpressure_reserve_v1_reserve_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_backpressure_reserve_v1_reserve_proto_goTypes = []any{
 	(Reason)(0),                 // 0: backpressure.reserve.v1.Reason
 	(*BorrowRequest)(nil),       // 1: backpressure.reserve.v1.BorrowRequest
@@ -586,25 +751,30 @@ var file_backpressure_reserve_v1_reserve_proto_goTypes = []any{
 	(*Refusal)(nil),             // 4: backpressure.reserve.v1.Refusal
 	(*ReturnRequest)(nil),       // 5: backpressure.reserve.v1.ReturnRequest
 	(*ReturnResponse)(nil),      // 6: backpressure.reserve.v1.ReturnResponse
-	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
+	(*OfferMessage)(nil),        // 7: backpressure.reserve.v1.OfferMessage
+	(*OfferAsk)(nil),            // 8: backpressure.reserve.v1.OfferAsk
+	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
 }
 var file_backpressure_reserve_v1_reserve_proto_depIdxs = []int32{
-	7, // 0: backpressure.reserve.v1.BorrowRequest.hold:type_name -> google.protobuf.Duration
-	7, // 1: backpressure.reserve.v1.BorrowRequest.wait:type_name -> google.protobuf.Duration
-	3, // 2: backpressure.reserve.v1.BorrowResponse.lease:type_name -> backpressure.reserve.v1.Lease
-	4, // 3: backpressure.reserve.v1.BorrowResponse.refusal:type_name -> backpressure.reserve.v1.Refusal
-	7, // 4: backpressure.reserve.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	0, // 5: backpressure.reserve.v1.Refusal.reason:type_name -> backpressure.reserve.v1.Reason
-	7, // 6: backpressure.reserve.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
-	1, // 7: backpressure.reserve.v1.Reserve.Borrow:input_type -> backpressure.reserve.v1.BorrowRequest
-	5, // 8: backpressure.reserve.v1.Reserve.Return:input_type -> backpressure.reserve.v1.ReturnRequest
-	2, // 9: backpressure.reserve.v1.Reserve.Borrow:output_type -> backpressure.reserve.v1.BorrowResponse
-	6, // 10: backpressure.reserve.v1.Reserve.Return:output_type -> backpressure.reserve.v1.ReturnResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	9,  // 0: backpressure.reserve.v1.BorrowRequest.hold:type_name -> google.protobuf.Duration
+	9,  // 1: backpressure.reserve.v1.BorrowRequest.wait:type_name -> google.protobuf.Duration
+	3,  // 2: backpressure.reserve.v1.BorrowResponse.lease:type_name -> backpressure.reserve.v1.Lease
+	4,  // 3: backpressure.reserve.v1.BorrowResponse.refusal:type_name -> backpressure.reserve.v1.Refusal
+	9,  // 4: backpressure.reserve.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	0,  // 5: backpressure.reserve.v1.Refusal.reason:type_name -> backpressure.reserve.v1.Reason
+	9,  // 6: backpressure.reserve.v1.Refusal.retry_after:type_name -> google.protobuf.Duration
+	9,  // 7: backpressure.reserve.v1.OfferAsk.ttl:type_name -> google.protobuf.Duration
+	1,  // 8: backpressure.reserve.v1.Reserve.Borrow:input_type -> backpressure.reserve.v1.BorrowRequest
+	5,  // 9: backpressure.reserve.v1.Reserve.Return:input_type -> backpressure.reserve.v1.ReturnRequest
+	7,  // 10: backpressure.reserve.v1.Reserve.Offer:input_type -> backpressure.reserve.v1.OfferMessage
+	2,  // 11: backpressure.reserve.v1.Reserve.Borrow:output_type -> backpressure.reserve.v1.BorrowResponse
+	6,  // 12: backpressure.reserve.v1.Reserve.Return:output_type -> backpressure.reserve.v1.ReturnResponse
+	8,  // 13: backpressure.reserve.v1.Reserve.Offer:output_type -> backpressure.reserve.v1.OfferAsk
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_backpressure_reserve_v1_reserve_proto_init() }
@@ -622,7 +792,7 @@ func file_backpressure_reserve_v1_reserve_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_backpressure_reserve_v1_reserve_proto_rawDesc), len(file_backpressure_reserve_v1_reserve_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Reserve_Borrow_FullMethodName = "/backpressure.reserve.v1.Reserve/Borrow"
 	Reserve_Return_FullMethodName = "/backpressure.reserve.v1.Reserve/Return"
+	Reserve_Offer_FullMethodName  = "/backpressure.reserve.v1.Reserve/Offer"
 )
 
 // ReserveClient is the client API for Reserve service.
@@ -45,6 +46,18 @@ type ReserveClient interface {
 	// lease's id, or takes a borrow back by its ticket. It goes to the
 	// server that granted the lease, or was asked for it.
 	Return(ctx context.Context, in *ReturnRequest, opts ...grpc.CallOption) (*ReturnResponse, error)
+	// Offer is one pod's offer of its own gate's idle permits. The pod opens
+	// the stream and names the gate and itself in its first message; the
+	// server asks it for one permit when a borrow finds the gate's reserve
+	// lent out, and lends that permit to the borrower as a lease. The pod
+	// lends only while it has more permits free than it keeps and no call of
+	// its own waits, and it holds a permit it lent until the server releases
+	// it or until the ask's ttl has passed since the ask arrived, whichever
+	// comes first: the borrower is done with it by then (Lease.ttl), so a
+	// lost release, a broken stream or a restarted server costs the pod that
+	// permit for at most the ttl, and never lets more calls run than the
+	// pods' shares and the reserve hold.
+	Offer(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[OfferMessage, OfferAsk], error)
 }
 
 type reserveClient struct {
@@ -75,6 +88,19 @@ func (c *reserveClient) Return(ctx context.Context, in *ReturnRequest, opts ...g
 	return out, nil
 }
 
+func (c *reserveClient) Offer(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[OfferMessage, OfferAsk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Reserve_ServiceDesc.Streams[0], Reserve_Offer_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[OfferMessage, OfferAsk]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Reserve_OfferClient = grpc.BidiStreamingClient[OfferMessage, OfferAsk]
+
 // ReserveServer is the server API for Reserve service.
 // All implementations must embed UnimplementedReserveServer
 // for forward compatibility.
@@ -91,6 +117,18 @@ type ReserveServer interface {
 	// lease's id, or takes a borrow back by its ticket. It goes to the
 	// server that granted the lease, or was asked for it.
 	Return(context.Context, *ReturnRequest) (*ReturnResponse, error)
+	// Offer is one pod's offer of its own gate's idle permits. The pod opens
+	// the stream and names the gate and itself in its first message; the
+	// server asks it for one permit when a borrow finds the gate's reserve
+	// lent out, and lends that permit to the borrower as a lease. The pod
+	// lends only while it has more permits free than it keeps and no call of
+	// its own waits, and it holds a permit it lent until the server releases
+	// it or until the ask's ttl has passed since the ask arrived, whichever
+	// comes first: the borrower is done with it by then (Lease.ttl), so a
+	// lost release, a broken stream or a restarted server costs the pod that
+	// permit for at most the ttl, and never lets more calls run than the
+	// pods' shares and the reserve hold.
+	Offer(grpc.BidiStreamingServer[OfferMessage, OfferAsk]) error
 	mustEmbedUnimplementedReserveServer()
 }
 
@@ -106,6 +144,9 @@ func (UnimplementedReserveServer) Borrow(context.Context, *BorrowRequest) (*Borr
 }
 func (UnimplementedReserveServer) Return(context.Context, *ReturnRequest) (*ReturnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Return not implemented")
+}
+func (UnimplementedReserveServer) Offer(grpc.BidiStreamingServer[OfferMessage, OfferAsk]) error {
+	return status.Error(codes.Unimplemented, "method Offer not implemented")
 }
 func (UnimplementedReserveServer) mustEmbedUnimplementedReserveServer() {}
 func (UnimplementedReserveServer) testEmbeddedByValue()                 {}
@@ -164,6 +205,13 @@ func _Reserve_Return_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Reserve_Offer_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReserveServer).Offer(&grpc.GenericServerStream[OfferMessage, OfferAsk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Reserve_OfferServer = grpc.BidiStreamingServer[OfferMessage, OfferAsk]
+
 // Reserve_ServiceDesc is the grpc.ServiceDesc for Reserve service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -180,6 +228,13 @@ var Reserve_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Reserve_Return_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Offer",
+			Handler:       _Reserve_Offer_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "backpressure/reserve/v1/reserve.proto",
 }
