@@ -68,6 +68,14 @@
 //     ends serves its own pod's next waiter, decided in the pod) and
 //     HoldLoans (a loan with no waiter stays idle at its pod that long for
 //     the pod's next call).
+//   - OfferIdle is the library's Options.Offer (off by default): every pod
+//     offers the permits it has free beyond OfferKeep, and a call that asks
+//     the permit server when the reserve is lent out runs on a permit of
+//     the pod with the most to spare. That is the first rule modelled that
+//     lifts the admitted calls to one global gate's without lending most
+//     of them: permits idle at one pod no longer shed another's calls.
+//     The server's knowledge of what each pod has to spare is taken as
+//     exact; the library's is a few milliseconds old.
 //   - SmallestReserve looks no further than A − P: the operator cuts a
 //     larger reserve so that every pod keeps a permit of its own.
 //

@@ -182,6 +182,18 @@ type Scenario struct {
 	// finds the pod's own permits taken (decided in the pod too), before it
 	// goes back: a Doorman-style lease of capacity rather than of one call.
 	HoldLoans time.Duration
+	// OfferIdle, the library's Options.Offer (--reserve-offer of the
+	// gateway and the proxy; off by default), has every pod offer its idle
+	// permits to the permit server: a call that asks the server when the
+	// reserve is lent out is lent one of another pod's own permits, of the
+	// pod with the most to spare (free permits beyond OfferKeep, none while
+	// a call of its own waits). The permit counts in that pod's calls in
+	// flight until the borrowed call ends or, under GiveLoansBack, moves
+	// onto a permit of its own pod. It cannot be used with KeepLoans.
+	OfferIdle bool
+	// OfferKeep is the permits a pod keeps for its own calls under
+	// OfferIdle (Options.OfferKeep; --reserve-offer-keep), at least 0.
+	OfferKeep int
 	// Seed chooses the arrivals, latencies, routing and pinned weights.
 	Seed uint64
 	// Calls is the number of calls simulated; DefaultCalls when 0. The
@@ -206,6 +218,10 @@ func (s Scenario) Validate() error {
 		return fmt.Errorf("lossmodel: ask after: must be at least 0, got %s", s.AskAfter)
 	case s.HoldLoans < 0 || s.HoldLoans > 0 && !s.KeepLoans:
 		return fmt.Errorf("lossmodel: hold loans: must be 0, or at least 0 with keep loans, got %s", s.HoldLoans)
+	case s.OfferKeep < 0:
+		return fmt.Errorf("lossmodel: offer keep: must be at least 0, got %d", s.OfferKeep)
+	case s.OfferIdle && s.KeepLoans:
+		return fmt.Errorf("lossmodel: offer idle: must be false with keep loans, whose loans stay at their pod")
 	case s.AskAfter > 0 && s.Borrowing == BorrowOnce:
 		return fmt.Errorf("lossmodel: ask after: must be 0 when borrowing is %s, got %s", BorrowOnce, s.AskAfter)
 	case s.WaitingRoom != "" && s.WaitingRoom != RoomWithReserve && s.WaitingRoom != RoomOwnPermits:

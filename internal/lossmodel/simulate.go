@@ -11,13 +11,21 @@ type Result struct {
 	Calls int
 	// Admitted is the calls admitted, by their pod's share or the reserve.
 	Admitted int
-	// Borrowed is the admitted calls that ran on a reserve permit.
+	// Borrowed is the admitted calls that ran on a reserve permit or, under
+	// OfferIdle, on a permit another pod offered.
 	Borrowed int
+	// Offered is the borrowed calls that ran on another pod's offered
+	// permit (OfferIdle).
+	Offered int
 	// Waited is the admitted calls that waited in a waiting room first.
 	Waited int
 	// PeakInFlight is the most calls in flight at once, the reserve's
 	// included; it never exceeds A.
 	PeakInFlight int
+	// OverShare counts the times a pod had more of its own permits in use
+	// (its calls on them and, under OfferIdle, the permits it lent) than
+	// its share: never, which the tests check of the model itself.
+	OverShare int
 	// Shares is the permits each pod held.
 	Shares []int
 	// Weights is each pod's part of the calls.
@@ -82,10 +90,14 @@ type waiter struct {
 // pod is one pod's gate: its permits and its waiting room.
 type pod struct {
 	permits, inFlight, room int
-	// loans are the pod's calls on reserve permits; moved of them hold
-	// one of the pod's permits instead, their loans given back
-	// (GiveLoansBack).
+	// loans are the pod's calls on lent permits; moved of them hold one of
+	// the pod's permits instead, their loans given back (GiveLoansBack).
 	loans, moved int
+	// lenders are where the loans not moved came from, oldest first: the
+	// reserve (-1) or the pod that offered the permit (OfferIdle). Calls
+	// are alike but for their ends, so a list rather than one entry per
+	// call: see endBorrowed.
+	lenders []int32
 	// idle are the ends of the pod's held loans (HoldLoans), in order.
 	idle  []float64
 	queue fifo
@@ -121,12 +133,17 @@ const (
 	holdEnds                     // a loan held by the pod reaches HoldLoans
 )
 
-// event is something that happens to pod at t.
+// event is something that happens to pod at t; lender is the lender of an
+// endBorrowed call's permit (-1: the reserve).
 type event struct {
-	t    float64
-	pod  int32
-	kind eventKind
+	t      float64
+	pod    int32
+	lender int32
+	kind   eventKind
 }
+
+// fromReserve is the lender of a reserve permit.
+const fromReserve = -1
 
 // events is a binary min-heap on t. It is typed rather than built on
 // container/heap, whose interface would box every event: the heap is the
@@ -272,11 +289,17 @@ func (sim *simulation) until(t float64) {
 				// Calls are alike but for their ends: the call that ends
 				// stands for the one whose loan went back. (The library
 				// would know which call moved; which one it is changes
-				// only whether this end frees the pod's permit or the
-				// reserve's, and a pod's permit freeing with no waiter
+				// only whether this end frees the pod's permit or a
+				// lender's, and a pod's permit freeing with no waiter
 				// gives the next loan back at once.)
 				p.moved--
 				sim.ownFree(e.t, int(e.pod))
+				continue
+			}
+			// Likewise the call stands for a loan of its own lender if the
+			// pod still has one out, else for its oldest.
+			if lender := p.takeLender(e.lender); lender != fromReserve {
+				sim.ownFree(e.t, int(lender))
 				continue
 			}
 			switch {
@@ -285,7 +308,7 @@ func (sim *simulation) until(t float64) {
 				// permits in use do not change.
 				w := p.queue.pop()
 				sim.count(w, &sim.res.Waited)
-				sim.admit(e.t, int(e.pod), w, endBorrowed)
+				sim.admit(e.t, int(e.pod), w, endBorrowed, fromReserve)
 			case sim.s.HoldLoans > 0:
 				end := e.t + sim.s.HoldLoans.Seconds()
 				p.idle = append(p.idle, end)
@@ -303,8 +326,15 @@ func (sim *simulation) until(t float64) {
 		case askServer:
 			// Waiters reach AskAfter in the order they came: the first
 			// is the one this event is for, or one before it.
-			if sim.reserve < sim.s.Reserve && p.queue.len() > 0 && sim.asks(int(e.pod), e.t) {
+			if p.queue.len() == 0 || !sim.asks(int(e.pod), e.t) {
+				continue
+			}
+			if sim.reserve < sim.s.Reserve {
 				sim.lendToFirst(e.t, int(e.pod))
+			} else if o := sim.offerer(int(e.pod)); o >= 0 {
+				w := p.queue.pop()
+				sim.count(w, &sim.res.Waited)
+				sim.offer(e.t, int(e.pod), o, w)
 			}
 		case waitEnds:
 			// The waiters that reach MaxQueueWait leave, shed; MaxQueueWait
@@ -326,12 +356,76 @@ func (sim *simulation) ownFree(t float64, i int) {
 	case p.queue.len() > 0:
 		w := p.queue.pop()
 		sim.count(w, &sim.res.Waited)
-		sim.admit(t, i, w, endLocal)
+		sim.admit(t, i, w, endLocal, 0)
 	case sim.s.GiveLoansBack && p.loans > p.moved:
+		// The oldest loan goes back, as the library moves the oldest call
+		// running on one.
 		p.moved++
-		p.inFlight++
-		sim.giveBack(t)
+		sim.take(i)
+		lender := p.lenders[0]
+		p.lenders = p.lenders[1:]
+		if lender == fromReserve {
+			sim.giveBack(t)
+		} else {
+			sim.ownFree(t, int(lender))
+		}
 	}
+}
+
+// take puts one more of pod i's own permits in use.
+func (sim *simulation) take(i int) {
+	p := &sim.pods[i]
+	p.inFlight++
+	if p.inFlight > p.permits {
+		sim.res.OverShare++
+	}
+}
+
+// takeLender takes a loan not moved out of p's lenders, lender's if p
+// has one from it, else the oldest, and returns whose it was.
+func (p *pod) takeLender(lender int32) int32 {
+	i := 0
+	for j, l := range p.lenders {
+		if l == lender {
+			i = j
+			break
+		}
+	}
+	l := p.lenders[i]
+	p.lenders = append(p.lenders[:i], p.lenders[i+1:]...)
+	return l
+}
+
+// spare is how many of the pod's permits it offers (OfferIdle): those
+// free beyond keep, none while a call of its own waits.
+func (p *pod) spare(keep int) int {
+	if p.queue.len() > 0 {
+		return 0
+	}
+	return max(0, p.permits-p.inFlight-keep)
+}
+
+// offerer returns the pod other than i with the most permits to spare
+// (the first of them), or -1 when none has any or pods do not offer.
+func (sim *simulation) offerer(i int) int {
+	if !sim.s.OfferIdle {
+		return -1
+	}
+	best, most := -1, 0
+	for j := range sim.pods[:sim.s.Pods] {
+		if n := sim.pods[j].spare(sim.s.OfferKeep); j != i && n > most {
+			best, most = j, n
+		}
+	}
+	return best
+}
+
+// offer starts w's call at t at pod i on a permit pod o offered.
+func (sim *simulation) offer(t float64, i, o int, w waiter) {
+	sim.take(o)
+	sim.count(w, &sim.res.Borrowed)
+	sim.count(w, &sim.res.Offered)
+	sim.admit(t, i, w, endBorrowed, int32(o))
 }
 
 // giveBack returns a reserve permit to the reserve at t. Unless
@@ -362,7 +456,7 @@ func (sim *simulation) lendToFirst(t float64, i int) {
 	sim.reserve++
 	sim.count(w, &sim.res.Borrowed)
 	sim.count(w, &sim.res.Waited)
-	sim.admit(t, i, w, endBorrowed)
+	sim.admit(t, i, w, endBorrowed, fromReserve)
 }
 
 // asks reports whether the first waiter of pod i (which must have one)
@@ -377,11 +471,11 @@ func (sim *simulation) arrive(t float64, i int, w waiter) {
 	p := &sim.pods[i]
 	switch {
 	case p.inFlight < p.permits && p.queue.len() == 0:
-		sim.admit(t, i, w, endLocal)
+		sim.admit(t, i, w, endLocal, 0)
 	case len(p.idle) > 0:
 		// A loan the pod holds: decided in the pod, not counted borrowed.
 		p.idle = p.idle[1:]
-		sim.admit(t, i, w, endBorrowed)
+		sim.admit(t, i, w, endBorrowed, fromReserve)
 	case sim.s.AskAfter > 0 && p.queue.len() < p.room:
 		p.queue.push(w)
 		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
@@ -389,7 +483,9 @@ func (sim *simulation) arrive(t float64, i int, w waiter) {
 	case sim.reserve < sim.s.Reserve:
 		sim.reserve++
 		sim.count(w, &sim.res.Borrowed)
-		sim.admit(t, i, w, endBorrowed)
+		sim.admit(t, i, w, endBorrowed, fromReserve)
+	case sim.offerer(i) >= 0:
+		sim.offer(t, i, sim.offerer(i), w)
 	case p.queue.len() < p.room:
 		p.queue.push(w)
 		sim.events.push(event{t: t + sim.maxWait, pod: int32(i), kind: waitEnds})
@@ -408,15 +504,17 @@ func (sim *simulation) count(w waiter, n *int) {
 }
 
 // admit starts w's call at t at pod i, on the pod's permit (end is
-// endLocal) or a reserve permit (endBorrowed) that the caller took.
-func (sim *simulation) admit(t float64, i int, w waiter, end eventKind) {
+// endLocal) or a permit lender lent (endBorrowed: the reserve's, or
+// another pod's under OfferIdle), which the caller took.
+func (sim *simulation) admit(t float64, i int, w waiter, end eventKind, lender int32) {
 	if end == endLocal {
-		sim.pods[i].inFlight++
+		sim.take(i)
 	} else {
 		sim.pods[i].loans++
+		sim.pods[i].lenders = append(sim.pods[i].lenders, lender)
 	}
 	sim.inFlight++
 	sim.res.PeakInFlight = max(sim.res.PeakInFlight, sim.inFlight)
 	sim.count(w, &sim.res.Admitted)
-	sim.events.push(event{t: t + w.latency, pod: int32(i), kind: end})
+	sim.events.push(event{t: t + w.latency, pod: int32(i), lender: lender, kind: end})
 }
