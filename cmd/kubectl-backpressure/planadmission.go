@@ -20,7 +20,7 @@ import (
 
 // admissionFlags are plan's flags for the expected admitted fraction; all
 // but --offered-load need it.
-var admissionFlags = []string{"balancer", "skew", "reserve", "reserve-target", "return-early", "ask-after", "latency-cv", "seed"}
+var admissionFlags = []string{"balancer", "skew", "reserve", "reserve-target", "return-early", "ask-after", "offer", "offer-keep", "latency-cv", "seed"}
 
 // Defaults of the admission flags: kube-proxy's balancer, the skew and the
 // latency spread the partial-load measurement uses.
@@ -48,6 +48,11 @@ type admissionOptions struct {
 	// --reserve-return-early and --reserve-ask-after set them.
 	returnEarly bool
 	askAfter    time.Duration
+	// offer and offerKeep are the pods offering their idle permits to the
+	// permit server (Options.Offer and OfferKeep), as the gateway's and
+	// the proxy's --reserve-offer and --reserve-offer-keep set them.
+	offer     bool
+	offerKeep int
 }
 
 func (a *admissionOptions) register(f *pflag.FlagSet) {
@@ -60,6 +65,8 @@ func (a *admissionOptions) register(f *pflag.FlagSet) {
 	f.Uint64Var(&a.seed, "seed", 1, "with --offered-load, the seed of the simulated calls and of the pinned weights")
 	f.BoolVar(&a.returnEarly, "return-early", false, "with --offered-load, the pods return a borrowed permit as soon as one of their own is free for its call (the sidecar's --reserve-return-early)")
 	f.DurationVar(&a.askAfter, "ask-after", 0, "with --offered-load, a call with a place in its pod's waiting room asks the permit server only after this wait (the sidecar's --reserve-ask-after)")
+	f.BoolVar(&a.offer, "offer", false, "with --offered-load, the pods offer their idle permits to the permit server, which lends them when the reserve is lent out (the sidecar's --reserve-offer)")
+	f.IntVar(&a.offerKeep, "offer-keep", 0, "with --offer, the permits each pod keeps for its own calls (the sidecar's --reserve-offer-keep)")
 }
 
 // check rejects admission flags without --offered-load, and --offered-load
@@ -86,6 +93,10 @@ func (a *admissionOptions) check(flags *pflag.FlagSet, contract bool) error {
 		return fmt.Errorf("--latency-cv: must be at least 0, got %v", a.latencyCV)
 	case a.askAfter < 0:
 		return fmt.Errorf("--ask-after: must not be negative, got %s", a.askAfter)
+	case flags.Changed("offer-keep") && !a.offer:
+		return errors.New("--offer-keep: only with --offer")
+	case a.offerKeep < 0:
+		return fmt.Errorf("--offer-keep: must be at least 0, got %d", a.offerKeep)
 	case !slices.Contains(lossmodel.Balancers, lossmodel.Balancer(a.balancer)):
 		return fmt.Errorf("--balancer: must be %s, %s or %s, got %q", lossmodel.RoundRobin, lossmodel.Random, lossmodel.Pinned, a.balancer)
 	}
@@ -139,6 +150,9 @@ type admissionJSON struct {
 	// ReturnEarly and AskAfter are the pods' lending rules simulated.
 	ReturnEarly bool   `json:"returnEarly"`
 	AskAfter    string `json:"askAfter"`
+	// Offer and OfferKeep are the pods offering their idle permits.
+	Offer     bool `json:"offer"`
+	OfferKeep int  `json:"offerKeep"`
 	// GlobalGate is the admitted fraction of one gate of all the usable
 	// permits fed the same calls.
 	GlobalGate float64 `json:"globalGate"`
@@ -159,6 +173,9 @@ type admissionRowJSON struct {
 	// BorrowedFraction is the part of the admitted calls that ran on a
 	// reserve permit.
 	BorrowedFraction float64 `json:"borrowedFraction"`
+	// OfferedFraction is the part of the admitted calls that ran on a
+	// permit another pod offered (part of BorrowedFraction).
+	OfferedFraction float64 `json:"offeredFraction"`
 	// PerPod is each pod's permits.
 	PerPod []int `json:"perPod"`
 }
@@ -212,6 +229,8 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		Seed:          a.seed,
 		GiveLoansBack: a.returnEarly,
 		AskAfter:      a.askAfter,
+		OfferIdle:     a.offer,
+		OfferKeep:     a.offerKeep,
 	}
 	if s.Balancer == lossmodel.Pinned {
 		s.Skew = a.skew
@@ -225,6 +244,8 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		Calls:          lossmodel.DefaultCalls,
 		ReturnEarly:    a.returnEarly,
 		AskAfter:       a.askAfter.String(),
+		Offer:          a.offer,
+		OfferKeep:      a.offerKeep,
 	}
 	if s.Balancer == lossmodel.Pinned {
 		out.Skew = &a.skew
@@ -245,6 +266,7 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 				Shares: string(sharing), Reserve: r,
 				Admitted: c.Scenario.AdmittedFraction(), RatioToGlobalGate: c.Ratio(),
 				BorrowedFraction: c.Scenario.BorrowedFraction(), PerPod: c.Scenario.Shares,
+				OfferedFraction: offeredFraction(c.Scenario),
 			})
 		}
 	}
@@ -258,6 +280,15 @@ func (a *admissionOptions) predict(in sizing.Input, res sizing.Result) (admissio
 		RatioToGlobalGate: z.Comparison.Ratio(), BorrowedFraction: z.Comparison.Scenario.BorrowedFraction(),
 	}
 	return out, nil
+}
+
+// offeredFraction is the part of r's admitted calls that ran on another
+// pod's offered permit.
+func offeredFraction(r lossmodel.Result) float64 {
+	if r.Admitted == 0 {
+		return 0
+	}
+	return float64(r.Offered) / float64(r.Admitted)
 }
 
 // plannedPermitsMost bounds the permits plan simulates: beyond it a run
@@ -277,13 +308,16 @@ func writeAdmission(out io.Writer, usable int64, a admissionJSON) error {
 	if a.AskAfter != "0s" {
 		rules += ", asking the permit server after " + a.AskAfter
 	}
+	if a.Offer {
+		rules += fmt.Sprintf(", idle permits offered (each pod keeping %d)", a.OfferKeep)
+	}
 	fmt.Fprintf(out, "\nAdmission at %s of usable / latency (%s), %s, lognormal latency cv %s%s; a simulation of %d calls, seed %d:\n",
 		percent(a.OfferedLoad), perSec(a.CallsPerSecond), balancer, num(a.LatencyCV), rules, a.Calls, a.Seed)
 	t := newTable(out, "SHARES", "RESERVE", "ADMITTED", "OF ONE GATE", "BORROWED", "PERMITS PER POD")
 	t.row(fmt.Sprintf("one gate of %d", usable), "-", percent(a.GlobalGate), "100%", "-", fmt.Sprint(usable))
 	for _, r := range a.Rows {
 		borrowed := "-"
-		if r.Reserve > 0 {
+		if r.Reserve > 0 || r.BorrowedFraction > 0 {
 			borrowed = percent(r.BorrowedFraction)
 		}
 		shares := "equal"
