@@ -74,10 +74,11 @@ type podSource struct {
 // gateSample is one scrape of a pod's gate.
 type gateSample struct {
 	at time.Time
-	// inFlight counts the calls on the pod's own permits (a call whose
-	// loan went back early among them), borrowedInFlight those on lent
-	// permits.
-	inFlight, borrowedInFlight float64
+	// inFlight counts the pod's own permits in use: its calls on them (a
+	// call whose loan went back early among them) and the permits it lent
+	// out to other pods' calls, which lentOutInFlight counts;
+	// borrowedInFlight counts its calls on lent permits.
+	inFlight, lentOutInFlight, borrowedInFlight float64
 	// admitted counts the calls admitted on the pod's own permits,
 	// borrowed those run on a permit the reserve lent, rejected those shed.
 	admitted, borrowed, rejected float64
@@ -210,7 +211,8 @@ func (m *MetricsAPI) scrapeLoop(ctx context.Context) {
 // which a pod admits little and so seems to wait long, does not read as
 // demand. The calls that ran are those admitted on the pod's own permits
 // and those run on lent ones; the calls running are the gate's in flight
-// and its borrowed in flight. Counting both matters once loans go back
+// and its borrowed in flight, less the permits it lent out to other pods'
+// calls (another pod's demand). Counting both matters once loans go back
 // early: a borrowed call then moves to an own permit, where it is in the
 // in-flight gauge but not among the admitted calls, and own in flight over
 // own admitted would read every borrowing pod's latency, and so its
@@ -231,7 +233,7 @@ func demand(ss []gateSample, window time.Duration) (v float64, ok bool) {
 			continue
 		}
 		offered := ran + b.rejected - a.rejected
-		running := (a.inFlight + a.borrowedInFlight + b.inFlight + b.borrowedInFlight) / 2
+		running := (a.inFlight - a.lentOutInFlight + a.borrowedInFlight + b.inFlight - b.lentOutInFlight + b.borrowedInFlight) / 2
 		vs = append(vs, running*offered/ran)
 	}
 	if len(vs) == 0 {
@@ -282,6 +284,8 @@ func scrapeGate(ctx context.Context, cl *http.Client, url, gate string) (gateSam
 			s.inFlight, found = f, found+1
 		case "backpressure_gate_borrowed_in_flight":
 			s.borrowedInFlight = f
+		case "backpressure_gate_lent_out_in_flight":
+			s.lentOutInFlight = f
 		case "backpressure_gate_admitted_total":
 			s.admitted, found = f, found+1
 		case "backpressure_gate_rejected_total":

@@ -68,6 +68,12 @@ func TestDemand(t *testing.T) {
 			{at: at(0), inFlight: 0, borrowedInFlight: 2},
 			{at: at(3000), inFlight: 0, borrowedInFlight: 2, borrowed: 30},
 		}, 2, true},
+		// 2 of the 5 own permits in use are lent out to other pods' calls:
+		// another pod's demand, not this one's. 3 × 40 / 40.
+		{"permits lent out are not the pod's demand", []gateSample{
+			{at: at(0), inFlight: 5, lentOutInFlight: 2, admitted: 0},
+			{at: at(3000), inFlight: 5, lentOutInFlight: 2, admitted: 40},
+		}, 3, true},
 		{"nothing admitted: no latency measured", []gateSample{
 			{at: at(0), inFlight: 2, rejected: 0},
 			{at: at(3000), inFlight: 2, rejected: 99},
@@ -91,11 +97,12 @@ func TestMetricsAPI(t *testing.T) {
 	var admitted atomic.Int64
 	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		// Each scrape: 10 more calls admitted, 20 borrowed and 70
-		// rejected, 5 in flight on the pod's permits and 10 on lent ones;
-		// the borrows the reserve refused are not calls offered a second
-		// time.
+		// rejected, 8 of the pod's permits in use, 3 of them lent out to
+		// other pods' calls, and 10 calls on lent ones; the borrows the
+		// reserve refused are not calls offered a second time.
 		n := admitted.Add(10)
-		_, _ = fmt.Fprintf(w, "# HELP backpressure_gate_in_flight x\nbackpressure_gate_in_flight{gate=\"g\"} 5\nbackpressure_gate_in_flight{gate=\"other\"} 40\n"+
+		_, _ = fmt.Fprintf(w, "# HELP backpressure_gate_in_flight x\nbackpressure_gate_in_flight{gate=\"g\"} 8\nbackpressure_gate_in_flight{gate=\"other\"} 40\n"+
+			"backpressure_gate_lent_out_in_flight{gate=\"g\"} 3\nbackpressure_gate_lent_out_in_flight{gate=\"other\"} 30\n"+
 			"backpressure_gate_admitted_total{gate=\"g\"} %d\nbackpressure_gate_rejected_total{gate=\"g\",reason=\"queue_full\"} %d\n"+
 			"backpressure_gate_rejected_total{gate=\"g\",reason=\"wait_timeout\"} %d\n"+
 			"backpressure_gate_borrows_total{gate=\"g\",result=\"borrowed\"} %d\nbackpressure_gate_borrows_total{gate=\"g\",result=\"not_lent\"} %d\n"+
@@ -154,8 +161,8 @@ func TestMetricsAPI(t *testing.T) {
 		t.Errorf("replicas metric of a statefulset named as the deployment: %d %v, want 404", code, err)
 	}
 
-	// The demand: (5 + 10) in flight × (10 + 20 + 70) offered / (10 + 20)
-	// run = 50, once the window holds half of DemandWindow.
+	// The demand: (8 − 3 + 10) in flight × (10 + 20 + 70) offered / (10 +
+	// 20) run = 50, once the window holds half of DemandWindow.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		code, l, err := get(proxy, "/namespaces/ns/pods/*/"+DemandMetric)
