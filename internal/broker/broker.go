@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,18 @@ const (
 	// DefaultPodRetention is how long a pod's counts outlive its last
 	// borrow: several scrapes and several demand readings.
 	DefaultPodRetention = 10 * time.Minute
+	// DefaultOfferAskTimeout bounds one ask of an offering pod. A round
+	// trip between pods is about 100µs and a pod answers from memory, so
+	// an answer comes within it unless the pod or the network is stalled;
+	// and three asks that all time out cost a borrow under a millisecond,
+	// small beside the waiting rooms of tens of milliseconds it would
+	// otherwise wait in.
+	DefaultOfferAskTimeout = 300 * time.Microsecond
+	// DefaultOfferAsks is the most offering pods one borrow asks: a pod
+	// that refuses has usually lent its spare to another borrow since it
+	// last said so, and the next may have too; past a few, the borrow does
+	// better waiting for the reserve.
+	DefaultOfferAsks = 3
 )
 
 // Options configure a Broker. Zero values take the defaults above.
@@ -46,6 +59,12 @@ type Options struct {
 	// PodRetention is how long a pod's counts are kept after its last
 	// borrow.
 	PodRetention time.Duration
+	// OfferAskTimeout is the longest a borrow waits for one offering pod's
+	// answer before it asks the next (see the package documentation,
+	// Offers).
+	OfferAskTimeout time.Duration
+	// OfferAsks is the most offering pods one borrow asks.
+	OfferAsks int
 	// Clock tells the time of leases and learning; nil means the real
 	// clock. Waits use real timers.
 	Clock clock.PassiveClock
@@ -95,9 +114,13 @@ type Broker struct {
 	incarnation   uint64
 	learningUntil time.Time
 	refusals      refusalCounts
+	// askIDs draws the ids of asks to offering pods, unique in this run.
+	askIDs atomic.Uint64
 
 	mu    sync.RWMutex
 	pools map[string]*pool // guarded by mu
+	// offersClosed is set by CloseOffers: no Offering is opened after it.
+	offersClosed bool // guarded by mu
 }
 
 // New returns a Broker that starts learning now, with no gate.
@@ -111,11 +134,17 @@ func New(opts Options) (*Broker, error) {
 	def(&opts.Margin, DefaultMargin)
 	def(&opts.MaxWait, DefaultMaxWait)
 	def(&opts.PodRetention, DefaultPodRetention)
+	def(&opts.OfferAskTimeout, DefaultOfferAskTimeout)
+	if opts.OfferAsks == 0 {
+		opts.OfferAsks = DefaultOfferAsks
+	}
 	switch {
-	case opts.MaxLease < 0 || opts.Margin < 0 || opts.MaxWait < 0 || opts.PodRetention < 0:
+	case opts.MaxLease < 0 || opts.Margin < 0 || opts.MaxWait < 0 || opts.PodRetention < 0 || opts.OfferAskTimeout < 0:
 		return nil, fmt.Errorf("broker: options: durations must not be negative: %+v", opts)
 	case opts.Margin >= opts.MaxLease:
 		return nil, fmt.Errorf("broker: margin %s must be below the longest lease %s", opts.Margin, opts.MaxLease)
+	case opts.OfferAsks < 0:
+		return nil, fmt.Errorf("broker: offer asks: must be at least 1, got %d", opts.OfferAsks)
 	}
 	c := opts.Clock
 	if c == nil {
@@ -194,10 +223,14 @@ func (r Request) validate() error {
 	return nil
 }
 
-// Borrow lends one permit of r.Gate, waiting for one up to r.Wait (at most
-// Options.MaxWait) when none is free. It returns the lease, a *Refusal, an
-// error matching ErrInvalid, or ctx.Err() when ctx ends while it waits.
+// Borrow lends one permit of r.Gate. When the reserve has none free, it
+// asks the gate's offering pods for one of theirs (see the package
+// documentation, Offers), then waits for the reserve up to r.Wait (at most
+// Options.MaxWait, less the time the asks took). It returns the lease, a
+// *Refusal, an error matching ErrInvalid, or ctx.Err() when ctx ends while
+// it asks or waits.
 func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
+	started := time.Now() // waits are on real timers
 	if err := r.validate(); err != nil {
 		return Lease{}, err
 	}
@@ -228,7 +261,7 @@ func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
 	case p.isWithdrawnLocked(r.Ticket, now):
 		p.mu.Unlock()
 		return Lease{}, b.withdrawn()
-	case r.Ticket != 0 && (p.ticketed[r.Ticket] != nil || p.ticketWaiting[r.Ticket] != nil):
+	case r.Ticket != 0 && (p.ticketed[r.Ticket] != nil || p.ticketWaiting[r.Ticket] != nil || p.asking[r.Ticket] != nil):
 		// A ticket is used once: a Return could not tell two borrows
 		// with the same one apart.
 		p.mu.Unlock()
@@ -243,7 +276,12 @@ func (b *Broker) Borrow(ctx context.Context, r Request) (Lease, error) {
 		p.mu.Unlock()
 		return b.leaseOf(l, ttl), nil
 	}
-	wait := min(r.Wait, b.opts.MaxWait)
+	if l, answered, err := b.borrowOfferedLocked(ctx, p, r, ttl); answered {
+		p.mu.Unlock()
+		return l, err
+	}
+	now = b.clock.Now()
+	wait := min(r.Wait, b.opts.MaxWait) - time.Since(started)
 	if wait <= 0 {
 		p.tallyLocked(r.Pod, now).refused++
 		err := b.exhaustedLocked(p)
@@ -310,9 +348,10 @@ func (b *Broker) refuse(reason reservev1.Reason, retryAfter time.Duration, forma
 	return &Refusal{Reason: reason, RetryAfter: retryAfter, Message: fmt.Sprintf(format, args...)}
 }
 
-// Return ends a lease before its time, freeing its permit. It reports
-// false when the lease had already ended: returned, expired, or granted by
-// another incarnation.
+// Return ends a lease before its time, freeing its permit, or, for a
+// lease lent from an offering pod's permit, releasing it at the pod. It
+// reports false when the lease had already ended: returned, expired, or
+// granted by another incarnation.
 func (b *Broker) Return(gate string, incarnation, id uint64) bool {
 	if incarnation != b.incarnation {
 		return false
@@ -326,7 +365,7 @@ func (b *Broker) Return(gate string, incarnation, id uint64) bool {
 	now := b.clock.Now()
 	p.expireLocked(now) // a lease whose time is up has ended, returned or not
 	defer p.dispatchLocked(now)
-	l := p.leases[id]
+	l := p.leaseLocked(id)
 	if l == nil {
 		return false
 	}
@@ -335,11 +374,11 @@ func (b *Broker) Return(gate string, incarnation, id uint64) bool {
 }
 
 // Withdraw takes back the borrow of gate that carried ticket, for a
-// borrower that gave up on its answer: it ends the borrow's lease, or
-// withdraws it while it waits, or, when the borrow has not arrived,
-// refuses it when it does (for Options.MaxLease). It reports whether a
-// lease ended or a waiting borrow was withdrawn. A zero ticket names
-// nothing.
+// borrower that gave up on its answer: it ends the borrow's lease (an
+// offered one is released at its pod), or withdraws it while it waits or
+// asks offering pods, or, when the borrow has not arrived, refuses it when
+// it does (for Options.MaxLease). It reports whether a lease ended or a
+// borrow was withdrawn. A zero ticket names nothing.
 func (b *Broker) Withdraw(gate string, ticket uint64) bool {
 	p := b.pool(gate)
 	if p == nil || ticket == 0 {
@@ -354,8 +393,9 @@ func (b *Broker) Withdraw(gate string, ticket uint64) bool {
 }
 
 // Expire ends every lease whose time is up, lending the permits it frees
-// to the borrows waiting, and forgets the pods that have not borrowed for
-// Options.PodRetention. Borrow expires leases itself before it decides;
+// to the borrows waiting, forgets the pods that have not borrowed for
+// Options.PodRetention, and forgets the asks given up whose ttl has
+// passed. Borrow expires leases itself before it decides;
 // Run calls Expire so that waiting borrows get expired leases' permits in
 // time.
 func (b *Broker) Expire() {
@@ -365,6 +405,7 @@ func (b *Broker) Expire() {
 		p.dispatchLocked(now)
 		p.forgetLocked(now.Add(-b.opts.PodRetention))
 		p.forgetWithdrawnLocked(now)
+		p.forgetAsksLocked(now)
 	})
 }
 
@@ -385,11 +426,21 @@ func (b *Broker) Run(ctx context.Context, interval time.Duration) error {
 // GateStats is a gate's state at one instant.
 type GateStats struct {
 	Gate string
-	// Capacity is the capacity in force; Leases the leases outstanding,
-	// which exceed it only after a shrink, until enough have ended.
+	// Capacity is the capacity in force; Leases the leases of the reserve
+	// outstanding, which exceed it only after a shrink, until enough have
+	// ended.
 	Capacity, Leases, Waiting int
-	// Returned and Expired count the leases that ended each way.
+	// Returned and Expired count the leases that ended each way, of the
+	// reserve and offered together.
 	Returned, Expired uint64
+	// OfferingPods are the pods with an Offer stream open; OfferedLeases
+	// the leases outstanding lent from their permits, not counted in
+	// Leases nor against the capacity.
+	OfferingPods, OfferedLeases int
+	// OffersGranted, OffersRefused and OffersTimedOut count the asks of
+	// offering pods by outcome: granted or refused in time, or no answer
+	// while the borrow waited for one.
+	OffersGranted, OffersRefused, OffersTimedOut uint64
 }
 
 // Stats returns every gate's state, by gate name.
@@ -399,6 +450,8 @@ func (b *Broker) Stats() []GateStats {
 		out = append(out, GateStats{
 			Gate: p.gate, Capacity: p.capacity, Leases: len(p.leases), Waiting: p.waiting.Len(),
 			Returned: p.returned, Expired: p.expired,
+			OfferingPods: p.offeringPodsLocked(), OfferedLeases: len(p.offered),
+			OffersGranted: p.offers.granted, OffersRefused: p.offers.refused, OffersTimedOut: p.offers.timedOut,
 		})
 	})
 	return out

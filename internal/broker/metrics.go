@@ -28,13 +28,19 @@ var (
 	waitingDesc = prometheus.NewDesc("backpressure_broker_waiting",
 		"Borrows waiting for a permit.", []string{"gate"}, nil)
 	endedDesc = prometheus.NewDesc("backpressure_broker_leases_ended_total",
-		"Leases ended, by how: returned by the borrower, or expired at the end of their time.", []string{"gate", "how"}, nil)
+		"Leases ended, of the reserve and offered together, by how: returned by the borrower, or expired at the end of their time.", []string{"gate", "how"}, nil)
 	borrowsDesc = prometheus.NewDesc("backpressure_broker_borrows_total",
 		"Borrows by pod and result (granted or refused): the demand beyond each pod's own share. A pod's series goes away after it stops borrowing.", []string{"gate", "pod", "result"}, nil)
 	refusalsDesc = prometheus.NewDesc("backpressure_broker_refusals_total",
 		"Borrows refused, by reason, all gates together.", []string{"reason"}, nil)
 	learningDesc = prometheus.NewDesc("backpressure_broker_learning",
 		"1 while the server waits out the leases an earlier run may have granted, lending nothing; else 0.", nil, nil)
+	offersDesc = prometheus.NewDesc("backpressure_broker_offers_total",
+		"Asks of offering pods for one of their idle permits, by outcome: granted, refused, or timeout (no answer while the borrow waited for one).", []string{"gate", "outcome"}, nil)
+	offeredLeasesDesc = prometheus.NewDesc("backpressure_broker_offered_leases",
+		"Leases outstanding lent from offering pods' own permits; not counted against the capacity.", []string{"gate"}, nil)
+	offeringPodsDesc = prometheus.NewDesc("backpressure_broker_offering_pods",
+		"Pods offering their idle permits to this server (an Offer stream open).", []string{"gate"}, nil)
 )
 
 // Collector returns the Broker's metrics, read from its state at each
@@ -45,7 +51,8 @@ type collector struct{ b *Broker }
 
 // Describe sends every metric's description.
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{capacityDesc, leasesDesc, waitingDesc, endedDesc, borrowsDesc, refusalsDesc, learningDesc} {
+	for _, d := range []*prometheus.Desc{capacityDesc, leasesDesc, waitingDesc, endedDesc, borrowsDesc, refusalsDesc, learningDesc,
+		offersDesc, offeredLeasesDesc, offeringPodsDesc} {
 		ch <- d
 	}
 }
@@ -75,6 +82,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(waitingDesc, float64(p.waiting.Len()), p.gate)
 		counter(endedDesc, p.returned, p.gate, "returned")
 		counter(endedDesc, p.expired, p.gate, "expired")
+		counter(offersDesc, p.offers.granted, p.gate, "granted")
+		counter(offersDesc, p.offers.refused, p.gate, "refused")
+		counter(offersDesc, p.offers.timedOut, p.gate, "timeout")
+		gauge(offeredLeasesDesc, float64(len(p.offered)), p.gate)
+		gauge(offeringPodsDesc, float64(p.offeringPodsLocked()), p.gate)
 		for pod, t := range p.pods {
 			counter(borrowsDesc, t.granted, p.gate, pod, "granted")
 			counter(borrowsDesc, t.refused, p.gate, pod, "refused")

@@ -9,7 +9,8 @@ import (
 )
 
 // pool is one gate's slice of the reserve: its capacity in force, the
-// leases outstanding, the borrows waiting, and the counts per pod.
+// leases outstanding, the borrows waiting, and the counts per pod; and the
+// gate's offering pods with the leases lent from their permits (offer.go).
 type pool struct {
 	gate string
 
@@ -32,18 +33,36 @@ type pool struct {
 	// maxWithdrawn are kept.
 	withdrawn      map[uint64]time.Time // guarded by mu
 	withdrawnOrder []uint64             // guarded by mu
+	// offerings are the pods' Offer streams open on this gate; offered
+	// the leases lent from their permits, by id, and offeredExpiry the
+	// same by when they end. An offered lease is not a permit of the
+	// reserve: it is kept apart from leases and never counted against
+	// the capacity.
+	offerings     map[*Offering]struct{} // guarded by mu
+	offered       map[uint64]*lease      // guarded by mu
+	offeredExpiry expiryHeap             // guarded by mu
+	// asking are the borrows with a ticket that are asking offering
+	// pods, by ticket, so that a Return by ticket takes them back too.
+	asking map[uint64]*asker // guarded by mu
+	// offers counts the pods' answers to asks, by outcome.
+	offers offerCounts // guarded by mu
 	// onGrant, when set (by tests), is called under mu after every grant
 	// with the leases outstanding and the capacity in force.
 	onGrant func(leases, capacity int)
 }
 
-// lease is one permit lent.
+// lease is one permit lent: of the reserve, or, when from is set, one of
+// an offering pod's own permits.
 type lease struct {
 	id      uint64
 	ticket  uint64 // the borrow's, or 0
 	pod     string
 	expires time.Time
-	index   int // in pool.expiry
+	index   int // in pool.expiry, or in pool.offeredExpiry when from is set
+	// from is the offering whose pod lent the permit, and ask the ask it
+	// granted: ending the lease early releases it there.
+	from *Offering
+	ask  uint64
 }
 
 // waiter is a borrow waiting for a permit. Once granted it holds its lease
@@ -73,7 +92,8 @@ type podTally struct {
 
 func newPool(gate string) *pool {
 	return &pool{gate: gate, leases: map[uint64]*lease{}, pods: map[string]*podTally{},
-		ticketed: map[uint64]*lease{}, ticketWaiting: map[uint64]*waiter{}, withdrawn: map[uint64]time.Time{}}
+		ticketed: map[uint64]*lease{}, ticketWaiting: map[uint64]*waiter{}, withdrawn: map[uint64]time.Time{},
+		offerings: map[*Offering]struct{}{}, offered: map[uint64]*lease{}, asking: map[uint64]*asker{}}
 }
 
 // freeLocked reports whether a lease may be granted now: fewer leases
@@ -84,10 +104,7 @@ func (p *pool) freeLocked() bool { return len(p.leases) < p.capacity }
 // random, so that a pod cannot return another's lease by guessing it (and
 // so free a permit whose call still runs).
 func (p *pool) grantLocked(pod string, ticket uint64, now time.Time, ttl time.Duration) *lease {
-	id := rand.Uint64()
-	for p.leases[id] != nil || id == 0 {
-		id = rand.Uint64()
-	}
+	id := p.newLeaseIDLocked()
 	l := &lease{id: id, ticket: ticket, pod: pod, expires: now.Add(ttl)}
 	p.leases[id] = l
 	if ticket != 0 {
@@ -101,27 +118,58 @@ func (p *pool) grantLocked(pod string, ticket uint64, now time.Time, ttl time.Du
 	return l
 }
 
+// newLeaseIDLocked draws the id of a new lease, of either kind: one
+// Return names both.
+func (p *pool) newLeaseIDLocked() uint64 {
+	id := rand.Uint64()
+	for p.leases[id] != nil || p.offered[id] != nil || id == 0 {
+		id = rand.Uint64()
+	}
+	return id
+}
+
+// leaseLocked is the lease outstanding with id, of either kind, or nil.
+func (p *pool) leaseLocked(id uint64) *lease {
+	if l := p.leases[id]; l != nil {
+		return l
+	}
+	return p.offered[id]
+}
+
 // endLocked takes l out of the leases, its permit free again.
 func (p *pool) endLocked(l *lease) {
-	delete(p.leases, l.id)
 	if l.ticket != 0 && p.ticketed[l.ticket] == l {
 		delete(p.ticketed, l.ticket)
 	}
+	if l.from != nil {
+		delete(p.offered, l.id)
+		heap.Remove(&p.offeredExpiry, l.index)
+		return
+	}
+	delete(p.leases, l.id)
 	heap.Remove(&p.expiry, l.index)
 }
 
 // returnLocked ends l before its time, given back by its borrower (or on
-// its behalf).
+// its behalf). An offered lease's permit is released at its pod, which
+// would otherwise hold it idle until the ask's ttl.
 func (p *pool) returnLocked(l *lease) {
 	p.endLocked(l)
 	p.returned++
+	if l.from != nil {
+		l.from.sendLocked(OfferAsk{Release: l.ask})
+	}
 }
 
-// expireLocked ends the leases whose time is up by now.
+// expireLocked ends the leases whose time is up by now. An offered lease
+// that expires is only forgotten: its pod has let its permit go by then
+// (see Offering).
 func (p *pool) expireLocked(now time.Time) {
-	for len(p.expiry) > 0 && !p.expiry[0].expires.After(now) {
-		p.endLocked(p.expiry[0])
-		p.expired++
+	for _, h := range []*expiryHeap{&p.expiry, &p.offeredExpiry} {
+		for len(*h) > 0 && !(*h)[0].expires.After(now) {
+			p.endLocked((*h)[0])
+			p.expired++
+		}
 	}
 }
 
@@ -153,7 +201,7 @@ func (p *pool) unqueueLocked(w *waiter) {
 }
 
 // withdrawLocked takes back the borrow with ticket: it ends its lease, or
-// withdraws it while it waits, or, when it has not arrived, remembers the
+// withdraws it while it waits or asks offering pods, or, when it has not arrived, remembers the
 // ticket until until so that it is refused when it does. It reports
 // whether a lease ended or a borrow was withdrawn. The caller lends a
 // permit it freed to the borrows waiting.
@@ -166,6 +214,13 @@ func (p *pool) withdrawLocked(ticket uint64, now, until time.Time) bool {
 		p.unqueueLocked(w)
 		w.withdrawn = true
 		close(w.ready)
+		return true
+	}
+	if a := p.asking[ticket]; a != nil {
+		a.withdrawn = true
+		if a.current != nil {
+			p.abandonLocked(a.current)
+		}
 		return true
 	}
 	p.forgetWithdrawnLocked(now)
