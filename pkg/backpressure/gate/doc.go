@@ -59,6 +59,19 @@
 // and only when the call would otherwise wait or be shed. The fast path
 // does not look at the Lender.
 //
+// # Lending out
+//
+// The other way round, a gate may lend one of its own permits, idle here,
+// to a call of another pod (LendOut): the permit server asks for one when
+// its reserve is lent out, through the gate's Offerer. Only a permit that
+// nothing of the gate's wants is lent: none while a call waits in the
+// waiting room or a loan waits to move, and never the last keep free. A
+// permit lent out is one of the gate's: it counts in InFlight (not in
+// Admitted), so a smaller limit waits for it as for a call, and its
+// release serves a waiter like any other. Spare says how many LendOut
+// could lend now. Neither looks at the Lender, and the fast path does not
+// look at them.
+//
 // # Permits and speed
 //
 // Acquire returns a Permit value rather than the release function a

@@ -48,6 +48,13 @@ type Gate struct {
 	// lent is set, and nothing else, in the Gate that stands for a lent
 	// permit (see lentPermit).
 	lent *loanHold
+	// lentOut counts the permits lent out to other pods' calls (LendOut),
+	// lentOutInFlight those not yet released.
+	lentOut         atomic.Uint64
+	lentOutInFlight atomic.Int64
+	// lentFrom is set, and nothing else, in the Gate that stands for a
+	// permit lent out: the gate it was taken from (see LendOut).
+	lentFrom *Gate
 
 	mu             sync.Mutex
 	limits         Limits               // guarded by mu
@@ -464,10 +471,15 @@ func (g *Gate) release() {
 
 // releaseSlow follows a release that found waiters, or loans that may move:
 // it hands the permit to the first waiter, or moves a loan's call to it.
-// For a lent permit (see lentPermit) it ends the loan.
+// For a lent permit (see lentPermit) it ends the loan; for a permit lent
+// out (see LendOut) it releases the permit in the gate it came from.
 func (g *Gate) releaseSlow() {
 	if g.lent != nil {
 		g.endLoan()
+		return
+	}
+	if g.lentFrom != nil {
+		g.endLendOut()
 		return
 	}
 	g.mu.Lock()

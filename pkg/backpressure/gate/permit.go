@@ -23,6 +23,7 @@ type Permit struct {
 }
 
 // Release returns the permit to its gate, or a lent permit to its Lender.
+// A permit lent out (Gate.LendOut) goes back to the gate it came from.
 // Calls after the first do nothing.
 func (p *Permit) Release() {
 	g := p.g

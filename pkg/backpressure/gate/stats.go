@@ -6,7 +6,8 @@ import "github.com/backpressure-dev/backpressure-operator/pkg/backpressure/queue
 type Stats struct {
 	// Limits are the limits in force.
 	Limits Limits
-	// InFlight is the number of admitted calls not yet released. A call
+	// InFlight is the number of admitted calls not yet released, with the
+	// permits lent out to other pods' calls (LentOutInFlight). A call
 	// racing another for the last permit may be in it for a moment.
 	InFlight int
 	// Queued is the number of calls in the waiting room.
@@ -32,6 +33,14 @@ type Stats struct {
 	// second is the calls' mean latency (Little's law), whichever permits
 	// they ran on.
 	BorrowedInFlight int
+	// LentOut counts the gate's own permits lent out to calls of other
+	// pods (LendOut); not in Admitted.
+	LentOut uint64
+	// LentOutInFlight is the number of permits lent out and not yet
+	// released. They are in InFlight, since they are the gate's own
+	// permits, but they are not this pod's demand: InFlight less
+	// LentOutInFlight is the calls of its own it has running on them.
+	LentOutInFlight int
 	// QueueWait holds the time spent in the waiting room by every call that
 	// waited there, whatever the outcome. Calls admitted at once are not in it.
 	QueueWait queuewait.Snapshot
@@ -62,6 +71,8 @@ func (g *Gate) Stats() Stats {
 	st.Borrowed, st.NotLent, st.LendFailed = g.borrowed.Load(), g.notLent.Load(), g.lendFailed.Load()
 	st.ReturnedEarly = g.returnedEarly.Load()
 	st.BorrowedInFlight = int(g.lentInFlight.Load())
+	st.LentOut = g.lentOut.Load()
+	st.LentOutInFlight = int(g.lentOutInFlight.Load())
 	st.QueueWait = g.waits.Snapshot()
 	return st
 }
