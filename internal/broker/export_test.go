@@ -10,17 +10,18 @@ func (b *Broker) OnGrant(gate string, f func(leases, capacity int)) {
 	p.onGrant = f
 }
 
-// LenderOf names the ask that lent the offered lease id of gate: the tests
-// match a borrower's lease with the pod's permit. ok is false for a lease
-// of the reserve or one that has ended.
-func (b *Broker) LenderOf(gate string, id uint64) (ask uint64, ok bool) {
+// LenderOf tells what the lease id of gate is: offered (lent from the
+// pod's permit that granted ask), of the reserve (ask 0), or ended (live
+// false). The tests match a borrower's lease with the pod's permit.
+func (b *Broker) LenderOf(gate string, id uint64) (ask uint64, live bool) {
 	p := b.pool(gate)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if l := p.offered[id]; l != nil {
-		return l.ask, true
+	l := p.leaseLocked(id)
+	if l == nil {
+		return 0, false
 	}
-	return 0, false
+	return l.ask, true
 }
 
 // PendingAsks is the asks of gate's offering pods not answered yet, those
