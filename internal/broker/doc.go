@@ -30,6 +30,48 @@
 // it nothing; internal/lossmodel shows that a reserve lent this way admits
 // more calls than one tried only on arrival.
 //
+// # Offers
+//
+// A borrow that finds the reserve lent out may still be served while
+// other pods of the gate have permits of their own idle. Each pod may
+// offer them (Offer, the Offer stream of api/reserve/v1): it names its
+// gate and itself, and says how many permits it could lend (its spare:
+// free permits beyond those it keeps, 0 while a call of its own waits),
+// in every answer and whenever that changes. When a borrow finds no
+// reserve permit free, the server asks the gate's offering pods other
+// than the borrower's own, most spare first (less the asks each has not
+// answered yet), one at a time, at most Options.OfferAsks of them, each
+// for at most Options.OfferAskTimeout and all within the borrow's
+// context. The first pod that grants lends one of its own permits,
+// acquired in its gate, and the borrower gets it as an ordinary lease of
+// hold + margin (the ttl the ask carried). When none grants, the borrow
+// waits for the reserve as any other; a borrow waiting for the reserve is
+// not served by later offers. Nothing is asked while learning.
+//
+// The lease ends as any other: Return and Withdraw end it and tell the
+// pod to release the permit; at its ttl the server only forgets it. A pod
+// holds a permit it lent until the release, or until the ask's ttl has
+// passed since the ask arrived, whichever comes first. That is safe: the
+// borrower must be done with a lease before its ttl has passed since it
+// sent its borrow, which was before the server asked the pod. So a lost
+// release, a broken stream or a restarted server costs the pod that
+// permit for at most the ttl, and the pod never releases one early
+// because its stream broke. When a stream ends the pod is forgotten: its
+// asks still waited on are given up (their borrows ask the next pod) and
+// its lent permits stay with their borrowers. A grant that arrives after
+// its ask was given up (the ask timeout, the borrow's end, its
+// withdrawal) is released at once, since nobody will return it.
+//
+// A lent permit counts in its pod's gate as the pod's own calls do, so a
+// shrink of the pod's share waits for it; an offered lease is not a lease
+// of the reserve and is never counted against the capacity, which
+// SetCapacity does not touch. "Permits enforceable by pods + reserve
+// leases outstanding ≤ the contract" is untouched.
+//
+// A pod's offers reach only the replica its stream is connected to: with
+// several replicas of the server, a borrower whose borrow goes to another
+// replica does not see them.
+//
 // # Capacity
 //
 // SetCapacity puts a gate's capacity in force, in the way the gate resizes
@@ -74,6 +116,7 @@
 // Every borrow is counted per gate and pod (granted, refused): a pod that
 // borrows often needs a larger share, which is the signal shares that
 // follow demand read (Borrowers, and the backpressure_broker_borrows_total
-// metric). A pod's counts are forgotten Options.PodRetention after its last
-// borrow, so that pods that come and go do not grow the server's memory.
+// metric); a lease lent from an offer is a grant like any other. A pod's
+// counts are forgotten Options.PodRetention after its last borrow, so
+// that pods that come and go do not grow the server's memory.
 package broker
