@@ -34,6 +34,8 @@ type config struct {
 	margin            time.Duration
 	maxWait           time.Duration
 	podRetention      time.Duration
+	offerAskTimeout   time.Duration
+	offerAsks         int
 	expireEvery       time.Duration
 	shutdownTimeout   time.Duration
 	version           bool
@@ -106,6 +108,8 @@ func parseConfig(args []string, getenv func(string) string, errOut io.Writer) (c
 	fs.DurationVar(&cfg.margin, "lease-margin", broker.DefaultMargin, "added to every call's hold: what outlives a call's deadline on the caller's side")
 	fs.DurationVar(&cfg.maxWait, "max-wait", broker.DefaultMaxWait, "longest a borrow waits for a permit")
 	fs.DurationVar(&cfg.podRetention, "pod-retention", broker.DefaultPodRetention, "how long a pod's borrow counts are kept after its last borrow")
+	fs.DurationVar(&cfg.offerAskTimeout, "offer-ask-timeout", broker.DefaultOfferAskTimeout, "longest a borrow waits for one offering pod's answer before it asks the next")
+	fs.IntVar(&cfg.offerAsks, "offer-asks", broker.DefaultOfferAsks, "most offering pods one borrow asks for an idle permit when the reserve is lent out")
 	fs.DurationVar(&cfg.expireEvery, "expire-interval", 10*time.Millisecond, "how often leases that were not returned are ended and their permits lent to waiting borrows")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 10*time.Second, "longest a graceful shutdown waits for the calls in progress")
 	fs.BoolVar(&cfg.version, "version", false, "print the version and exit")
@@ -138,10 +142,14 @@ func parseConfig(args []string, getenv func(string) string, errOut io.Writer) (c
 			errs = append(errs, errors.New("--gate: the plan names this pod's slice by its name, and $"+backpressure.EnvPodName+" is empty (set it from the downward API, fieldRef metadata.name)"))
 		}
 	}
-	for name, d := range map[string]time.Duration{"max-lease": cfg.maxLease, "max-wait": cfg.maxWait, "pod-retention": cfg.podRetention, "expire-interval": cfg.expireEvery, "shutdown-timeout": cfg.shutdownTimeout} {
+	for name, d := range map[string]time.Duration{"max-lease": cfg.maxLease, "max-wait": cfg.maxWait, "pod-retention": cfg.podRetention,
+		"expire-interval": cfg.expireEvery, "shutdown-timeout": cfg.shutdownTimeout, "offer-ask-timeout": cfg.offerAskTimeout} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s: must be positive, got %s", name, d))
 		}
+	}
+	if cfg.offerAsks < 1 {
+		errs = append(errs, fmt.Errorf("--offer-asks: must be at least 1, got %d", cfg.offerAsks))
 	}
 	if cfg.margin < 0 || cfg.margin >= cfg.maxLease {
 		errs = append(errs, fmt.Errorf("--lease-margin: must be at least 0 and below --max-lease %s, got %s", cfg.maxLease, cfg.margin))

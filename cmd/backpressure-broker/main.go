@@ -23,12 +23,18 @@
 // name the pod gives it nothing. --capacity GATE=PERMITS instead fixes the
 // slices, for a server run by hand.
 //
+// Pods may offer their own idle permits over the Offer stream: a borrow
+// that finds the reserve lent out asks up to --offer-asks offering pods,
+// each for at most --offer-ask-timeout, and is lent the first permit
+// granted (internal/broker, Offers). A pod's offers reach only the
+// replica its stream is connected to.
+//
 // A started server lends nothing for --max-lease (it waits out the leases
 // an earlier run may have granted) and says so to borrowers; it
 // acknowledges nothing meanwhile either. SIGTERM stops lending, waits (for
 // at most --max-lease) until the leases have been returned or have
 // expired, annotates the pod "<epoch>/released" with --acknowledge, then
-// lets the waiting borrows end and exits. Logs are JSON lines on stderr.
+// ends the Offer streams, lets the waiting borrows end and exits. Logs are JSON lines on stderr.
 package main
 
 import (

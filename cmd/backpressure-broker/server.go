@@ -49,6 +49,7 @@ func newServer(ctx context.Context, cfg config, log *slog.Logger) (*server, erro
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b, err := broker.New(broker.Options{
 		MaxLease: cfg.maxLease, Margin: cfg.margin, MaxWait: cfg.maxWait, PodRetention: cfg.podRetention,
+		OfferAskTimeout: cfg.offerAskTimeout, OfferAsks: cfg.offerAsks,
 		Registerer: reg,
 	})
 	if err != nil {
@@ -196,6 +197,10 @@ func (s *server) serve(ctx context.Context) error {
 	if s.rt != nil {
 		err = errors.Join(err, s.handBack(stopSource, followed))
 	}
+	// The pods' Offer streams last as long as the server: end them, or
+	// the graceful stop would wait for them until its timeout. The pods
+	// offer to another replica; the leases lent from their permits run on.
+	s.broker.CloseOffers()
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	timer := time.NewTimer(s.cfg.shutdownTimeout)
