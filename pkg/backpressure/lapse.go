@@ -36,6 +36,7 @@ func (r *Runtime) followLapses(ctx context.Context, live reload.Liveness) {
 func (r *Runtime) checkLapses(now time.Time, live bool, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.noteConfirmedLocked(live, at)
 	for _, name := range slices.Sorted(maps.Keys(r.gates)) {
 		e := r.gates[name]
 		limit, lapses := r.lapseLimit(e)

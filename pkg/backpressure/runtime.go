@@ -108,6 +108,27 @@ type Options struct {
 	// own for its call; ask the Lender only after a wait in the waiting
 	// room). The zero value borrows by gate.Gate.SetLender's rule alone.
 	LendRules gate.LendRules
+	// Offer, when not nil, is called for each gate as the Runtime makes
+	// it, with the gate's Offerer: the side of the gate the permit server
+	// asks for one of this pod's own permits, idle here, to lend to
+	// another pod's call when the reserve is lent out (package reserve's
+	// Client.Offer follows the server's asks, in a goroutine of its own).
+	// The Offerer lends by gate.Gate.LendOut, keeping OfferKeep, and
+	// refuses while the gate has lapsed (see SourceLapseMargin), while it
+	// enforces a bootstrap plan, which the operator never counted, and an
+	// ask whose lease a lapse could outlive. A permit lent out counts in
+	// the gate's calls in flight, so a shrink is acknowledged, and a gate
+	// released, only once it is back. Offer runs on the goroutine that
+	// makes the gate (New's, or the source's) and must not block. The stop
+	// it returns, nil for none, is called when the gate is dropped or the
+	// Runtime stops (Start's end, Shutdown); the Offerer refuses from then
+	// on, and permits lent out already are held until their release.
+	Offer func(gate string, o gate.Offerer) (stop func())
+	// OfferKeep is how many permits of its own each gate keeps free for
+	// its calls when the permit server asks for one (see Offer): a gate
+	// lends only while more than OfferKeep are free. Zero keeps none;
+	// negative is an error.
+	OfferKeep int
 	// SourceLapseMargin is how much sooner than the operator's
 	// unacknowledged delay (the plan's UnacknowledgedDelaySeconds), less
 	// the plan's deadline, a gate lapses once its source has stopped
@@ -202,6 +223,8 @@ type Runtime struct {
 	dispatched     map[string]bool // gates that get a dispatcher; read-only after New
 	lender         func(string) gate.Lender
 	lendRules      gate.LendRules
+	offer          func(string, gate.Offerer) func() // Options.Offer
+	offerKeep      int
 	held           func(string) int // Options.Held; nil: nothing held outside the gates
 	pod            string           // this pod's name, "" when unknown
 	namespace      string           // this pod's namespace, "" when unknown
@@ -215,6 +238,14 @@ type Runtime struct {
 	// claims hold, from Start on, each gate's claim to be this pod's only
 	// enforcer of it (claimGate); guarded by mu.
 	claims map[string]io.Closer
+	// offersStopped is set once the gates offer no more permits
+	// (stopOffers); guarded by mu.
+	offersStopped bool
+	// confirmedLive and confirmedAt are the source's confirmation as the
+	// lapses were last checked against it (see mayLendLocked); guarded by
+	// mu.
+	confirmedLive bool
+	confirmedAt   time.Time
 }
 
 // enforcer is what the Runtime keeps for one gate.
@@ -227,6 +258,9 @@ type enforcer struct {
 	// lapsed is set while the source has not confirmed plan for too long:
 	// the gate enforces a share of 0 (see Options.SourceLapseMargin).
 	lapsed bool
+	// stopOffer is what Options.Offer returned for the gate; nil for
+	// none, or once called.
+	stopOffer func()
 }
 
 // New opens src and puts its plans in force, each as this pod's share of it
@@ -257,6 +291,9 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if err := opts.LendRules.Validate(); err != nil {
 		return nil, fmt.Errorf("backpressure: Options.LendRules: %w", err)
 	}
+	if opts.OfferKeep < 0 {
+		return nil, fmt.Errorf("backpressure: Options.OfferKeep %d must not be negative", opts.OfferKeep)
+	}
 	log := opts.Logger
 	if log.GetSink() == nil {
 		log = logr.Discard()
@@ -272,6 +309,8 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 		dispatched:     map[string]bool{},
 		lender:         opts.Lender,
 		lendRules:      opts.LendRules,
+		offer:          opts.Offer,
+		offerKeep:      opts.OfferKeep,
 		held:           opts.Held,
 		gates:          map[string]*enforcer{},
 		drainTimeout:   cmp.Or(opts.DrainTimeout, DefaultDrainTimeout),
@@ -300,6 +339,7 @@ func New(ctx context.Context, src Source, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("backpressure: %w", sourceError(err))
 	}
+	r.confirmedLive, r.confirmedAt = initialConfirmation(r.src)
 	plans := r.src.Plans()
 	for _, name := range slices.Concat(opts.Gates, opts.Dispatchers) {
 		if _, ok := plans[name]; ok {
@@ -460,6 +500,7 @@ func (r *Runtime) unclaim() {
 // handBack stops the dispatchers, closes every gate, waits for the calls in
 // flight to drain, and releases the gates that did.
 func (r *Runtime) handBack() error {
+	r.stopOffers()
 	r.mu.RLock()
 	all := maps.Clone(r.gates)
 	r.mu.RUnlock()
@@ -633,6 +674,7 @@ func (r *Runtime) Share(name string) (Share, error) {
 // dispatchers earlier than Start would. It returns an error naming each
 // dispatcher that had not drained when ctx ended.
 func (r *Runtime) Shutdown(ctx context.Context) error {
+	r.stopOffers()
 	r.mu.RLock()
 	all := slices.Collect(maps.Values(r.gates))
 	r.mu.RUnlock()
@@ -653,10 +695,12 @@ func (r *Runtime) Shutdown(ctx context.Context) error {
 // discard undoes a New that failed half-way: it stops exporting the gates
 // made so far, which matters when the registerer is shared, and closes them.
 func (r *Runtime) discard() {
+	r.stopOffers()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, e := range r.gates {
 		r.metrics.gates.Remove(name)
+		r.metrics.lentOut.remove(name)
 		r.metrics.budgets.Remove(name)
 		r.metrics.bootstrap.DeleteLabelValues(name)
 		r.metrics.lapsed.DeleteLabelValues(name)
@@ -719,9 +763,15 @@ func (r *Runtime) put(doc plan.Document, bootstrap bool) error {
 		r.gates[d.Gate].bootstrap = bootstrap
 		r.metrics.bootstrap.WithLabelValues(d.Gate).Set(boolGauge(bootstrap))
 	}
+	made := r.gates[d.Gate]
 	r.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if !ok {
+		// After the lock, with the gate's plan in force: Offer may use
+		// the Offerer at once.
+		r.offerGate(d.Gate, made)
 	}
 	at := time.Now()
 	if wasBootstrap && !bootstrap {
@@ -764,13 +814,20 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	// next plan for it tries again.
 	err = r.metrics.gates.Add(g)
 	if err == nil {
+		if err = r.metrics.lentOut.add(g); err != nil {
+			r.metrics.gates.Remove(d.Gate)
+		}
+	}
+	if err == nil {
 		if err = r.metrics.budgets.Add(e.budget); err != nil {
 			r.metrics.gates.Remove(d.Gate)
+			r.metrics.lentOut.remove(d.Gate)
 		}
 	}
 	if err == nil && e.dispatcher != nil {
 		if err = r.metrics.dispatchers.Add(e.dispatcher); err != nil {
 			r.metrics.gates.Remove(d.Gate)
+			r.metrics.lentOut.remove(d.Gate)
 			r.metrics.budgets.Remove(d.Gate)
 		}
 	}
