@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -96,7 +97,7 @@ func TestOfferOverGRPC(t *testing.T) {
 	if err := stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.Recv(); err != io.EOF {
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("the stream after the pod's end: %v, want io.EOF", err)
 	}
 	waitFor(t, "the pod is forgotten", func() bool { return stats(t, b).OfferingPods == 0 })
