@@ -87,10 +87,14 @@ func TestOptionsOffer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.Start(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
-		_ = <-done // the error is checked below, where the test stops it
-	}()
+		// Start's error is checked below, where the test stops it; this
+		// wait is for a test that fails before.
+		if err := <-done; err != nil {
+			t.Logf("Start: %v", err)
+		}
+	})
 	g := sharetest.MustGate(t, rt, "logistics-api")
 	of := o.get(t, "logistics-api")
 	if o.spare["logistics-api"] != 2 || o.spare["payments"] != 0 {
@@ -145,7 +149,7 @@ backpressure_gate_in_flight{gate="payments"} 0
 	case <-time.After(10 * time.Second):
 		t.Fatal("Start did not return within 10s of its context's end")
 	}
-	done <- nil // for the deferred wait
+	done <- nil // for the cleanup's wait
 	if o.stops("logistics-api") != 1 || o.stops("payments") != 1 {
 		t.Errorf("stops called %v, want once for each gate", o.stopped)
 	}
