@@ -225,6 +225,38 @@ func TestAskAfter(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatalf("the short waiter: %v, want a lent permit", err)
 	}
+
+	// The room full: a call without a place asks at once, before the call
+	// in the room reaches AskAfter.
+	if err := g.Update(gate.Limits{Permits: 1, QueueCapacity: 1, MaxQueueWait: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	roomed := make(chan error, 1)
+	go func() {
+		p, err := g.Acquire(withDeadline(t, 5*time.Second))
+		p.Release()
+		roomed <- err
+	}()
+	eventually(t, "the call in the room", func() bool { return g.Stats().Queued == 1 })
+	start = time.Now()
+	go func() {
+		p, err := g.Acquire(withDeadline(t, 5*time.Second))
+		p.Release()
+		waited <- err
+	}()
+	l.nextAsk(t)
+	if since := time.Since(start); since >= askAfter/2 {
+		t.Errorf("a call without a place in the room asked after %s: want at once", since)
+	}
+	l.answers <- nil
+	if err := <-waited; err != nil {
+		t.Fatalf("the call without a place: %v, want a lent permit", err)
+	}
+	l.nextAsk(t) // the call in the room, after AskAfter
+	l.answers <- nil
+	if err := <-roomed; err != nil {
+		t.Fatalf("the call in the room: %v, want a lent permit", err)
+	}
 	a.Release()
 }
 
