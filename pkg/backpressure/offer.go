@@ -72,12 +72,21 @@ func (o *offerer) Spare() int {
 //
 // The bound holds without a deadline in the plan: it then enters neither
 // the lapse's limit nor the bound, and a permit, whose end is known, ends
-// by at plus the delay less the margin all the same. A gate that never
-// lapses (no delay in the plan, or a share the operator waits for this
-// pod's acknowledgement of) needs no bound: its permits lent out count in
-// its calls in flight, which a shrink's acknowledgement waits for.
+// by at plus the delay less the margin all the same.
+//
+// A gate that does not lapse because the operator waits for this pod's
+// acknowledgement of its smaller shares has its lent permits counted in
+// its calls in flight, which that acknowledgement waits for. But a pod
+// that dies acknowledges nothing: the operator then holds its share for
+// the delay from when it finds the pod gone, which is after the pod's
+// end, while a permit the pod lent lives on in the borrower's call. So a
+// lease longer than the delay less the margin is refused whenever the plan
+// carries the delay. A plan without it never lapses and bounds nothing.
 func (r *Runtime) mayLendLocked(e *enforcer, ttl time.Duration, now time.Time) bool {
 	if r.offersStopped || e.lapsed || e.bootstrap {
+		return false
+	}
+	if delay := e.plan.UnacknowledgedDelay(); delay > 0 && ttl > delay-r.lapseMargin {
 		return false
 	}
 	limit, lapses := r.lapseLimit(e)
