@@ -700,7 +700,6 @@ func (r *Runtime) discard() {
 	defer r.mu.Unlock()
 	for name, e := range r.gates {
 		r.metrics.gates.Remove(name)
-		r.metrics.lentOut.remove(name)
 		r.metrics.budgets.Remove(name)
 		r.metrics.bootstrap.DeleteLabelValues(name)
 		r.metrics.lapsed.DeleteLabelValues(name)
@@ -814,20 +813,13 @@ func (r *Runtime) newEnforcerLocked(d plan.Document, limits gate.Limits) error {
 	// next plan for it tries again.
 	err = r.metrics.gates.Add(g)
 	if err == nil {
-		if err = r.metrics.lentOut.add(g); err != nil {
-			r.metrics.gates.Remove(d.Gate)
-		}
-	}
-	if err == nil {
 		if err = r.metrics.budgets.Add(e.budget); err != nil {
 			r.metrics.gates.Remove(d.Gate)
-			r.metrics.lentOut.remove(d.Gate)
 		}
 	}
 	if err == nil && e.dispatcher != nil {
 		if err = r.metrics.dispatchers.Add(e.dispatcher); err != nil {
 			r.metrics.gates.Remove(d.Gate)
-			r.metrics.lentOut.remove(d.Gate)
 			r.metrics.budgets.Remove(d.Gate)
 		}
 	}

@@ -22,6 +22,8 @@
 //	backpressure_gate_borrows_total{gate,result}        counter; result: borrowed, not_lent, failed (permits asked of a reserve)
 //	backpressure_gate_loans_returned_early_total{gate}  counter: loans returned before their calls ended (gate.LendRules.ReturnEarly)
 //	backpressure_gate_borrowed_in_flight{gate}          gauge: calls running on borrowed permits, not in in_flight
+//	backpressure_gate_lent_out_total{gate}              counter: own permits lent out to other pods' calls (Options.Offer)
+//	backpressure_gate_lent_out_in_flight{gate}          gauge: own permits lent out and not yet released, in in_flight
 //	backpressure_dispatcher_workers{dispatcher}         gauge: workers configured
 //	backpressure_dispatcher_active_workers{dispatcher}  gauge: workers not idle
 //	backpressure_dispatcher_queue_depth{dispatcher}     gauge: tasks waiting for a worker

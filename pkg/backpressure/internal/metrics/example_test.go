@@ -37,6 +37,8 @@ func ExampleNewGateCollector() {
 	// backpressure_gate_borrowed_in_flight 1
 	// backpressure_gate_borrows_total 3
 	// backpressure_gate_in_flight 1
+	// backpressure_gate_lent_out_in_flight 1
+	// backpressure_gate_lent_out_total 1
 	// backpressure_gate_loans_returned_early_total 1
 	// backpressure_gate_permits 1
 	// backpressure_gate_queue_depth 1

@@ -17,7 +17,7 @@ type GateSource interface {
 type GateCollector struct {
 	sources sources[GateSource]
 
-	permits, inFlight, queueDepth, queueWait, admitted, rejected, borrows, returnedEarly, borrowedInFlight *prometheus.Desc
+	permits, inFlight, queueDepth, queueWait, admitted, rejected, borrows, returnedEarly, borrowedInFlight, lentOut, lentOutInFlight *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*GateCollector)(nil)
@@ -41,6 +41,13 @@ func NewGateCollector(reg prometheus.Registerer) (*GateCollector, error) {
 			"Calls of the gate running on permits borrowed from the reserve, not in backpressure_gate_in_flight (a call whose loan was returned early counts there).", gl, nil),
 		returnedEarly: prometheus.NewDesc("backpressure_gate_loans_returned_early_total",
 			"Borrowed permits returned to the reserve before their calls ended, the calls going on on permits of the gate's own (returning early: gate.LendRules.ReturnEarly).", gl, nil),
+		// The permits lent out are in in_flight too, being the gate's own
+		// permits, which a shrink waits for; they are another pod's
+		// demand, so a reading of this pod's demand leaves them out.
+		lentOut: prometheus.NewDesc("backpressure_gate_lent_out_total",
+			"Permits of the gate's own share lent out to calls of other pods whose shares were full while the reserve was lent out (the permit server asked for them); not counted in backpressure_gate_admitted_total.", gl, nil),
+		lentOutInFlight: prometheus.NewDesc("backpressure_gate_lent_out_in_flight",
+			"Permits of the gate lent out to calls of other pods and not yet released. They are in backpressure_gate_in_flight, which a smaller share waits for, but are not this pod's demand.", gl, nil),
 	}
 	if err := register(reg, c); err != nil {
 		return nil, err
@@ -56,7 +63,7 @@ func (c *GateCollector) Remove(name string) { c.sources.remove(name) }
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *GateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected, c.borrows, c.returnedEarly, c.borrowedInFlight} {
+	for _, d := range []*prometheus.Desc{c.permits, c.inFlight, c.queueDepth, c.queueWait, c.admitted, c.rejected, c.borrows, c.returnedEarly, c.borrowedInFlight, c.lentOut, c.lentOutInFlight} {
 		ch <- d
 	}
 }
@@ -78,5 +85,7 @@ func (c *GateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.borrows, prometheus.CounterValue, float64(st.LendFailed), name, "failed")
 		ch <- prometheus.MustNewConstMetric(c.returnedEarly, prometheus.CounterValue, float64(st.ReturnedEarly), name)
 		ch <- prometheus.MustNewConstMetric(c.borrowedInFlight, prometheus.GaugeValue, float64(st.BorrowedInFlight), name)
+		ch <- prometheus.MustNewConstMetric(c.lentOut, prometheus.CounterValue, float64(st.LentOut), name)
+		ch <- prometheus.MustNewConstMetric(c.lentOutInFlight, prometheus.GaugeValue, float64(st.LentOutInFlight), name)
 	}
 }

@@ -64,6 +64,14 @@ backpressure_gate_borrowed_in_flight{gate="payments"} 0
 # TYPE backpressure_gate_in_flight gauge
 backpressure_gate_in_flight{gate="logistics"} 3
 backpressure_gate_in_flight{gate="payments"} 0
+# HELP backpressure_gate_lent_out_in_flight Permits of the gate lent out to calls of other pods and not yet released. They are in backpressure_gate_in_flight, which a smaller share waits for, but are not this pod's demand.
+# TYPE backpressure_gate_lent_out_in_flight gauge
+backpressure_gate_lent_out_in_flight{gate="logistics"} 2
+backpressure_gate_lent_out_in_flight{gate="payments"} 0
+# HELP backpressure_gate_lent_out_total Permits of the gate's own share lent out to calls of other pods whose shares were full while the reserve was lent out (the permit server asked for them); not counted in backpressure_gate_admitted_total.
+# TYPE backpressure_gate_lent_out_total counter
+backpressure_gate_lent_out_total{gate="logistics"} 7
+backpressure_gate_lent_out_total{gate="payments"} 0
 # HELP backpressure_gate_loans_returned_early_total Borrowed permits returned to the reserve before their calls ended, the calls going on on permits of the gate's own (returning early: gate.LendRules.ReturnEarly).
 # TYPE backpressure_gate_loans_returned_early_total counter
 backpressure_gate_loans_returned_early_total{gate="logistics"} 2
@@ -139,7 +147,7 @@ func TestGateCollectorExposition(t *testing.T) {
 		Admitted:  42,
 		Rejected:  map[gate.Reason]uint64{gate.DeadlineTooShort: 1, gate.QueueFull: 7, gate.WaitTimeout: 2},
 		QueueWait: waits(2*time.Millisecond, 40*time.Millisecond),
-		Borrowed:  4, NotLent: 6, LendFailed: 1, ReturnedEarly: 2, BorrowedInFlight: 1,
+		Borrowed:  4, NotLent: 6, LendFailed: 1, ReturnedEarly: 2, BorrowedInFlight: 1, LentOut: 7, LentOutInFlight: 2,
 	}}
 	// One registry serves many gates.
 	payments := fakeGate{name: "payments", stats: gate.Stats{Limits: gate.Limits{Permits: 1}}}
