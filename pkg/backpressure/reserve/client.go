@@ -27,6 +27,14 @@ const (
 	// DefaultBackoff is how long a Lender does not ask an unreachable
 	// server, so that calls do not each pay the budget while it is down.
 	DefaultBackoff = time.Second
+	// DefaultSpareInterval is how often Offer reads its gate's spare
+	// permits. The server asks the pods that said they have the most
+	// spare, so a figure older than a few milliseconds, a fraction of a
+	// call, sends its asks to pods whose permits were taken since (asks
+	// refused, borrowers shed) and past pods that came free. Only a change
+	// is sent, so an idle or steady pod sends nothing, and the read is a
+	// look at the gate's counts.
+	DefaultSpareInterval = 5 * time.Millisecond
 	// returnTimeout bounds a Return in the background.
 	returnTimeout = 5 * time.Second
 	// quietUnknownGate is how long a Lender does not ask for a gate the
@@ -43,8 +51,12 @@ type Options struct {
 	// DefaultBudget when zero.
 	Budget time.Duration
 	// Backoff is how long a Lender does not ask after the server was
-	// unreachable; DefaultBackoff when zero.
+	// unreachable, and how long Offer waits before it opens its stream
+	// again after the stream broke; DefaultBackoff when zero.
 	Backoff time.Duration
+	// SpareInterval is how often Offer reads its gate's spare permits, to
+	// tell the server when they changed; DefaultSpareInterval when zero.
+	SpareInterval time.Duration
 }
 
 // Client borrows from one permit server over one gRPC connection. It is
@@ -74,11 +86,17 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Client, error) {
 	if opts.Budget < 0 || opts.Backoff < 0 {
 		return nil, fmt.Errorf("reserve: options: Budget and Backoff must not be negative, got %s and %s", opts.Budget, opts.Backoff)
 	}
+	if opts.SpareInterval < 0 {
+		return nil, fmt.Errorf("reserve: options: SpareInterval must not be negative, got %s", opts.SpareInterval)
+	}
 	if opts.Budget == 0 {
 		opts.Budget = DefaultBudget
 	}
 	if opts.Backoff == 0 {
 		opts.Backoff = DefaultBackoff
+	}
+	if opts.SpareInterval == 0 {
+		opts.SpareInterval = DefaultSpareInterval
 	}
 	return &Client{rpc: reservev1.NewReserveClient(conn), opts: opts, quiet: map[string]quiet{}}, nil
 }

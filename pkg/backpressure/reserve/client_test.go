@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,5 +293,8 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := reserve.New(nil, reserve.Options{Pod: "p", Budget: -1}); err == nil {
 		t.Error("negative budget: no error")
+	}
+	if _, err := reserve.New(nil, reserve.Options{Pod: "p", SpareInterval: -1}); err == nil || !strings.Contains(err.Error(), "SpareInterval") {
+		t.Errorf("negative spare interval: %v, want an error naming SpareInterval", err)
 	}
 }

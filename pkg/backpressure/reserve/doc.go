@@ -42,6 +42,19 @@
 // such a lease at once, rather than keeping the permit from every pod
 // until the lease's time is up.
 //
+// # Offering idle permits
+//
+// Client.Offer offers the permits a gate of this pod has idle (a
+// gate.Offerer) to the server, over one stream per gate: when a borrow
+// finds the reserve lent out, the server asks an offering pod for one of
+// its own permits and lends that to the borrower as a lease. The pod holds
+// such a permit in its gate, where it counts like a call of its own, until
+// the server releases it or the ask's ttl has passed since the ask
+// arrived; a broken stream or a restarted server costs the pod that
+// permit for at most the ttl, and Offer opens a new stream after
+// Options.Backoff. The pod tells the server its spare permits in every
+// message and whenever they change (read every Options.SpareInterval).
+//
 // A Client uses one connection; every Return goes back on it. Behind a
 // Service of several permit servers, connect so that one connection
 // reaches one server (the default pick_first over a ClusterIP Service
