@@ -171,7 +171,7 @@ func startOffers(t *testing.T, s *offerServer, opts reserve.Options) *reserve.Cl
 
 // runOffer runs c.Offer until the test ends or stop is called; stop
 // returns what Offer returned.
-func runOffer(t *testing.T, c *reserve.Client, gateName string, o *offerer) (stop func() error) {
+func runOffer(t *testing.T, c *reserve.Client, gateName string, o gate.Offerer) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -599,10 +599,7 @@ func TestOfferLendsAGatesOwnPermit(t *testing.T) {
 	}
 	s := newOfferServer()
 	c := startOffers(t, s, reserve.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Offer(ctx, "g", gateOfferer{g}) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runOffer(t, c, "g", gateOfferer{g})
 	conn := s.accept(t)
 	if conn.first.GetSpare() != 1 {
 		t.Errorf("first message %v, want spare 1", conn.first)
