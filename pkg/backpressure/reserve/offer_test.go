@@ -189,7 +189,11 @@ func runOffer(t *testing.T, c *reserve.Client, gateName string, o gate.Offerer) 
 		})
 		return err
 	}
-	t.Cleanup(func() { _ = stop() })
+	t.Cleanup(func() {
+		if err := stop(); !errors.Is(err, context.Canceled) {
+			t.Errorf("Offer returned %v, want context.Canceled", err)
+		}
+	})
 	return stop
 }
 
