@@ -83,6 +83,13 @@ func (s *server) set(f func(*server)) {
 // returns a Client of it.
 func start(t *testing.T, s *server, opts reserve.Options) *reserve.Client {
 	t.Helper()
+	return client(t, serve(t, s), opts)
+}
+
+// serve serves s on a free port of 127.0.0.1 until the test ends, and
+// returns its address.
+func serve(t *testing.T, s *server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +98,7 @@ func start(t *testing.T, s *server, opts reserve.Options) *reserve.Client {
 	reservev1.RegisterReserveServer(srv, s)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	return client(t, lis.Addr().String(), opts)
+	return lis.Addr().String()
 }
 
 func client(t *testing.T, addr string, opts reserve.Options) *reserve.Client {

@@ -220,3 +220,23 @@ func (s *offerStream) expire(id uint64, h *heldPermit) {
 		h.release()
 	}
 }
+
+// OfferFunc returns a function of the shape of backpressure.Options.Offer:
+// for each gate it runs Offer in a goroutine of its own until the stop it
+// returns is called or ctx is done. stop waits for that Offer to return,
+// which it does at once; the permits lent already are held until their
+// releases (see Offer).
+func (c *Client) OfferFunc(ctx context.Context) func(gateName string, o gate.Offerer) (stop func()) {
+	return func(gateName string, o gate.Offerer) func() {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = c.Offer(ctx, gateName, o)
+		}()
+		return func() {
+			cancel()
+			<-done
+		}
+	}
+}
