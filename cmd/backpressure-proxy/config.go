@@ -37,8 +37,20 @@ type config struct {
 	reserveAddress string
 	reserveBudget  time.Duration
 	lendRules      gate.LendRules
+	// reserveOffer offers the gates' idle permits to the permit server,
+	// each keeping reserveOfferKeep for its own calls.
+	reserveOffer     bool
+	reserveOfferKeep int
 	// pod is $POD_NAME, the borrower's name to the permit server.
 	pod string
+}
+
+// reserveFlags returns the reserve's flags as parsed.
+func (c config) reserveFlags() reserve.Flags {
+	return reserve.Flags{
+		Address: c.reserveAddress, Budget: c.reserveBudget, LendRules: c.lendRules,
+		Offer: c.reserveOffer, OfferKeep: c.reserveOfferKeep,
+	}
 }
 
 // route is one local port standing for one downstream.
@@ -148,10 +160,10 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.DurationVar(&c.maxCallDuration, "max-call-duration", 0, "the longest one call may take on the application's side, its request body and its whole answer, an upgraded connection included; 0: twice the plan's deadline (20s without one)")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM: calls in flight finish, then the shares are released")
-	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the downstream's reserve from when the pod's own share is full, host:port; every call then gets the plan's deadline (empty: no borrowing)")
-	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
-	fs.BoolVar(&c.lendRules.ReturnEarly, "reserve-return-early", false, "return a borrowed permit as soon as one of the pod's own is free for its call, rather than when the call ends: the same reserve admits more calls, and more calls borrow")
-	fs.DurationVar(&c.lendRules.AskAfter, "reserve-ask-after", 0, "how long a call with a place in the waiting room waits for one of the pod's own permits before it asks the permit server too (0: at once): fewer calls borrow")
+	var rf reserve.Flags
+	rf.Register(fs)
+	// The proxy gives every call a deadline, which bounds its lease.
+	fs.Lookup("reserve-address").Usage += "; every call then gets the plan's deadline"
 	c.pod = getenv(backpressure.EnvPodName)
 
 	if err := fs.Parse(args); err != nil {
@@ -162,6 +174,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		return config{}, err
 	}
+	c.reserveAddress, c.reserveBudget, c.lendRules = rf.Address, rf.Budget, rf.LendRules
+	c.reserveOffer, c.reserveOfferKeep = rf.Offer, rf.OfferKeep
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -194,20 +208,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		errs = append(errs, fmt.Errorf("--max-call-duration %v must not be negative", c.maxCallDuration))
 	}
 	errs = append(errs, c.Check()...)
-	if c.reserveAddress != "" {
-		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {
-			errs = append(errs, fmt.Errorf("--reserve-address %q is not host:port", c.reserveAddress))
-		}
-		if c.pod == "" {
-			errs = append(errs, fmt.Errorf("--reserve-address needs $%s, the pod's name, which the permit server counts borrows by", backpressure.EnvPodName))
-		}
-		if c.reserveBudget <= 0 {
-			errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
-		}
-		if c.lendRules.AskAfter < 0 {
-			errs = append(errs, fmt.Errorf("--reserve-ask-after %v must not be negative", c.lendRules.AskAfter))
-		}
-	}
+	errs = append(errs, rf.Check(c.pod)...)
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
 	}

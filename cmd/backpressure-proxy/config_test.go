@@ -107,3 +107,47 @@ func TestParseConfigHelp(t *testing.T) {
 		}
 	}
 }
+
+// --reserve-offer offers the gates' idle permits to the permit server of
+// --reserve-address, each gate keeping --reserve-offer-keep; off by
+// default.
+func TestParseConfigReserveOffer(t *testing.T) {
+	base := []string{"--plan-dir", "/d", "--route", "listen=127.0.0.1:0,gate=g,upstream=http://127.0.0.1:1"}
+	pod := func(k string) string { return map[string]string{"POD_NAME": "p"}[k] }
+	c, err := parseConfig(append(base, "--reserve-address", "broker:9443"), pod, io.Discard)
+	if err != nil || c.reserveOffer || c.reserveOfferKeep != 0 {
+		t.Errorf("defaults: offer %v, keep %d, %v; want off, 0", c.reserveOffer, c.reserveOfferKeep, err)
+	}
+	c, err = parseConfig(append(base, "--reserve-address", "broker:9443", "--reserve-offer", "--reserve-offer-keep", "2"), pod, io.Discard)
+	if err != nil || !c.reserveOffer || c.reserveOfferKeep != 2 {
+		t.Errorf("offer %v, keep %d, %v; want on, 2", c.reserveOffer, c.reserveOfferKeep, err)
+	}
+	if f := c.reserveFlags(); !f.Offer || f.OfferKeep != 2 || f.Address != "broker:9443" {
+		t.Errorf("reserve flags %+v", f)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reserve-offer"}, "--reserve-offer needs --reserve-address"},
+		{[]string{"--reserve-address", "broker:9443", "--reserve-offer-keep", "-1"}, "--reserve-offer-keep -1 must not be negative"},
+	} {
+		if _, err := parseConfig(append(base, tt.args...), pod, io.Discard); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// The help names every reserve flag, and says of --reserve-address that
+// every call then gets the plan's deadline.
+func TestParseConfigHelpReserve(t *testing.T) {
+	var usage strings.Builder
+	if _, err := parseConfig([]string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-reserve-address", "every call then gets the plan's deadline", "-reserve-budget", "-reserve-return-early", "-reserve-ask-after", "-reserve-offer", "-reserve-offer-keep"} {
+		if !strings.Contains(usage.String(), want) {
+			t.Errorf("usage without %q:\n%s", want, usage.String())
+		}
+	}
+}

@@ -15,13 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
-	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
 // proxy is the running sidecar: one server per route, one for forwarding,
@@ -43,24 +41,27 @@ type proxy struct {
 	reserveConn *grpc.ClientConn
 }
 
-// reserveLender connects to the permit server of --reserve-address and
-// returns the Lender of each gate, asking for leases that cover the
-// linger after a call's deadline (see gated). rt returns the Runtime, for
-// the plans' deadlines, once it exists.
-func reserveLender(cfg config, rt func() *backpressure.Runtime) (func(string) gate.Lender, *grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(cfg.reserveAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// reserveOptions connects to the permit server of --reserve-address and
+// sets opts to borrow from it, each gate's Lender asking for leases that
+// cover the linger after a call's deadline (see gated), and, with
+// --reserve-offer, to offer the gates' idle permits to it until ctx is
+// done or the Runtime stops. rt returns the Runtime, for the plans'
+// deadlines, once it exists. It returns the connection.
+func reserveOptions(ctx context.Context, cfg config, rt func() *backpressure.Runtime, opts *backpressure.Options) (*grpc.ClientConn, error) {
+	rf := cfg.reserveFlags()
+	client, conn, err := rf.Dial(cfg.pod)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+		return nil, err
 	}
-	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod, Budget: cfg.reserveBudget})
-	if err != nil {
-		_ = conn.Close()
-		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
-	}
-	return func(name string) gate.Lender {
+	opts.Lender = func(name string) gate.Lender {
 		linger := func() time.Duration { return lingerFor(rt(), name)() }
 		return lingering{Lender: client.Lender(name), linger: linger}
-	}, conn, nil
+	}
+	opts.LendRules = rf.LendRules
+	if rf.Offer {
+		opts.Offer, opts.OfferKeep = client.OfferFunc(ctx), rf.OfferKeep
+	}
+	return conn, nil
 }
 
 // closeReserve closes the connection to the permit server, if any: the
@@ -95,12 +96,11 @@ func newProxy(ctx context.Context, cfg config, src backpressure.Source, ack *bac
 		Ack:          ack,
 	}
 	if cfg.reserveAddress != "" {
-		lender, conn, err := reserveLender(cfg, func() *backpressure.Runtime { return p.rt })
+		conn, err := reserveOptions(ctx, cfg, func() *backpressure.Runtime { return p.rt }, &opts)
 		if err != nil {
 			return nil, err
 		}
 		p.reserveConn = conn
-		opts.Lender, opts.LendRules = lender, cfg.lendRules
 	}
 	if p.rt, err = backpressure.New(ctx, src, opts); err != nil {
 		p.closeReserve()

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"time"
 
@@ -33,8 +32,20 @@ type config struct {
 	reserveBudget time.Duration
 	// lendRules are the rules the gate borrows by.
 	lendRules gate.LendRules
+	// reserveOffer offers the gate's idle permits to the permit server,
+	// keeping reserveOfferKeep for its own calls.
+	reserveOffer     bool
+	reserveOfferKeep int
 	// pod is $POD_NAME: the name the permit server counts borrows by.
 	pod string
+}
+
+// reserveFlags returns the reserve's flags as parsed.
+func (c config) reserveFlags() reserve.Flags {
+	return reserve.Flags{
+		Address: c.reserveAddress, Budget: c.reserveBudget, LendRules: c.lendRules,
+		Offer: c.reserveOffer, OfferKeep: c.reserveOfferKeep,
+	}
 }
 
 // parseConfig reads the command line; getenv supplies the namespace's
@@ -53,10 +64,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	fs.IntVar(&c.inboundPermits, "inbound-permits", 4096, "the inbound gate's permits, protecting the process itself (no queue)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (default: off)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on the graceful shutdown after SIGTERM")
-	fs.StringVar(&c.reserveAddress, "reserve-address", "", "the permit server (backpressure-broker) to borrow a permit of the quota's reserve from when the pod's own share is full, host:port (empty: no borrowing)")
-	fs.DurationVar(&c.reserveBudget, "reserve-budget", reserve.DefaultBudget, "longest a borrow's round trip may take beyond its wait for a permit before the call goes on without it")
-	fs.BoolVar(&c.lendRules.ReturnEarly, "reserve-return-early", false, "return a borrowed permit as soon as one of the pod's own is free for its call, rather than when the call ends: the same reserve admits more calls, and more calls borrow")
-	fs.DurationVar(&c.lendRules.AskAfter, "reserve-ask-after", 0, "how long a call with a place in the waiting room waits for one of the pod's own permits before it asks the permit server too (0: at once): fewer calls borrow")
+	var rf reserve.Flags
+	rf.Register(fs)
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -66,6 +75,8 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 		}
 		return config{}, err
 	}
+	c.reserveAddress, c.reserveBudget, c.lendRules = rf.Address, rf.Budget, rf.LendRules
+	c.reserveOffer, c.reserveOfferKeep = rf.Offer, rf.OfferKeep
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -88,19 +99,7 @@ func parseConfig(args []string, getenv func(string) string, usage io.Writer) (co
 	if c.inboundPermits < 1 || c.inboundPermits > gate.MaxPermits {
 		errs = append(errs, fmt.Errorf("--inbound-permits %d must be in [1, %d]", c.inboundPermits, gate.MaxPermits))
 	}
-	if c.reserveBudget <= 0 {
-		errs = append(errs, fmt.Errorf("--reserve-budget %v must be positive", c.reserveBudget))
-	}
-	if c.lendRules.AskAfter < 0 {
-		errs = append(errs, fmt.Errorf("--reserve-ask-after %v must not be negative", c.lendRules.AskAfter))
-	}
-	if c.reserveAddress != "" {
-		if _, _, err := net.SplitHostPort(c.reserveAddress); err != nil {
-			errs = append(errs, fmt.Errorf("--reserve-address %q is not host:port", c.reserveAddress))
-		} else if c.pod == "" {
-			errs = append(errs, fmt.Errorf("--reserve-address needs $%s, the pod's name, which the permit server counts borrows by", backpressure.EnvPodName))
-		}
-	}
+	errs = append(errs, rf.Check(c.pod)...)
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be positive", c.shutdownTimeout))
 	}

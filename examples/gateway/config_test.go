@@ -122,3 +122,32 @@ func TestParseConfigHelp(t *testing.T) {
 		t.Errorf("err = %v, usage:\n%s", err, usage.String())
 	}
 }
+
+// --reserve-offer offers the gate's idle permits to the permit server of
+// --reserve-address, keeping --reserve-offer-keep; off by default.
+func TestParseConfigReserveOffer(t *testing.T) {
+	pod := func(k string) string { return map[string]string{"POD_NAME": "search-gateway-0"}[k] }
+	base := []string{"--downstream", "http://logistics:8080", "--gate", "g", "--plan-dir", "/d", "--reserve-address", "broker:9443"}
+	c, err := parseConfig(base, pod, io.Discard)
+	if err != nil || c.reserveOffer || c.reserveOfferKeep != 0 {
+		t.Errorf("defaults: offer %v, keep %d, %v; want off, 0", c.reserveOffer, c.reserveOfferKeep, err)
+	}
+	c, err = parseConfig(append(base, "--reserve-offer", "--reserve-offer-keep", "2"), pod, io.Discard)
+	if err != nil || !c.reserveOffer || c.reserveOfferKeep != 2 {
+		t.Errorf("offer %v, keep %d, %v; want on, 2", c.reserveOffer, c.reserveOfferKeep, err)
+	}
+	if f := c.reserveFlags(); !f.Offer || f.OfferKeep != 2 || f.Address != "broker:9443" || f.Budget != time.Millisecond {
+		t.Errorf("reserve flags %+v", f)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--downstream", "http://d", "--gate", "g", "--plan-dir", "/d", "--reserve-offer"}, "--reserve-offer needs --reserve-address, the permit server to offer to"},
+		{append(base, "--reserve-offer-keep", "-1"), "--reserve-offer-keep -1 must not be negative"},
+	} {
+		if _, err := parseConfig(tt.args, pod, io.Discard); err == nil || err.Error() != tt.want {
+			t.Errorf("%q: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

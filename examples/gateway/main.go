@@ -33,14 +33,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/backpressure-dev/backpressure-operator/internal/httpshutdown"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/gate"
 	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/httpmw"
-	"github.com/backpressure-dev/backpressure-operator/pkg/backpressure/reserve"
 )
 
 func main() {
@@ -71,13 +68,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return err
 	}
 	reg := prometheus.NewRegistry() // this process's metrics; never the global registry
-	lender, closeReserve, err := reserveLender(cfg)
-	if err != nil {
-		return err
-	}
-	defer closeReserve()
-	rt, err := backpressure.New(ctx, src, backpressure.Options{
-		Lender:     lender,
+	opts := backpressure.Options{
 		LendRules:  cfg.lendRules,
 		Gates:      []string{cfg.gate},
 		Registerer: reg,
@@ -86,7 +77,13 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		// Start drains the gate after the server has finished its requests,
 		// so little is left; the whole shutdown is bounded anyway.
 		DrainTimeout: cfg.shutdownTimeout,
-	})
+	}
+	closeReserve, err := reserveOptions(ctx, cfg, &opts)
+	if err != nil {
+		return err
+	}
+	defer closeReserve()
+	rt, err := backpressure.New(ctx, src, opts)
 	if err != nil {
 		return err
 	}
@@ -149,26 +146,24 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	return errors.Join(failed, shutdown(cfg.shutdownTimeout, log, srv, metricsSrv, stopSource, started))
 }
 
-// reserveLender connects to the permit server of --reserve-address and
-// returns each gate's Lender, which the gate asks for a permit of the
-// quota's reserve when the pod's own share is full, and what closes the
-// connection. Without --reserve-address it returns a nil Lender: no
-// borrowing. grpc.NewClient connects lazily, so an unreachable server only
-// makes borrows fail, and the calls go on with the pod's own share.
-func reserveLender(cfg config) (func(string) gate.Lender, func(), error) {
-	if cfg.reserveAddress == "" {
-		return nil, func() {}, nil
+// reserveOptions connects to the permit server of --reserve-address and
+// sets opts to borrow a permit of the quota's reserve from it when the
+// pod's own share is full, and, with --reserve-offer, to offer the gate's
+// idle permits to it until ctx is done or the Runtime stops; it returns
+// what closes the connection. Without --reserve-address it sets nothing:
+// no borrowing. grpc.NewClient connects lazily, so an unreachable server
+// only makes borrows fail, and the calls go on with the pod's own share.
+func reserveOptions(ctx context.Context, cfg config, opts *backpressure.Options) (func(), error) {
+	rf := cfg.reserveFlags()
+	client, conn, err := rf.Dial(cfg.pod)
+	if err != nil || client == nil {
+		return func() {}, err
 	}
-	conn, err := grpc.NewClient(cfg.reserveAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
+	opts.Lender = client.Lender
+	if rf.Offer {
+		opts.Offer, opts.OfferKeep = client.OfferFunc(ctx), rf.OfferKeep
 	}
-	client, err := reserve.New(conn, reserve.Options{Pod: cfg.pod, Budget: cfg.reserveBudget})
-	if err != nil {
-		_ = conn.Close()
-		return nil, nil, fmt.Errorf("--reserve-address: %w", err)
-	}
-	return client.Lender, func() { _ = conn.Close() }, nil
+	return func() { _ = conn.Close() }, nil
 }
 
 // shutdown stops accepting connections and waits for in-flight requests
