@@ -24,10 +24,10 @@ var partialReport = &storm.PartialLoadReport{}
 const (
 	// partialRandomMargin and partialPinnedMargin are the least the
 	// operator's ratio must exceed the equal shares' by: the model's
-	// margins (17.5 and 28.5 points) less the 3 points the measurement may
+	// margins (18.9 and 29.7 points) less the 3 points the measurement may
 	// stray from the model, rounded down.
-	partialRandomMargin = 0.14
-	partialPinnedMargin = 0.25
+	partialRandomMargin = 0.15
+	partialPinnedMargin = 0.26
 	// partialPredictionTolerance is how far the measured ratio may be from
 	// the model's prediction.
 	partialPredictionTolerance = 0.03
@@ -81,18 +81,6 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically("~", r.PredictedRatio, partialPredictionTolerance))
 			})
 
-			It("admits more than waiting rooms sized for the pods' own permits would, which left these pods of about 3 without one", func() {
-				// The model says rooms of own permits admit 0.950 (random)
-				// and 0.965 (pinned) of the global gate here, against
-				// 0.981 and 0.983 with the rooms the operator sizes. The
-				// operator's pinned shares, read from measured demand, cost
-				// it up to 1.8 points against the model's, whichever rooms;
-				// so the rooms are compared on the shares the pods held.
-				Expect(r.AdmittedRatioToGlobalGate).To(BeNumerically(">", r.PredictedOwnRoomsRatioGivenShares),
-					"operator %.3f, the model with rooms of own permits and the operator's shares %.3f (with the model's shares %.3f)",
-					r.AdmittedRatioToGlobalGate, r.PredictedOwnRoomsRatioGivenShares, r.PredictedOwnRoomsRatio)
-			})
-
 			It("admits more than equal shares without a reserve, by the model's margin", func() {
 				Expect(r.AdmittedRatioToGlobalGate-r.EqualSharesRatioToGlobalGate).To(BeNumerically(">=", c.margin),
 					"operator %.3f, equal shares %.3f", r.AdmittedRatioToGlobalGate, r.EqualSharesRatioToGlobalGate)
@@ -115,6 +103,11 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 			It("returns loans early, as the pods' lending rule says", func() {
 				Expect(r.LoansReturnedEarly).To(BeNumerically(">", 0), "no loan went back before its call ended")
 				Expect(r.LoansReturnedEarly).To(BeNumerically("<=", r.Borrowed))
+			})
+
+			It("lends a pod's idle permits to other pods' calls when the reserve is lent out", func() {
+				Expect(r.LentOut).To(BeNumerically(">", 0), "no pod lent a permit out")
+				Expect(r.LentOut).To(BeNumerically("<=", r.Borrowed))
 			})
 
 			It("keeps the division still under steady load: no two moves within a minute", func() {
@@ -149,8 +142,8 @@ var _ = Describe("Partial load", Ordered, ContinueOnFailure, func() {
 
 		It("has the pods go on with their own shares while the permit server is away", func() {
 			Expect(k.OutageCalls).To(BeNumerically(">", 100))
-			// The model (internal/lossmodel) says 30 permits over 8 pods admit
-			// 0.65 of the same calls; a few hundred calls leave room for
+			// The model (internal/lossmodel) says 34 permits over 8 pods admit
+			// 0.72 of the same calls; a few hundred calls leave room for
 			// noise. Pods that waited on the dead server would admit none.
 			Expect(float64(k.OutageAdmitted) / float64(k.OutageCalls)).To(BeNumerically(">=", 0.45))
 			Expect(k.Run.Failed).To(BeZero())

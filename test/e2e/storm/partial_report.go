@@ -83,12 +83,24 @@ type PartialLoadRun struct {
 	// before they ended, the calls going on on their pods' own permits
 	// (--reserve-return-early).
 	LoansReturnedEarly int64 `json:"loansReturnedEarly"`
+	// LentOut counts the permits the pods lent out, through the permit
+	// server, to other pods' calls when the reserve was lent out
+	// (--reserve-offer): those calls are among Borrowed.
+	LentOut int64 `json:"lentOut"`
 	// LeasesExpired counts the permit server's leases that ended at the
 	// end of their time, not returned: a permit lent to nobody until then
 	// (a grant whose answer reached the pod after the pod gave up). Not
 	// set for the run with the server killed, whose first replica's
 	// counts go with it.
 	LeasesExpired *int64 `json:"leasesExpired,omitempty"`
+	// OffersGranted, OffersRefused and OffersTimedOut count the permit
+	// server's asks of offering pods by outcome: granted, refused (the
+	// pod had lent its spare meanwhile), or not answered within the ask's
+	// timeout. Not set, as LeasesExpired, for the run with the server
+	// killed.
+	OffersGranted  int64 `json:"offersGranted,omitempty"`
+	OffersRefused  int64 `json:"offersRefused,omitempty"`
+	OffersTimedOut int64 `json:"offersTimedOut,omitempty"`
 	// PredictedRatio, PredictedEqualSharesRatio and
 	// PredictedBorrowedFraction are internal/lossmodel's for the same
 	// parameters (the operator's with shares that follow demand).
@@ -100,11 +112,10 @@ type PartialLoadRun struct {
 	// only, leaving the scenario's pods of about 3 without one
 	// (lossmodel.RoomOwnPermits).
 	PredictedOwnRoomsRatio float64 `json:"predictedOwnRoomsRatio"`
-	// PredictedOwnRoomsRatioGivenShares is the same given the shares the
-	// pods held (MeanShares, rounded to the permits outside the reserve):
-	// what rooms of own permits would have admitted with the operator's
-	// shares, which the model does not know.
-	PredictedOwnRoomsRatioGivenShares float64 `json:"predictedOwnRoomsRatioGivenShares"`
+	// PredictedRatioGivenShares is PredictedRatio given the shares the
+	// pods held (MeanShares, rounded to the permits outside the reserve),
+	// which the model does not know.
+	PredictedRatioGivenShares float64 `json:"predictedRatioGivenShares"`
 	// DivisionChanges counts the moves of the division after the warm-up:
 	// a plan that lowers a share starts one, and the plan that raises the
 	// others as the lowered pods let go completes it (see divisionMoves).
@@ -161,7 +172,7 @@ func partialScenario(b lossmodel.Balancer) (s lossmodel.Scenario, withReserve fu
 	}
 	return s, func(s *lossmodel.Scenario) {
 		s.Reserve, s.Sharing, s.Floor = PartialReserve, lossmodel.DemandShares, 1
-		s.GiveLoansBack, s.AskAfter = true, PartialAskAfter
+		s.GiveLoansBack, s.AskAfter, s.OfferIdle = true, PartialAskAfter, true
 	}, nil
 }
 
@@ -192,17 +203,17 @@ func PredictPartialLoad(b lossmodel.Balancer) (PartialPrediction, error) {
 		OwnRoomsRatio: ownRooms.Ratio(), Shares: s.Shares()}, nil
 }
 
-// OwnRoomsRatioGiven is the model's ratio with rooms of own permits
-// (lossmodel.RoomOwnPermits) when the pods hold held, the shares the
-// operator gave them, rather than the model's: the two rooms' rules
-// compared on the same shares.
-func OwnRoomsRatioGiven(b lossmodel.Balancer, held []int) (float64, error) {
+// RatioGiven is the model's ratio (the operator's rooms, reserve and
+// lending rules) when the pods hold held, the shares the operator gave
+// them, rather than the model's: how much of a run's distance from the
+// prediction its shares explain.
+func RatioGiven(b lossmodel.Balancer, held []int) (float64, error) {
 	s, withReserve, err := partialScenario(b)
 	if err != nil {
 		return 0, err
 	}
 	withReserve(&s)
-	s.WaitingRoom, s.PodShares = lossmodel.RoomOwnPermits, held
+	s.PodShares = held
 	c, err := lossmodel.Compare(s)
 	if err != nil {
 		return 0, err

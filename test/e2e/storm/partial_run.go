@@ -126,7 +126,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	var n partialCounts
 	var wg sync.WaitGroup
 	var atWarmup, atEnd gateCounters
-	var expiredAtWarmup int64
+	var brokerAtWarmup brokerCounters
 	var expiredErr error
 	outcomes := make([]traffic.Outcome, len(calls))
 	start := time.Now()
@@ -141,7 +141,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 		select {
 		case <-time.After(st.warmup):
 			atWarmup = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
-			expiredAtWarmup, expiredErr = st.scrapeExpiredLeases(ctx)
+			brokerAtWarmup, expiredErr = st.scrapeBroker(ctx)
 		case <-ctx.Done():
 		}
 	}()
@@ -194,7 +194,7 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	}
 	<-warmupDone
 	atEnd = scrapeGateCounters(ctx, st.obs.MetricsAddrs())
-	expiredAtEnd, err := st.scrapeExpiredLeases(ctx)
+	brokerAtEnd, err := st.scrapeBroker(ctx)
 	if expiredErr == nil {
 		expiredErr = err
 	}
@@ -218,13 +218,17 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.GateAdmitted, r.Borrowed = atEnd.admitted-atWarmup.admitted, atEnd.borrowed-atWarmup.borrowed
 	r.NotLent, r.BorrowFailed = atEnd.notLent-atWarmup.notLent, atEnd.failed-atWarmup.failed
 	r.LoansReturnedEarly = atEnd.returnedEarly - atWarmup.returnedEarly
+	r.LentOut = atEnd.lentOut - atWarmup.lentOut
 	r.BorrowedFraction = ratioOf(r.Borrowed, r.GateAdmitted+r.Borrowed)
 	if st.reserve() > 0 && st.killAt == 0 {
 		if expiredErr != nil {
 			return nil, fmt.Errorf("storm: partial load: scraping the permit server: %w", expiredErr)
 		}
-		expired := expiredAtEnd - expiredAtWarmup
+		expired := brokerAtEnd.expired - brokerAtWarmup.expired
 		r.LeasesExpired = &expired
+		r.OffersGranted = brokerAtEnd.granted - brokerAtWarmup.granted
+		r.OffersRefused = brokerAtEnd.refused - brokerAtWarmup.refused
+		r.OffersTimedOut = brokerAtEnd.timedOut - brokerAtWarmup.timedOut
 	}
 	moves := divisionMoves(st.obs.Published(), start.Add(st.warmup), end)
 	r.DivisionChanges, r.ShortestMoveGapSeconds = len(moves), shortestGap(moves).Seconds()
@@ -237,15 +241,16 @@ func (st *partialStage) run(ctx context.Context) (*PartialLoadRun, error) {
 	r.PredictedOwnRoomsRatio, r.PredictedShares = pred.OwnRoomsRatio, pred.Shares
 	r.MeanShares = meanShares(st.obs.Published(), st.podNames(urls), start.Add(st.warmup), end)
 	if len(r.MeanShares) == st.pods {
-		if r.PredictedOwnRoomsRatioGivenShares, err = OwnRoomsRatioGiven(lossmodel.Balancer(st.balancer), roundShares(r.MeanShares, Usable()-st.reserve())); err != nil {
+		if r.PredictedRatioGivenShares, err = RatioGiven(lossmodel.Balancer(st.balancer), roundShares(r.MeanShares, Usable()-st.reserve())); err != nil {
 			return nil, err
 		}
 	}
-	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d, returned early %d); peak %d, 429s %d",
+	st.h.logf("[%s] %d calls after the warm-up: pods %d (ratio %.3f, model %.3f), equal shares %d (%.3f, model %.3f), global gate %d; borrowed %.3f (refused %d, failed %d, returned early %d, lent out by pods %d); peak %d, 429s %d",
 		st.name, r.Calls, r.Admitted, r.AdmittedRatioToGlobalGate, r.PredictedRatio, r.EqualSharesAdmitted, r.EqualSharesRatioToGlobalGate,
-		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.LoansReturnedEarly, r.PeakInFlight, r.Downstream429)
+		r.PredictedEqualSharesRatio, r.GlobalGateAdmitted, r.BorrowedFraction, r.NotLent, r.BorrowFailed, r.LoansReturnedEarly, r.LentOut, r.PeakInFlight, r.Downstream429)
 	if r.LeasesExpired != nil {
-		st.h.logf("[%s] the permit server's leases that expired unreturned after the warm-up: %d", st.name, *r.LeasesExpired)
+		st.h.logf("[%s] the permit server's leases that expired unreturned after the warm-up: %d; its asks of offering pods: %d granted, %d refused, %d not answered in time",
+			st.name, *r.LeasesExpired, r.OffersGranted, r.OffersRefused, r.OffersTimedOut)
 	}
 	st.h.logf("[%s] shares over the measured time, in the balancer's order: %s (model %v)", st.name, formatShares(r.MeanShares), r.PredictedShares)
 	return r, nil
@@ -288,15 +293,17 @@ func callPod(ctx context.Context, client *http.Client, podURL string, latency ti
 // and loans returned early.
 type gateCounters struct {
 	admitted, borrowed, notLent, failed int64
-	// returnedEarly counts loans returned before their calls ended.
-	returnedEarly int64
-	err           error
+	// returnedEarly counts loans returned before their calls ended;
+	// lentOut the permits lent out to other pods' calls.
+	returnedEarly, lentOut int64
+	err                    error
 }
 
 // scrapeGateCounters sums backpressure_gate_admitted_total,
-// backpressure_gate_borrows_total by result and
-// backpressure_gate_loans_returned_early_total of the quota's gate over
-// the pods of addrs.
+// backpressure_gate_borrows_total by result,
+// backpressure_gate_loans_returned_early_total and
+// backpressure_gate_lent_out_total of the quota's gate over the pods of
+// addrs.
 func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounters {
 	var out gateCounters
 	admitted := fmt.Sprintf("backpressure_gate_admitted_total{gate=%q} ", QuotaName)
@@ -305,7 +312,8 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 	}
 	counters := map[string]*int64{admitted: &out.admitted, borrows("borrowed"): &out.borrowed,
 		borrows("not_lent"): &out.notLent, borrows("failed"): &out.failed,
-		fmt.Sprintf("backpressure_gate_loans_returned_early_total{gate=%q} ", QuotaName): &out.returnedEarly}
+		fmt.Sprintf("backpressure_gate_loans_returned_early_total{gate=%q} ", QuotaName): &out.returnedEarly,
+		fmt.Sprintf("backpressure_gate_lent_out_total{gate=%q} ", QuotaName):             &out.lentOut}
 	for _, pod := range slices.Sorted(maps.Keys(addrs)) {
 		if err := addCounters(ctx, pod, addrs[pod], counters); err != nil {
 			out.err = err
@@ -315,24 +323,37 @@ func scrapeGateCounters(ctx context.Context, addrs map[string]string) gateCounte
 	return out
 }
 
-// scrapeExpiredLeases reads the permit server's leases of the quota's gate
-// that ended at the end of their time rather than by a return: each is a
-// permit of the reserve that a borrower never used or never gave back,
-// lent to nobody until it expired.
-func (st *partialStage) scrapeExpiredLeases(ctx context.Context) (int64, error) {
+// brokerCounters are the permit server's counters of the quota's gate.
+type brokerCounters struct {
+	// expired counts its leases that ended at the end of their time
+	// rather than by a return: each is a permit that a borrower never used
+	// or never gave back, lent to nobody until it expired.
+	expired int64
+	// granted, refused and timedOut count its asks of offering pods by
+	// outcome.
+	granted, refused, timedOut int64
+}
+
+// scrapeBroker reads the permit server's counters of the quota's gate.
+func (st *partialStage) scrapeBroker(ctx context.Context) (brokerCounters, error) {
+	var out brokerCounters
 	if st.reserve() == 0 {
-		return 0, nil
+		return out, nil
 	}
 	st.brokersMu.Lock()
 	addr := st.brokerMetrics
 	st.brokersMu.Unlock()
 	if addr == "" {
-		return 0, errors.New("the permit server logged no metrics address")
+		return out, errors.New("the permit server logged no metrics address")
 	}
-	var expired int64
-	name := fmt.Sprintf("backpressure_broker_leases_ended_total{gate=%q,how=\"expired\"} ", QuotaName)
-	err := addCounters(ctx, BrokerName, addr, map[string]*int64{name: &expired})
-	return expired, err
+	offers := func(outcome string) string {
+		return fmt.Sprintf("backpressure_broker_offers_total{gate=%q,outcome=%q} ", QuotaName, outcome)
+	}
+	err := addCounters(ctx, BrokerName, addr, map[string]*int64{
+		fmt.Sprintf("backpressure_broker_leases_ended_total{gate=%q,how=\"expired\"} ", QuotaName): &out.expired,
+		offers("granted"): &out.granted, offers("refused"): &out.refused, offers("timeout"): &out.timedOut,
+	})
+	return out, err
 }
 
 // addCounters adds to each of counters the value of the series its key
